@@ -1,0 +1,51 @@
+/** The result of one hit. */
+export interface CounterHit {
+  /** The counter after this call's amount is added. A safe integer; may be negative after refunds. */
+  readonly count: number;
+  /** Whole milliseconds until the window ends: above 0, and at most `windowMs` for a window this call opened. */
+  readonly resetMs: number;
+}
+
+/** Somewhere to keep fixed-window counters: the interface rate limiters and token budgets use. */
+export interface RateLimitStore {
+  /**
+   * Adds `amount` to the counter of `key` atomically and returns the result.
+   *
+   * - No open window: a new counter at `amount`, ending `windowMs` from now.
+   * - An open window: adds `amount`; the window keeps its end.
+   * - `amount` 0 reads (with no open window: count 0, resetMs = windowMs, nothing opened).
+   * - A negative `amount` refunds; the count is not clamped at 0.
+   *
+   * Rejects with a `TypeError`/`RangeError` for bad arguments (changing nothing), and with an
+   * `Error` carrying a `code` when the store cannot do the hit. It never answers a made-up count.
+   */
+  hit(key: string, windowMs: number, amount: number): Promise<CounterHit>;
+  /** Whether every server instance sees the same counters. */
+  readonly shared: boolean;
+}
+
+export interface MemoryStoreOptions {
+  /** Most counters held at once. Default 1,000,000. */
+  maxKeys?: number;
+  /**
+   * A process-wide store: every `memoryStore({ name })` with the same name, in any module or
+   * worker thread of the process, sees the same counters (and survives dev-server reloads).
+   */
+  name?: string;
+}
+
+/** The store `memoryStore()` returns. */
+export interface MemoryStore extends RateLimitStore {
+  readonly shared: false;
+  /** Counters held now, including ended windows not yet swept. */
+  readonly size: number;
+}
+
+/**
+ * Counters in this process, in Rust memory off the V8 heap. The embedded default: no server.
+ *
+ * When a new counter needs room and `maxKeys` are held, ended windows are dropped first, then the
+ * soonest-ending windows of at most one hour. If only longer windows remain, the hit rejects with
+ * an `Error` whose `code` is `ERR_STORE_FULL`.
+ */
+export declare function memoryStore(options?: MemoryStoreOptions): MemoryStore;

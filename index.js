@@ -1,0 +1,5 @@
+'use strict';
+
+const { memoryStore } = require('./lib/memory.js');
+
+module.exports = { memoryStore };

@@ -1,0 +1,65 @@
+'use strict';
+// Argument checks shared by every store: a bad hit is refused before any
+// store is touched. Messages name the argument and its type, never a key.
+
+/** The longest key accepted, in UTF-16 code units (1 Mi: far past any real key). */
+const MAX_KEY_LENGTH = 1024 * 1024;
+
+function typeName(value) {
+  return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
+}
+
+function typeError(message) {
+  const error = new TypeError(`ratestore: ${message}`);
+  error.code = 'ERR_INVALID_ARG_TYPE';
+  return error;
+}
+
+function rangeError(message) {
+  const error = new RangeError(`ratestore: ${message}`);
+  error.code = 'ERR_OUT_OF_RANGE';
+  return error;
+}
+
+/** The error a hit with these arguments must reject with, or undefined when they are fine. */
+function invalidHit(key, windowMs, amount) {
+  if (typeof key !== 'string') return typeError(`hit(key, windowMs, amount): key must be a string, got ${typeName(key)}`);
+  if (typeof windowMs !== 'number') {
+    return typeError(`hit(key, windowMs, amount): windowMs must be a number, got ${typeName(windowMs)}`);
+  }
+  if (typeof amount !== 'number') {
+    return typeError(`hit(key, windowMs, amount): amount must be a number, got ${typeName(amount)}`);
+  }
+  if (key.length > MAX_KEY_LENGTH) {
+    return rangeError(`hit(key, windowMs, amount): key is ${key.length} UTF-16 units long; at most ${MAX_KEY_LENGTH} are accepted`);
+  }
+  if (!(windowMs >= 1 && Number.isSafeInteger(windowMs))) {
+    return rangeError(`hit(key, windowMs, amount): windowMs must be a positive safe integer (ms), got ${windowMs}`);
+  }
+  if (!Number.isSafeInteger(amount)) {
+    return rangeError(`hit(key, windowMs, amount): amount must be a safe integer, got ${amount}`);
+  }
+  return undefined;
+}
+
+/** Checks an options object: undefined or a plain object with only known keys. */
+function checkOptions(factory, options, known) {
+  if (options === undefined) return {};
+  if (typeof options !== 'object' || options === null || Array.isArray(options)) {
+    throw typeError(`${factory}(options): options must be an object, got ${typeName(options)}`);
+  }
+  for (const name of Object.keys(options)) {
+    if (!known.includes(name)) {
+      throw typeError(`${factory}(options): unknown option "${name}"; the options are ${known.join(', ')}`);
+    }
+  }
+  return options;
+}
+
+function checkOption(factory, name, value, type) {
+  if (value !== undefined && typeof value !== type) {
+    throw typeError(`${factory}(options): ${name} must be a ${type}, got ${typeName(value)}`);
+  }
+}
+
+module.exports = { MAX_KEY_LENGTH, invalidHit, checkOptions, checkOption, typeError, rangeError };

@@ -1,0 +1,55 @@
+'use strict';
+// memoryStore: the JS face of the native table. The hit stays synchronous in
+// Rust and hands back an already settled promise: no thread hop per hit.
+
+const native = require('./native.js');
+const { invalidHit, checkOptions, checkOption, rangeError } = require('./check.js');
+
+const DEFAULT_MAX_KEYS = 1_000_000;
+const OPTIONS = ['maxKeys', 'name'];
+const result = native.hitResult;
+
+class MemoryStore {
+  #hit;
+  #size;
+
+  constructor(options) {
+    const { maxKeys = DEFAULT_MAX_KEYS, name } = checkOptions('memoryStore', options, OPTIONS);
+    checkOption('memoryStore', 'maxKeys', maxKeys, 'number');
+    checkOption('memoryStore', 'name', name, 'string');
+    if (!(maxKeys >= 1 && Number.isSafeInteger(maxKeys))) {
+      throw rangeError(`memoryStore(options): maxKeys must be a positive safe integer, got ${maxKeys}`);
+    }
+    const table = native.memoryStore(maxKeys, name);
+    this.#hit = table.hit;
+    this.#size = table.size;
+  }
+
+  /** Always false: the counters live in this process. */
+  get shared() {
+    return false;
+  }
+
+  /** Counters held now, including ended windows not yet swept. */
+  get size() {
+    return this.#size();
+  }
+
+  hit(key, windowMs, amount) {
+    const invalid = invalidHit(key, windowMs, amount);
+    if (invalid !== undefined) return Promise.reject(invalid);
+    let count;
+    try {
+      count = this.#hit(key, windowMs, amount);
+    } catch (error) {
+      return Promise.reject(error);
+    }
+    return Promise.resolve({ count, resetMs: result[0] });
+  }
+}
+
+function memoryStore(options) {
+  return new MemoryStore(options);
+}
+
+module.exports = { memoryStore, MemoryStore };

@@ -1,0 +1,156 @@
+//! memoryStore's binding. The hit runs on every request, so it is a raw
+//! Node-API callback: the key is read into a stack buffer, the count comes
+//! back as a number and resetMs through a shared Float64Array, and JavaScript
+//! builds the result object (see NAPI costs in the README).
+
+use std::cell::Cell;
+use std::ffi::c_void;
+use std::ptr;
+use std::sync::Arc;
+
+use napi::sys;
+
+use super::raw;
+use crate::clock;
+use crate::errors::Error;
+use crate::memory::{self, Table};
+use crate::window;
+
+thread_local! {
+    /// This thread's result slot: `hitResult[0]`, where a hit leaves resetMs.
+    static RESULT: Cell<*mut f64> = const { Cell::new(ptr::null_mut()) };
+}
+
+struct Bound {
+    table: Arc<Table>,
+    result: *mut f64,
+}
+
+pub unsafe fn register(env: sys::napi_env, exports: sys::napi_value) -> napi::Result<()> {
+    let setup = || -> Result<(), Error> {
+        let mut data = ptr::null_mut();
+        let mut buffer = ptr::null_mut();
+        raw::check(sys::napi_create_arraybuffer(env, 8, &mut data, &mut buffer))?;
+        let mut array = ptr::null_mut();
+        raw::check(sys::napi_create_typedarray(
+            env,
+            sys::TypedarrayType::float64_array,
+            1,
+            buffer,
+            0,
+            &mut array,
+        ))?;
+        raw::check(sys::napi_set_named_property(
+            env,
+            exports,
+            c"hitResult".as_ptr(),
+            array,
+        ))?;
+        // Held for the life of this thread's environment: hit functions write to it.
+        let mut reference = ptr::null_mut();
+        raw::check(sys::napi_create_reference(env, buffer, 1, &mut reference))?;
+        RESULT.with(|r| r.set(data.cast()));
+        raw::export(env, exports, "memoryStore", create, ptr::null_mut())?;
+        raw::export(env, exports, "noopHit", noop_hit, ptr::null_mut())?;
+        Ok(())
+    };
+    setup().map_err(|e| napi::Error::from_reason(e.to_string()))
+}
+
+/// `memoryStore(maxKeys, name?)` → `{ hit, size }`, both bound to one table.
+unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    raw::guard(env, || {
+        let ([max_keys, name], _) = raw::args::<2>(env, info)?;
+        let max_keys = raw::number(env, max_keys, "maxKeys must be a number")?;
+        if !(max_keys >= 1.0 && max_keys <= window::MAX_SAFE as f64 && max_keys.fract() == 0.0) {
+            return Err(Error::InvalidRange(
+                "maxKeys must be a positive safe integer",
+            ));
+        }
+        let mut kind = sys::ValueType::napi_undefined;
+        raw::check(sys::napi_typeof(env, name, &mut kind))?;
+        let name = match kind {
+            sys::ValueType::napi_undefined => None,
+            _ => Some(raw::string(env, name, "name must be a string")?),
+        };
+        let table = memory::open(name.as_deref(), max_keys as usize)?;
+        let mut store = ptr::null_mut();
+        raw::check(sys::napi_create_object(env, &mut store))?;
+        bind(env, store, "hit", hit, &table)?;
+        bind(env, store, "size", size, &table)?;
+        Ok(store)
+    })
+}
+
+/// Adds `store[name]`, a function that owns a handle on the table until it is
+/// garbage-collected.
+unsafe fn bind(
+    env: sys::napi_env,
+    store: sys::napi_value,
+    name: &str,
+    cb: raw::Callback,
+    table: &Arc<Table>,
+) -> Result<(), Error> {
+    let bound = Box::into_raw(Box::new(Bound {
+        table: Arc::clone(table),
+        result: RESULT.with(Cell::get),
+    }));
+    let func = match raw::export(env, store, name, cb, bound.cast()) {
+        Ok(func) => func,
+        Err(e) => {
+            drop(Box::from_raw(bound));
+            return Err(e);
+        }
+    };
+    raw::check(sys::napi_add_finalizer(
+        env,
+        func,
+        bound.cast(),
+        Some(unbind),
+        ptr::null_mut(),
+        ptr::null_mut(),
+    ))
+}
+
+unsafe extern "C" fn unbind(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+    drop(Box::from_raw(data.cast::<Bound>()));
+}
+
+/// `hit(key, windowMs, amount)` → count; resetMs is left in `hitResult[0]`.
+unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    raw::guard(env, || {
+        let ([key, window_ms, amount], data) = raw::args::<3>(env, info)?;
+        let bound = &*data.cast::<Bound>();
+        let (window_ms, amount) = window::check(
+            raw::number(env, window_ms, "windowMs must be a number")?,
+            raw::number(env, amount, "amount must be a number")?,
+        )?;
+        let key = raw::with_utf16(env, key, "key must be a string", |k| bound.table.key(k))?;
+        let outcome = bound.table.hit(key, clock::now_us(), window_ms, amount)?;
+        *bound.result = outcome.reset_ms as f64;
+        raw::double(env, outcome.count as f64)
+    })
+}
+
+/// `size()` → counters held now.
+unsafe extern "C" fn size(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    raw::guard(env, || {
+        let (_, data) = raw::args::<0>(env, info)?;
+        raw::double(env, (*data.cast::<Bound>()).table.len() as f64)
+    })
+}
+
+/// The floor the benchmark reports: a native call that takes a hit's
+/// arguments the same way and does nothing with them.
+unsafe extern "C" fn noop_hit(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> sys::napi_value {
+    raw::guard(env, || {
+        let ([key, window_ms, amount], _) = raw::args::<3>(env, info)?;
+        let units = raw::with_utf16(env, key, "key must be a string", |k| k.len())?;
+        let numbers = raw::number(env, window_ms, "windowMs must be a number")?
+            + raw::number(env, amount, "amount must be a number")?;
+        raw::double(env, (units as f64) * 0.0 + numbers * 0.0)
+    })
+}

@@ -1,0 +1,13 @@
+//! The N-API layer: converts arguments and results, nothing more.
+
+mod memory;
+mod raw;
+
+use napi::bindgen_prelude::*;
+use napi_derive::napi;
+
+#[napi(module_exports)]
+pub fn exports(exports: Object, env: Env) -> Result<()> {
+    // SAFETY: called by napi-rs on the JS thread with this env's exports object.
+    unsafe { memory::register(env.raw(), exports.raw()) }
+}

@@ -1,0 +1,173 @@
+//! Small helpers over raw N-API calls, for the functions that skip the
+//! `#[napi]` wrapper because they run on every hit.
+
+use std::ffi::c_void;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::ptr;
+
+use napi::sys;
+
+use crate::errors::{Error, JsClass};
+
+/// Keys up to this many UTF-16 units are read into a stack buffer.
+const STACK_KEY: usize = 512;
+
+pub type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
+
+pub fn check(status: sys::napi_status) -> Result<(), Error> {
+    if status == sys::Status::napi_ok {
+        Ok(())
+    } else {
+        Err(Error::Internal("a Node-API call failed"))
+    }
+}
+
+/// The arguments and the function's data pointer.
+pub unsafe fn args<const N: usize>(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+) -> Result<([sys::napi_value; N], *mut c_void), Error> {
+    let mut argv = [ptr::null_mut(); N];
+    let mut argc = N;
+    let mut data = ptr::null_mut();
+    check(sys::napi_get_cb_info(
+        env,
+        info,
+        &mut argc,
+        argv.as_mut_ptr(),
+        ptr::null_mut(),
+        &mut data,
+    ))?;
+    if argc < N {
+        // Missing arguments read as undefined, which the type checks refuse.
+        let mut undefined = ptr::null_mut();
+        check(sys::napi_get_undefined(env, &mut undefined))?;
+        argv[argc..].fill(undefined);
+    }
+    Ok((argv, data))
+}
+
+pub unsafe fn number(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &'static str,
+) -> Result<f64, Error> {
+    let mut n = 0.0;
+    match sys::napi_get_value_double(env, value, &mut n) {
+        sys::Status::napi_ok => Ok(n),
+        _ => Err(Error::InvalidType(what)),
+    }
+}
+
+/// Calls `f` with the string's UTF-16 units, without a heap allocation for
+/// keys of ordinary length. UTF-16 is how V8 holds strings: no transcoding.
+pub unsafe fn with_utf16<R>(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &'static str,
+    f: impl FnOnce(&[u16]) -> R,
+) -> Result<R, Error> {
+    let mut stack = [0u16; STACK_KEY];
+    let mut len = 0;
+    if sys::napi_get_value_string_utf16(env, value, stack.as_mut_ptr(), STACK_KEY, &mut len)
+        != sys::Status::napi_ok
+    {
+        return Err(Error::InvalidType(what));
+    }
+    if len < STACK_KEY - 1 {
+        return Ok(f(&stack[..len]));
+    }
+    check(sys::napi_get_value_string_utf16(
+        env,
+        value,
+        ptr::null_mut(),
+        0,
+        &mut len,
+    ))?;
+    let mut heap = vec![0u16; len + 1];
+    check(sys::napi_get_value_string_utf16(
+        env,
+        value,
+        heap.as_mut_ptr(),
+        len + 1,
+        &mut len,
+    ))?;
+    Ok(f(&heap[..len]))
+}
+
+pub unsafe fn string(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &'static str,
+) -> Result<String, Error> {
+    with_utf16(env, value, what, String::from_utf16_lossy)
+}
+
+pub unsafe fn double(env: sys::napi_env, n: f64) -> Result<sys::napi_value, Error> {
+    let mut value = ptr::null_mut();
+    check(sys::napi_create_double(env, n, &mut value))?;
+    Ok(value)
+}
+
+unsafe fn js_string(env: sys::napi_env, s: &str) -> sys::napi_value {
+    let mut value = ptr::null_mut();
+    sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value);
+    value
+}
+
+/// Throws the JS error for `err`: its class, `code` and message. The one
+/// place a core error becomes a JavaScript one on the synchronous path.
+pub unsafe fn throw(env: sys::napi_env, err: &Error) {
+    let code = js_string(env, err.code());
+    let message = js_string(env, &format!("ratestore: {err}"));
+    let mut error = ptr::null_mut();
+    match err.js_class() {
+        JsClass::Error => sys::napi_create_error(env, code, message, &mut error),
+        JsClass::TypeError => sys::napi_create_type_error(env, code, message, &mut error),
+        JsClass::RangeError => sys::napi_create_range_error(env, code, message, &mut error),
+    };
+    sys::napi_throw(env, error);
+}
+
+/// Runs a callback's body, turning an error or a panic into a thrown JS error:
+/// no panic crosses into JavaScript.
+pub unsafe fn guard(
+    env: sys::napi_env,
+    body: impl FnOnce() -> Result<sys::napi_value, Error>,
+) -> sys::napi_value {
+    let err = match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(value)) => return value,
+        Ok(Err(err)) => err,
+        Err(_) => Error::Internal("a Rust panic was caught"),
+    };
+    throw(env, &err);
+    ptr::null_mut()
+}
+
+/// Sets `exports[name]` to a native function with `data` as its data.
+pub unsafe fn export(
+    env: sys::napi_env,
+    exports: sys::napi_value,
+    name: &str,
+    cb: Callback,
+    data: *mut c_void,
+) -> Result<sys::napi_value, Error> {
+    let mut func = ptr::null_mut();
+    check(sys::napi_create_function(
+        env,
+        name.as_ptr().cast(),
+        name.len() as isize,
+        Some(cb),
+        data,
+        &mut func,
+    ))?;
+    if !exports.is_null() {
+        check(sys::napi_set_named_property(
+            env,
+            exports,
+            format!("{name}\0").as_ptr().cast(),
+            func,
+        ))?;
+    }
+    Ok(func)
+}

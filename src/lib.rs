@@ -1,0 +1,13 @@
+//! ratestore: fixed-window rate-limit counters for Node.js.
+//!
+//! The core (`window`, `memory`, `errors`, `clock`) knows nothing of N-API;
+//! `binding` is the thin layer that converts to and from JavaScript.
+
+pub mod clock;
+pub mod errors;
+pub mod memory;
+pub mod window;
+
+// napi-derive registers nothing in test builds, so the binding is left out there.
+#[cfg(not(test))]
+mod binding;

@@ -1,0 +1,454 @@
+//! memoryStore's table: counters in Rust memory, off the V8 heap.
+//!
+//! Keys are kept as a 128-bit SipHash-1-3 under a random per-table key: the
+//! same size for every key length, no key text in memory, and no way for a
+//! client to pick colliding keys. Each counter takes 32 bytes in a sharded
+//! hash table, so the table grows one small shard at a time, never in one
+//! long copy.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Duration;
+
+use dashmap::mapref::entry::Entry;
+use dashmap::DashMap;
+use siphasher::sip128::{Hasher128, SipHasher13};
+
+use crate::clock;
+use crate::errors::{Error, Result};
+use crate::window::{self, Change, Counter, Outcome};
+
+/// Enough shards that one growing shard holds a small part of the table.
+const SHARDS: usize = 64;
+/// How often the sweeper gives back the memory of ended windows.
+const SWEEP_EVERY: Duration = Duration::from_millis(500);
+
+/// A key, hashed: the table never holds key text.
+pub type KeyHash = u128;
+
+/// A counter packed into 16 bytes: the count, and the window's end with the
+/// "long window" flag in its top bit.
+#[derive(Clone, Copy)]
+struct Slot {
+    count: i64,
+    ends_at_long: u64,
+}
+
+const LONG_BIT: u64 = 1 << 63;
+
+impl Slot {
+    fn pack(c: Counter) -> Slot {
+        let ends_at = c.ends_at.min(LONG_BIT - 1);
+        Slot {
+            count: c.count,
+            ends_at_long: ends_at | if c.long { LONG_BIT } else { 0 },
+        }
+    }
+
+    fn counter(self) -> Counter {
+        Counter {
+            count: self.count,
+            ends_at: self.ends_at_long & !LONG_BIT,
+            long: self.ends_at_long & LONG_BIT != 0,
+        }
+    }
+}
+
+/// The keys are already uniform random bits: use them as the hash.
+#[derive(Clone, Copy, Default)]
+pub struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, _: &[u8]) {
+        unreachable!("only u128 keys are hashed")
+    }
+    fn write_u128(&mut self, key: u128) {
+        self.0 = key as u64 ^ (key >> 64) as u64;
+    }
+}
+
+#[derive(Clone, Copy, Default)]
+pub struct PassThroughBuild;
+
+impl BuildHasher for PassThroughBuild {
+    type Hasher = PassThrough;
+    fn build_hasher(&self) -> PassThrough {
+        PassThrough::default()
+    }
+}
+
+pub struct Table {
+    map: DashMap<KeyHash, Slot, PassThroughBuild>,
+    /// Counters held, kept beside the map so a hit needn't lock every shard.
+    len: AtomicUsize,
+    max_keys: usize,
+    sip: (u64, u64),
+}
+
+impl Table {
+    pub fn new(max_keys: usize) -> Table {
+        Table {
+            map: DashMap::with_capacity_and_hasher_and_shard_amount(0, PassThroughBuild, SHARDS),
+            len: AtomicUsize::new(0),
+            max_keys,
+            sip: (rand::random(), rand::random()),
+        }
+    }
+
+    pub fn max_keys(&self) -> usize {
+        self.max_keys
+    }
+
+    /// Counters held now, ended windows not yet swept included.
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Hashes a key given as UTF-16 code units, as JavaScript holds it.
+    pub fn key(&self, utf16: &[u16]) -> KeyHash {
+        // SAFETY: any u16 slice is also a valid byte slice of twice the length.
+        let bytes =
+            unsafe { std::slice::from_raw_parts(utf16.as_ptr().cast::<u8>(), utf16.len() * 2) };
+        let mut h = SipHasher13::new_with_keys(self.sip.0, self.sip.1);
+        h.write(bytes);
+        h.finish128().as_u128()
+    }
+
+    /// One hit at time `now` (µs on the process clock). On error nothing changed.
+    pub fn hit(&self, key: KeyHash, now: u64, window_ms: u64, amount: i64) -> Result<Outcome> {
+        loop {
+            match self.map.entry(key) {
+                Entry::Occupied(mut e) => {
+                    let outcome = window::hit(Some(e.get().counter()), now, window_ms, amount)?;
+                    match outcome.change {
+                        Change::Keep => {}
+                        Change::Put(c) => *e.get_mut() = Slot::pack(c),
+                        Change::Drop => {
+                            e.remove();
+                            self.len.fetch_sub(1, Ordering::Relaxed);
+                        }
+                    }
+                    return Ok(outcome);
+                }
+                Entry::Vacant(e) => {
+                    let outcome = window::hit(None, now, window_ms, amount)?;
+                    if let Change::Put(c) = outcome.change {
+                        if !self.reserve() {
+                            // Release the shard before touching the others.
+                            drop(e);
+                            self.make_room(now)?;
+                            continue;
+                        }
+                        e.insert(Slot::pack(c));
+                    }
+                    return Ok(outcome);
+                }
+            }
+        }
+    }
+
+    /// Takes a place for a new counter, if there is one.
+    fn reserve(&self) -> bool {
+        self.len
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                (n < self.max_keys).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    /// Frees room for one counter: ended windows first, then the soonest-ending
+    /// short ones. Long windows (budgets) are never dropped: the hit fails instead.
+    fn make_room(&self, now: u64) -> Result<()> {
+        if self.sweep(now) > 0 || self.len() < self.max_keys {
+            return Ok(());
+        }
+        let mut short: Vec<(u64, KeyHash)> = self
+            .map
+            .iter()
+            .filter_map(|e| {
+                let c = e.value().counter();
+                (!c.long).then_some((c.ends_at, *e.key()))
+            })
+            .collect();
+        if short.is_empty() {
+            return Err(Error::StoreFull(self.max_keys));
+        }
+        // Evict a small batch at once, so a full store doesn't scan on every hit.
+        let batch = (self.max_keys / 64).clamp(1, short.len());
+        if batch < short.len() {
+            short.select_nth_unstable(batch - 1);
+            short.truncate(batch);
+        }
+        for (ends_at, key) in short {
+            let gone = self.map.remove_if(&key, |_, s| {
+                let c = s.counter();
+                !c.long && c.ends_at == ends_at
+            });
+            if gone.is_some() {
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drops every counter whose window has ended and gives back memory when
+    /// the table is mostly empty. Returns how many were dropped.
+    pub fn sweep(&self, now: u64) -> usize {
+        let mut dropped = 0;
+        self.map.retain(|_, s| {
+            let open = s.counter().reset_ms(now).is_some();
+            if !open {
+                dropped += 1;
+                self.len.fetch_sub(1, Ordering::Relaxed);
+            }
+            open
+        });
+        let held = self.len();
+        if dropped > 0 && self.map.capacity() > 4 * held + 1024 {
+            self.map.shrink_to_fit();
+        }
+        dropped
+    }
+}
+
+/// Opens a table: a private one, or the process-wide one of that name, which
+/// every module and worker thread of the process that asks for it shares.
+pub fn open(name: Option<&str>, max_keys: usize) -> Result<Arc<Table>> {
+    let table = match name {
+        None => Arc::new(Table::new(max_keys)),
+        Some(name) => {
+            static NAMED: OnceLock<Mutex<HashMap<String, Arc<Table>>>> = OnceLock::new();
+            let mut named = NAMED
+                .get_or_init(Default::default)
+                .lock()
+                .map_err(poisoned)?;
+            let table = named
+                .entry(name.to_owned())
+                .or_insert_with(|| Arc::new(Table::new(max_keys)));
+            if table.max_keys() != max_keys {
+                return Err(Error::InvalidRange(
+                    "a memoryStore of this name already exists with another maxKeys",
+                ));
+            }
+            Arc::clone(table)
+        }
+    };
+    sweeper(&table)?;
+    Ok(table)
+}
+
+fn poisoned<T>(_: T) -> Error {
+    Error::Internal("a lock was poisoned by an earlier panic")
+}
+
+/// Registers a table with the one sweeper thread of the process. A native
+/// thread never keeps Node.js alive, so an idle store lets the process exit.
+fn sweeper(table: &Arc<Table>) -> Result<()> {
+    static TABLES: OnceLock<Mutex<Vec<Weak<Table>>>> = OnceLock::new();
+    let mut first = false;
+    let tables = TABLES.get_or_init(|| {
+        first = true;
+        Mutex::default()
+    });
+    tables.lock().map_err(poisoned)?.push(Arc::downgrade(table));
+    if first {
+        std::thread::Builder::new()
+            .name("ratestore-sweeper".into())
+            .spawn(move || loop {
+                std::thread::sleep(SWEEP_EVERY);
+                let live: Vec<Arc<Table>> = match tables.lock() {
+                    Ok(mut t) => {
+                        t.retain(|w| w.strong_count() > 0);
+                        t.iter().filter_map(Weak::upgrade).collect()
+                    }
+                    Err(_) => return,
+                };
+                for table in live {
+                    table.sweep(clock::now_us());
+                }
+            })
+            .map_err(|_| Error::Internal("could not start the sweeper thread"))?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::window::SHORT_WINDOW_MS;
+    use proptest::prelude::*;
+
+    const MS: u64 = 1000;
+
+    fn key(t: &Table, s: &str) -> KeyHash {
+        t.key(&s.encode_utf16().collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn slots_are_sixteen_bytes_and_round_trip() {
+        assert_eq!(std::mem::size_of::<Slot>(), 16);
+        let c = Counter {
+            count: -window::MAX_SAFE,
+            ends_at: 123,
+            long: true,
+        };
+        assert_eq!(Slot::pack(c).counter(), c);
+    }
+
+    #[test]
+    fn keys_hash_apart_and_per_table() {
+        let t = Table::new(10);
+        assert_ne!(key(&t, "a"), key(&t, "b"));
+        assert_ne!(key(&t, ""), key(&t, "\0"));
+        assert_eq!(key(&t, "1.2.3.4"), key(&t, "1.2.3.4"));
+        assert_ne!(key(&t, "1.2.3.4"), key(&Table::new(10), "1.2.3.4"));
+    }
+
+    #[test]
+    fn ended_windows_are_swept() {
+        let t = Table::new(10);
+        t.hit(1, 0, 10, 1).unwrap();
+        t.hit(2, 0, 1_000, 1).unwrap();
+        assert_eq!(t.sweep(5 * MS), 0);
+        assert_eq!(t.sweep(10 * MS), 1);
+        assert_eq!(t.len(), 1);
+        assert_eq!(t.hit(2, 10 * MS, 1_000, 0).unwrap().count, 1);
+    }
+
+    #[test]
+    fn a_read_of_an_ended_window_drops_it() {
+        let t = Table::new(10);
+        t.hit(1, 0, 10, 1).unwrap();
+        assert_eq!(t.hit(1, 10 * MS, 50, 0).unwrap().count, 0);
+        assert_eq!(t.len(), 0);
+    }
+
+    #[test]
+    fn full_drops_ended_windows_first() {
+        let t = Table::new(2);
+        t.hit(1, 0, 10, 1).unwrap();
+        t.hit(2, 0, 60_000, 1).unwrap();
+        t.hit(3, 20 * MS, 60_000, 1).unwrap();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t.hit(2, 20 * MS, 60_000, 0).unwrap().count, 1);
+        assert_eq!(t.hit(3, 20 * MS, 60_000, 0).unwrap().count, 1);
+    }
+
+    #[test]
+    fn full_then_drops_the_soonest_ending_short_window() {
+        let t = Table::new(3);
+        t.hit(1, 0, 30_000, 1).unwrap();
+        t.hit(2, 0, 10_000, 1).unwrap(); // ends first
+        t.hit(3, 0, 20_000, 1).unwrap();
+        t.hit(4, MS, 60_000, 1).unwrap();
+        assert_eq!(t.hit(2, MS, 60_000, 0).unwrap().count, 0);
+        for k in [1, 3, 4] {
+            assert_eq!(t.hit(k, MS, 60_000, 0).unwrap().count, 1, "key {k}");
+        }
+    }
+
+    #[test]
+    fn full_of_long_windows_refuses_and_changes_nothing() {
+        let t = Table::new(2);
+        let day = 24 * SHORT_WINDOW_MS;
+        t.hit(1, 0, day, 5).unwrap();
+        t.hit(2, 0, SHORT_WINDOW_MS + 1, 5).unwrap();
+        assert_eq!(t.hit(3, MS, 60_000, 1), Err(Error::StoreFull(2)));
+        assert_eq!(t.len(), 2);
+        // Reads and hits on held keys need no room.
+        assert_eq!(t.hit(3, MS, 60_000, 0).unwrap().count, 0);
+        assert_eq!(t.hit(1, MS, day, 1).unwrap().count, 6);
+        assert_eq!(t.hit(2, MS, day, 0).unwrap().count, 5);
+    }
+
+    #[test]
+    fn a_short_window_is_dropped_before_a_budget() {
+        let t = Table::new(2);
+        t.hit(1, 0, 2 * SHORT_WINDOW_MS, 5).unwrap();
+        t.hit(2, 0, SHORT_WINDOW_MS, 5).unwrap();
+        t.hit(3, MS, 2 * SHORT_WINDOW_MS, 1).unwrap();
+        assert_eq!(t.hit(1, MS, 1, 0).unwrap().count, 5);
+        assert_eq!(t.hit(2, MS, 1, 0).unwrap().count, 0);
+    }
+
+    #[test]
+    fn threads_lose_no_update() {
+        let t = Arc::new(Table::new(100));
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let t = Arc::clone(&t);
+                std::thread::spawn(move || {
+                    (0..10_000)
+                        .map(|_| t.hit(7, 0, 60_000, 1).unwrap().count)
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut all: Vec<i64> = handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        assert_eq!(all, (1..=40_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn a_name_opens_one_table_for_the_process() {
+        let a = open(Some("memory-test-name"), 5).unwrap();
+        let b = open(Some("memory-test-name"), 5).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        assert!(open(Some("memory-test-name"), 6).is_err());
+        assert!(!Arc::ptr_eq(
+            &open(None, 5).unwrap(),
+            &open(None, 5).unwrap()
+        ));
+    }
+
+    /// The rules written out plainly, with no eviction: the table must agree.
+    #[derive(Default)]
+    struct Model(HashMap<KeyHash, (i64, u64)>);
+
+    impl Model {
+        fn hit(&mut self, key: KeyHash, now: u64, window_ms: u64, amount: i64) -> (i64, u64) {
+            match self.0.get_mut(&key) {
+                Some((count, end)) if *end >= now + MS => {
+                    *count += amount;
+                    (*count, (*end - now).div_ceil(MS))
+                }
+                _ if amount == 0 => (0, window_ms),
+                _ => {
+                    self.0.insert(key, (amount, now + window_ms * MS));
+                    (amount, window_ms)
+                }
+            }
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn the_table_agrees_with_the_model(
+            ops in prop::collection::vec((0u128..6, 0u64..3_000_000, 1u64..4_000, -5i64..6), 1..200)
+        ) {
+            let table = Table::new(1_000);
+            let mut model = Model::default();
+            let mut now = 0;
+            for (key, step, window_ms, amount) in ops {
+                now += step;
+                if step % 7 == 0 {
+                    table.sweep(now);
+                }
+                let o = table.hit(key, now, window_ms, amount).unwrap();
+                prop_assert_eq!((o.count, o.reset_ms), model.hit(key, now, window_ms, amount));
+            }
+        }
+    }
+}
