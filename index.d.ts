@@ -49,3 +49,43 @@ export interface MemoryStore extends RateLimitStore {
  * an `Error` whose `code` is `ERR_STORE_FULL`.
  */
 export declare function memoryStore(options?: MemoryStoreOptions): MemoryStore;
+
+export interface LimiterOptions {
+  /** Where the counters are kept. */
+  store: RateLimitStore;
+  /** Requests (or cost units) allowed per window. */
+  limit: number;
+  /** Window length in milliseconds. */
+  windowMs: number;
+  /**
+   * Allow requests when the store fails (the answer then carries `error`). Default false: a store
+   * error rejects `check`, so a broken store never switches the limit off unnoticed.
+   */
+  failOpen?: boolean;
+}
+
+export interface LimitResult {
+  /** Whether this request may proceed. A refused request was refunded: it costs nothing. */
+  readonly allowed: boolean;
+  readonly limit: number;
+  /** What is left in this window after this request (0 when refused). */
+  readonly remaining: number;
+  /** Milliseconds until the window ends. */
+  readonly resetMs: number;
+  /** Whole seconds to wait before retrying: at least 1 when refused, 0 when allowed. */
+  readonly retryAfter: number;
+  /** `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, and `Retry-After` when refused. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** The store's error, only when `failOpen` let the request through. */
+  readonly error?: unknown;
+}
+
+export interface Limiter {
+  /** Counts `cost` (default 1) against `key` and says whether the request may proceed. */
+  check(key: string, cost?: number): Promise<LimitResult>;
+  readonly limit: number;
+  readonly windowMs: number;
+}
+
+/** A fixed-window limiter over any store, for route handlers without a framework limiter. */
+export declare function createLimiter(options: LimiterOptions): Limiter;

@@ -1,5 +1,6 @@
 'use strict';
 
 const { memoryStore } = require('./lib/memory.js');
+const { createLimiter } = require('./lib/limiter.js');
 
-module.exports = { memoryStore };
+module.exports = { memoryStore, createLimiter };

@@ -23,7 +23,8 @@ function rangeError(message) {
 
 /** The error a hit with these arguments must reject with, or undefined when they are fine. */
 function invalidHit(key, windowMs, amount) {
-  if (typeof key !== 'string') return typeError(`hit(key, windowMs, amount): key must be a string, got ${typeName(key)}`);
+  if (typeof key !== 'string')
+    return typeError(`hit(key, windowMs, amount): key must be a string, got ${typeName(key)}`);
   if (typeof windowMs !== 'number') {
     return typeError(`hit(key, windowMs, amount): windowMs must be a number, got ${typeName(windowMs)}`);
   }
@@ -31,7 +32,9 @@ function invalidHit(key, windowMs, amount) {
     return typeError(`hit(key, windowMs, amount): amount must be a number, got ${typeName(amount)}`);
   }
   if (key.length > MAX_KEY_LENGTH) {
-    return rangeError(`hit(key, windowMs, amount): key is ${key.length} UTF-16 units long; at most ${MAX_KEY_LENGTH} are accepted`);
+    return rangeError(
+      `hit(key, windowMs, amount): key is ${key.length} UTF-16 units long; at most ${MAX_KEY_LENGTH} are accepted`,
+    );
   }
   if (!(windowMs >= 1 && Number.isSafeInteger(windowMs))) {
     return rangeError(`hit(key, windowMs, amount): windowMs must be a positive safe integer (ms), got ${windowMs}`);

@@ -17,7 +17,9 @@ function newest(path) {
 const binaries = readdirSync(root).filter((name) => /^ratestore\..+\.node$/.test(name));
 const built = binaries.length ? Math.min(...binaries.map((name) => statSync(join(root, name)).mtimeMs)) : 0;
 const sources = Math.max(
-  ...['src', 'Cargo.toml', 'Cargo.lock', 'build.rs'].filter((p) => existsSync(join(root, p))).map((p) => newest(join(root, p))),
+  ...['src', 'Cargo.toml', 'Cargo.lock', 'build.rs']
+    .filter((p) => existsSync(join(root, p)))
+    .map((p) => newest(join(root, p))),
 );
 
 if (built < sources) {
