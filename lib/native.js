@@ -2,7 +2,7 @@
 // Loads the prebuilt addon for this platform: a local build first (a
 // checkout after `npm run build`), then the per-platform npm package.
 
-const { join } = require('node:path');
+const { basename, join } = require('node:path');
 
 function platformTriple() {
   const { platform, arch } = process;
@@ -12,6 +12,25 @@ function platformTriple() {
   }
   if (platform === 'win32') return `win32-${arch}-msvc`;
   return `${platform}-${arch}`;
+}
+
+function noBinaryMessage(triple) {
+  // A bundler that pulled this file into a chunk cannot follow the require() below.
+  if (basename(__filename) !== 'native.js') {
+    return (
+      `ratestore: the native binary cannot be loaded from a bundle (this code runs from ${__filename}). ` +
+      "Keep ratestore out of the bundle: in Next.js, `serverExternalPackages: ['ratestore']` in next.config; " +
+      'with webpack, list it in `externals`.'
+    );
+  }
+  const { version } = require('../package.json');
+  return (
+    `ratestore: no prebuilt binary for this platform: looked for the package ratestore-${triple} ` +
+    `(Node.js ${process.version}) and a local build, and found neither. ` +
+    `Fix: install it with \`npm install ratestore-${triple}@${version}\` ` +
+    '(npm leaves it out when optional dependencies are omitted, or when the lockfile was made on another platform), ' +
+    'or build from source with the Rust toolchain: `npm run build` in a ratestore checkout.'
+  );
 }
 
 function load() {
@@ -25,12 +44,7 @@ function load() {
       tried.push(candidate);
     }
   }
-  const error = new Error(
-    `ratestore: no prebuilt binary for this platform (${triple}, Node.js ${process.version}). ` +
-      `Looked for the package ratestore-${triple} and a local build. ` +
-      'Reinstall with optional dependencies enabled (`npm install ratestore`, without --no-optional or --omit=optional), ' +
-      'or build from source with the Rust toolchain: `npm run build` in the ratestore checkout.',
-  );
+  const error = new Error(noBinaryMessage(triple));
   error.code = 'ERR_RATESTORE_NO_BINARY';
   error.tried = tried;
   throw error;
