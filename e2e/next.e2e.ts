@@ -3,7 +3,7 @@
 import { cpSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
-import { startRedis, type RedisServer } from './redis-server.js';
+import { startRedis } from './redis-server.js';
 import {
   cleanEnv,
   freePort,
@@ -23,7 +23,6 @@ const work = tempDir('next');
 const app = join(work, 'app');
 const next = join(app, 'node_modules', 'next', 'dist', 'bin', 'next');
 let hasRedisStore = false;
-let redis: RedisServer | undefined;
 
 beforeAll(async () => {
   const tarballs = await packTarballs(work);
@@ -43,7 +42,6 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await stopAll();
-  await redis?.stop();
   removeDir(work);
 });
 
@@ -113,7 +111,7 @@ describe('examples/next-app', () => {
 
   it('shares the redisStore counters between two instances: exactly `limit` requests pass in total', async (context) => {
     requireRedisStore(context);
-    redis = await startRedis();
+    const redis = await startRedis();
     const env = { REDIS_URL: redis.url, RATE_LIMIT: String(LIMIT), RATE_WINDOW_MS: '30000' };
     const instances = (await Promise.all([startNext(env), startNext(env)])).map(({ base }) => base);
     // Each instance loads the route and connects once, on a client of its own.

@@ -9,11 +9,13 @@ import { join } from 'node:path';
 export const root = join(__dirname, '..');
 export const fixtures = join(__dirname, 'fixtures');
 
-/** The environment every command gets: no Redis credentials from the caller, no Next.js telemetry. */
+// Vitest's own variables (NODE_ENV=test among them) would change how next build and next start run.
+const LEFT_OUT = /^(REDIS_URL|KV_URL|REDIS_TOKEN|NODE_ENV|TEST|VITEST.*)$/;
+
+/** The environment every command gets: the caller's, less Redis credentials and Vitest's variables. */
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {
-  const env: NodeJS.ProcessEnv = { ...process.env, NEXT_TELEMETRY_DISABLED: '1', ...extra };
-  for (const name of ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN']) if (!(name in extra)) delete env[name];
-  return env;
+  const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !LEFT_OUT.test(name)));
+  return { ...env, NEXT_TELEMETRY_DISABLED: '1', ...extra };
 }
 
 export interface RunOptions {
