@@ -38,13 +38,12 @@ class MemoryStore {
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
     if (invalid !== undefined) return Promise.reject(invalid);
-    let count;
     try {
-      count = this.#hit(key, windowMs, amount);
+      this.#hit(key, windowMs, amount);
     } catch (error) {
       return Promise.reject(error);
     }
-    return Promise.resolve({ count, resetMs: result[0] });
+    return Promise.resolve({ count: result[0], resetMs: result[1] });
   }
 }
 
