@@ -6,7 +6,7 @@
 const { readFileSync } = require('node:fs');
 const { join } = require('node:path');
 const ratestore = require('..');
-const { noopHit, hitResult } = require('../lib/native.js');
+const { noopHit, hitIO } = require('../lib/native.js');
 const { MapStore } = require('./map-store.js');
 
 /** Every window in the benchmark: long enough that none ends during a run. */
@@ -48,8 +48,10 @@ const floor = {
   name: 'floor: no-op native call',
   create: () => ({
     hit(key, windowMs, amount) {
-      noopHit(key, windowMs, amount);
-      return Promise.resolve({ count: hitResult[0], resetMs: hitResult[1] });
+      hitIO[0] = windowMs;
+      hitIO[1] = amount;
+      noopHit(key);
+      return Promise.resolve({ count: hitIO[0], resetMs: hitIO[1] });
     },
   }),
 };
