@@ -1,7 +1,8 @@
 'use strict';
 // The stores under test, each behind a thin adapter with ratestore's call
-// shape `hit(key, windowMs, amount)`. Adapters only map arguments: each peer's
-// result comes back as that peer returns it, so no adapter adds a promise hop.
+// shape `hit(key, windowMs, amount)`; `about` says what the adapter does, for
+// RESULTS.md. Adapters only map arguments: each peer's result comes back as
+// that peer returns it, so no adapter adds a promise hop.
 
 const { readFileSync } = require('node:fs');
 const { join } = require('node:path');
@@ -17,10 +18,16 @@ const REFERENCE_LUA = readFileSync(join(__dirname, 'reference.lua'), 'utf8');
 
 /** In-process stores; `peer` marks the JS stores a ratio is taken against. */
 const memoryStores = [
-  { name: 'JS Map store', peer: true, create: () => new MapStore() },
   {
-    // increment(key) adds 1 to a window of the windowMs given to init().
+    name: 'JS Map store',
+    about: 'the RateLimitStore contract over a Map, in plain JavaScript (benchmark/map-store.js); no adapter',
+    peer: true,
+    create: () => new MapStore(),
+  },
+  {
     name: 'express-rate-limit MemoryStore',
+    about:
+      '`increment(key)` after `init({ windowMs })`: adds 1 in a window of that length; resolves its `{ totalHits, resetTime }`',
     peer: true,
     create() {
       const { MemoryStore } = require('express-rate-limit');
@@ -30,9 +37,10 @@ const memoryStores = [
     },
   },
   {
-    // penalty(key, points) adds points and resolves the count, with no limit
-    // check: the closest call to one counter hit (consume also checks a limit).
     name: 'rate-limiter-flexible RateLimiterMemory',
+    about:
+      '`penalty(key, amount)` on a limiter with a 60 s duration: adds the points and resolves its RateLimiterRes, ' +
+      'with no limit check, the closest call to one counter hit (`consume` also compares with a limit)',
     peer: true,
     create() {
       const { RateLimiterMemory } = require('rate-limiter-flexible');
@@ -40,12 +48,19 @@ const memoryStores = [
       return { hit: (key, _windowMs, amount) => limiter.penalty(key, amount) };
     },
   },
-  { name: 'memoryStore()', create: () => ratestore.memoryStore({ maxKeys: MAX_KEYS }) },
+  {
+    name: 'memoryStore()',
+    about: '`memoryStore({ maxKeys: 2_000_000 })`, room for the stall scenario without eviction; no adapter',
+    create: () => ratestore.memoryStore({ maxKeys: MAX_KEYS }),
+  },
 ];
 
 /** The floor for memoryStore: a native call that takes a hit's arguments and does nothing, answered the same way. */
 const floor = {
   name: 'floor: no-op native call',
+  about:
+    "`noopHit(key)`: a native call that takes a hit's arguments as memoryStore's does (the key, and the two " +
+    'numbers in the shared `hitIO` array) and does nothing, answered with a settled promise of the same object',
   create: () => ({
     hit(key, windowMs, amount) {
       hitIO[0] = windowMs;
@@ -59,8 +74,10 @@ const floor = {
 /** Redis stores: `create(port)` resolves a connected store with `hit` and `close`. */
 const redisStores = [
   {
-    // The reference script through defineCommand: EVALSHA, EVAL after a NOSCRIPT.
     name: 'ioredis EVALSHA',
+    about:
+      'benchmark/reference.lua (INCRBY, PTTL, PEXPIRE when no TTL) through `defineCommand` (EVALSHA, EVAL after ' +
+      'NOSCRIPT), auto-pipelining on, one connection',
     peer: true,
     async create(port) {
       const client = await ioredis(port);
@@ -72,8 +89,8 @@ const redisStores = [
     },
   },
   {
-    // The reference script as a node-redis script: EVALSHA, EVAL after a NOSCRIPT.
     name: 'node-redis 5 EVALSHA',
+    about: 'the same script as a node-redis `defineScript` (EVALSHA, EVAL after NOSCRIPT), one connection',
     peer: true,
     async create(port) {
       const { createClient, defineScript } = require('redis');
@@ -96,9 +113,10 @@ const redisStores = [
     },
   },
   {
-    // penalty(key, points) on an ioredis client: rate-limiter-flexible's own
-    // script (SET NX EX, INCRBY, PTTL) through EVALSHA, with no limit check.
     name: 'rate-limiter-flexible RateLimiterRedis',
+    about:
+      "`penalty(key, amount)` on an ioredis client (auto-pipelining on): the library's own script " +
+      '(SET NX EX, INCRBY, PTTL) through EVALSHA, with no limit check',
     peer: true,
     async create(port) {
       const { RateLimiterRedis } = require('rate-limiter-flexible');
@@ -114,6 +132,7 @@ const redisStores = [
   },
   {
     name: 'redisStore()',
+    about: "`redisStore({ url, prefix: 'bench:ratestore:' })`, connected by a first read; no adapter",
     // TODO(redis): redisStore is built on another branch; until index.js exports it, its rows say so.
     missing: typeof ratestore.redisStore !== 'function' ? 'redisStore: not in this build' : undefined,
     async create(port) {
