@@ -317,9 +317,11 @@ function targets(tables) {
   return lines;
 }
 
+/** The version of ratestore (`.`) or of an installed package. */
 function versionOf(name) {
-  return JSON.parse(readFileSync(require.resolve(`${name}/package.json`, { paths: [join(__dirname, '..')] }), 'utf8'))
-    .version;
+  const root = join(__dirname, '..');
+  const file = name === '.' ? join(root, 'package.json') : join(root, 'node_modules', name, 'package.json');
+  return JSON.parse(readFileSync(file, 'utf8')).version;
 }
 
 function machine() {
@@ -358,13 +360,18 @@ async function main() {
   console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
   const minutes = (performance.now() - started) / 60_000;
   console.log(`${tables.length} tables in ${minutes.toFixed(1)} min`);
-  if (mode === 'full' && !onlyArg) writeResults(tables, verdicts, notes, args, minutes);
+  // Every run writes the text, so that a smoke run checks it too; only a full run keeps it.
+  const text = results(tables, verdicts, notes, args, minutes);
+  if (mode === 'full' && !onlyArg) {
+    writeFileSync(join(__dirname, 'RESULTS.md'), text);
+    console.log('written to benchmark/RESULTS.md');
+  }
 }
 
-function writeResults(tables, verdicts, notes, args, minutes) {
+function results(tables, verdicts, notes, args, minutes) {
   const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis'];
   const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
-  const text = [
+  return [
     '# Benchmark results',
     '',
     `The last full run of \`${command}\` (${new Date().toISOString().slice(0, 10)}, ${minutes.toFixed(1)} min).`,
@@ -372,7 +379,7 @@ function writeResults(tables, verdicts, notes, args, minutes) {
     'noisy, so ratios within the run are what count.',
     '',
     `- Machine: ${machine()}`,
-    `- Versions: Node.js ${process.version}, ratestore ${versionOf('..')}, ` +
+    `- Versions: Node.js ${process.version}, ratestore ${versionOf('.')}, ` +
       `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}`,
     `- Command: \`${command}\`; the limit row: \`${notes.benchmarkCommand ?? '-'}\``,
     '',
@@ -399,8 +406,6 @@ function writeResults(tables, verdicts, notes, args, minutes) {
     ...[...memoryStores, floor, ...redisStores].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');
-  writeFileSync(join(__dirname, 'RESULTS.md'), text);
-  console.log('written to benchmark/RESULTS.md');
 }
 
 main().catch((error) => {
