@@ -19,7 +19,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use crate::clock;
 use crate::errors::{Error, Result};
 use crate::window::{self, Change, Outcome};
-use shard::{Found, Hint, Shard, Slot};
+use shard::{Found, Shard, Slot};
 
 /// Enough shards that one growing shard holds a small part of the table.
 const SHARDS: usize = 64;
@@ -29,13 +29,10 @@ const SWEEP_EVERY: Duration = Duration::from_millis(500);
 /// A key, hashed: the table never holds key text.
 pub type KeyHash = u128;
 
-/// A shard, its lock and its hint on one cache line of its own, so that
-/// threads working on neighbouring shards don't share a line.
+/// A shard and its lock on a cache line of their own, so that threads
+/// working on neighbouring shards don't share a line.
 #[repr(align(64))]
-struct Locked {
-    shard: Mutex<Shard>,
-    hint: Hint,
-}
+struct Locked(Mutex<Shard>);
 
 pub struct Table {
     shards: Box<[Locked]>,
@@ -48,14 +45,7 @@ pub struct Table {
 impl Table {
     pub fn new(max_keys: usize) -> Table {
         let shards = (0..SHARDS)
-            .map(|_| {
-                let shard = Shard::new();
-                let hint = Hint::new(&shard);
-                Locked {
-                    shard: Mutex::new(shard),
-                    hint,
-                }
-            })
+            .map(|_| Locked(Mutex::new(Shard::new())))
             .collect();
         Table {
             shards,
@@ -89,21 +79,14 @@ impl Table {
     }
 
     /// The key's shard, chosen by its high bits (its slot uses the low ones).
-    fn locked(&self, key: KeyHash) -> &Locked {
-        &self.shards[(key >> (128 - SHARDS.trailing_zeros())) as usize]
-    }
-
-    /// Starts loading the key's slot into cache, so that the caller can read
-    /// the clock meanwhile: the slot is most often the one cache miss of a hit.
-    pub fn prefetch(&self, key: KeyHash) {
-        self.locked(key).hint.prefetch(key);
+    fn shard(&self, key: KeyHash) -> &Mutex<Shard> {
+        &self.shards[(key >> (128 - SHARDS.trailing_zeros())) as usize].0
     }
 
     /// One hit at time `now` (µs on the process clock). On error nothing changed.
     pub fn hit(&self, key: KeyHash, now: u64, window_ms: u64, amount: i64) -> Result<Outcome> {
-        let locked = self.locked(key);
         loop {
-            let mut shard = lock(&locked.shard)?;
+            let mut shard = lock(self.shard(key))?;
             match shard.find(key) {
                 Found::At(i) => {
                     let outcome =
@@ -127,9 +110,7 @@ impl Table {
                             self.make_room(now)?;
                             continue;
                         }
-                        if shard.insert(i, Slot::new(key, c)) {
-                            locked.hint.update(&shard);
-                        }
+                        shard.insert(i, Slot::new(key, c));
                     }
                     return Ok(outcome);
                 }
@@ -154,7 +135,7 @@ impl Table {
         }
         let mut short: Vec<(u64, KeyHash)> = Vec::new();
         for locked in self.shards.iter() {
-            short.extend(lock(&locked.shard)?.slots().filter_map(|s| {
+            short.extend(lock(&locked.0)?.slots().filter_map(|s| {
                 let c = s.counter();
                 (!c.long).then_some((c.ends_at, s.key()))
             }));
@@ -169,7 +150,7 @@ impl Table {
             short.truncate(batch);
         }
         for (ends_at, key) in short {
-            let mut shard = lock(&self.locked(key).shard)?;
+            let mut shard = lock(self.shard(key))?;
             if let Found::At(i) = shard.find(key) {
                 let c = shard.get(i).counter();
                 if !c.long && c.ends_at == ends_at {
@@ -186,13 +167,13 @@ impl Table {
     pub fn sweep(&self, now: u64) -> usize {
         let mut dropped = 0;
         for locked in self.shards.iter() {
-            let Ok(mut shard) = lock(&locked.shard) else {
+            let Ok(mut shard) = lock(&locked.0) else {
                 continue;
             };
             let gone = shard.retain(|s| s.counter().reset_ms(now).is_some());
             self.len.fetch_sub(gone, Ordering::Relaxed);
-            if gone > 0 && shard.shrink() {
-                locked.hint.update(&shard);
+            if gone > 0 {
+                shard.shrink();
             }
             dropped += gone;
         }
@@ -382,7 +363,6 @@ mod tests {
         let t = Table::new(100_000);
         let keys: Vec<KeyHash> = (0..20_000).map(|i| key(&t, &format!("k{i}"))).collect();
         for (i, &k) in keys.iter().enumerate() {
-            t.prefetch(k);
             let window = if i % 2 == 0 { 10 } else { 60_000 };
             assert_eq!(t.hit(k, 0, window, 1).unwrap().count, 1);
         }

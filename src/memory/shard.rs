@@ -1,10 +1,7 @@
 //! One shard of the memory table: an open-addressing hash table with linear
 //! probing. A slot holds the key beside its counter, so a hit touches one
-//! cache line, and the table can say where a key's slot is before it is
-//! locked (see [`Hint`]). Shards grow by half, not double: a table of a
-//! million counters has a third fewer empty slots than with powers of two.
-
-use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
+//! cache line. Shards grow by half, not double: a table of a million
+//! counters has a third fewer empty slots than with powers of two.
 
 use super::KeyHash;
 use crate::window::Counter;
@@ -131,8 +128,7 @@ impl Shard {
     }
 
     /// Puts a key that is not held; `vacant` is where `find` said it would go.
-    /// Returns true when the shard grew (its slots moved).
-    pub fn insert(&mut self, vacant: usize, slot: Slot) -> bool {
+    pub fn insert(&mut self, vacant: usize, slot: Slot) {
         let grow = (self.held + 1) * 8 > self.slots.len() * MAX_LOAD_EIGHTHS;
         let at = if grow {
             self.resize(self.slots.len() * 3 / 2);
@@ -145,7 +141,6 @@ impl Shard {
         };
         self.slots[at] = slot;
         self.held += 1;
-        grow
     }
 
     /// Empties slot `i`, moving later slots of its probe run back so that
@@ -186,7 +181,7 @@ impl Shard {
     }
 
     /// Gives memory back once the shard is mostly empty. Returns true when
-    /// its slots moved.
+    /// it did.
     pub fn shrink(&mut self) -> bool {
         // Half full after shrinking, so that it doesn't grow again soon.
         let fit = (self.held * 2).max(MIN_SLOTS);
@@ -213,45 +208,6 @@ impl Shard {
     }
 }
 
-/// Where a shard's slots are, readable without its lock: a hit prefetches its
-/// slot while it reads the clock. Updated under the lock when slots move; a
-/// stale hint only costs a useless prefetch (which never faults).
-pub struct Hint {
-    slots: AtomicPtr<Slot>,
-    len: AtomicUsize,
-}
-
-impl Hint {
-    pub fn new(shard: &Shard) -> Hint {
-        let hint = Hint {
-            slots: AtomicPtr::new(std::ptr::null_mut()),
-            len: AtomicUsize::new(0),
-        };
-        hint.update(shard);
-        hint
-    }
-
-    pub fn update(&self, shard: &Shard) {
-        self.slots
-            .store(shard.slots.as_ptr().cast_mut(), Ordering::Relaxed);
-        self.len.store(shard.slots.len(), Ordering::Relaxed);
-    }
-
-    pub fn prefetch(&self, key: KeyHash) {
-        let slots = self.slots.load(Ordering::Relaxed);
-        let at = slots.wrapping_add(home(key, self.len.load(Ordering::Relaxed)));
-        #[cfg(target_arch = "x86_64")]
-        // SAFETY: a prefetch reads nothing the program sees and never faults,
-        // whatever the address.
-        unsafe {
-            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-            _mm_prefetch::<_MM_HINT_T0>(at.cast::<i8>());
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = at;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -269,9 +225,7 @@ mod tests {
     fn put(shard: &mut Shard, key: KeyHash, count: i64) {
         match shard.find(key) {
             Found::At(i) => shard.set(i, Slot::new(key, counter(count))),
-            Found::Vacant(i) => {
-                shard.insert(i, Slot::new(key, counter(count)));
-            }
+            Found::Vacant(i) => shard.insert(i, Slot::new(key, counter(count))),
         }
     }
 
