@@ -6,12 +6,13 @@
 //! shards, so the table grows one small shard at a time, never in one long
 //! copy.
 
+mod lock;
 mod shard;
 
 use std::collections::HashMap;
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use siphasher::sip128::{Hasher128, SipHasher13};
@@ -19,6 +20,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use crate::clock;
 use crate::errors::{Error, Result};
 use crate::window::{self, Change, Outcome};
+use lock::{Guard, SpinLock};
 use shard::{Found, Shard, Slot};
 
 /// Enough shards that one growing shard holds a small part of the table.
@@ -32,7 +34,7 @@ pub type KeyHash = u128;
 /// A shard and its lock on a cache line of their own, so that threads
 /// working on neighbouring shards don't share a line.
 #[repr(align(64))]
-struct Locked(Mutex<Shard>);
+struct Locked(SpinLock<Shard>);
 
 pub struct Table {
     shards: Box<[Locked]>,
@@ -45,7 +47,7 @@ pub struct Table {
 impl Table {
     pub fn new(max_keys: usize) -> Table {
         let shards = (0..SHARDS)
-            .map(|_| Locked(Mutex::new(Shard::new())))
+            .map(|_| Locked(SpinLock::new(Shard::new())))
             .collect();
         Table {
             shards,
@@ -79,7 +81,7 @@ impl Table {
     }
 
     /// The key's shard, chosen by its high bits (its slot uses the low ones).
-    fn shard(&self, key: KeyHash) -> &Mutex<Shard> {
+    fn shard(&self, key: KeyHash) -> &SpinLock<Shard> {
         &self.shards[(key >> (128 - SHARDS.trailing_zeros())) as usize].0
     }
 
@@ -183,7 +185,7 @@ impl Table {
 
 /// A shard's lock. A panic while one was held may have left it half changed:
 /// fail loudly rather than count from it.
-fn lock(shard: &Mutex<Shard>) -> Result<MutexGuard<'_, Shard>> {
+fn lock(shard: &SpinLock<Shard>) -> Result<Guard<'_, Shard>> {
     shard.lock().map_err(poisoned)
 }
 
