@@ -7,7 +7,8 @@ const { invalidHit, checkOptions, checkOption, rangeError } = require('./check.j
 
 const DEFAULT_MAX_KEYS = 1_000_000;
 const OPTIONS = ['maxKeys', 'name'];
-const result = native.hitResult;
+// [windowMs, amount] in, [count, resetMs] out: numbers cross without JS values.
+const io = native.hitIO;
 
 class MemoryStore {
   #hit;
@@ -38,13 +39,14 @@ class MemoryStore {
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
     if (invalid !== undefined) return Promise.reject(invalid);
-    let count;
+    io[0] = windowMs;
+    io[1] = amount;
     try {
-      count = this.#hit(key, windowMs, amount);
+      this.#hit(key);
     } catch (error) {
       return Promise.reject(error);
     }
-    return Promise.resolve({ count, resetMs: result[0] });
+    return Promise.resolve({ count: io[0], resetMs: io[1] });
   }
 }
 

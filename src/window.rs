@@ -51,20 +51,20 @@ pub struct Outcome {
 }
 
 /// Checks the numbers of a hit. The JS face checks them first, with messages
-/// naming the argument; this keeps the core safe on its own.
+/// naming the argument; this keeps the core safe on its own. A cast and back
+/// tests for a whole number without a libm call (NaN casts to 0, ±inf saturates).
 pub fn check(window_ms: f64, amount: f64) -> Result<(u64, i64)> {
-    if !(window_ms.is_finite() && amount.is_finite()) {
-        return Err(Error::InvalidRange("windowMs and amount must be finite"));
-    }
-    if window_ms < 1.0 || window_ms > MAX_SAFE as f64 || window_ms.fract() != 0.0 {
+    let window = window_ms as u64;
+    if !(1..=MAX_SAFE as u64).contains(&window) || window as f64 != window_ms {
         return Err(Error::InvalidRange(
             "windowMs must be a positive safe integer",
         ));
     }
-    if amount.abs() > MAX_SAFE as f64 || amount.fract() != 0.0 {
+    let count = amount as i64;
+    if !(-MAX_SAFE..=MAX_SAFE).contains(&count) || count as f64 != amount {
         return Err(Error::InvalidRange("amount must be a safe integer"));
     }
-    Ok((window_ms as u64, amount as i64))
+    Ok((window, count))
 }
 
 /// Applies one hit to the counter stored for a key (if any) at time `now`.
@@ -200,8 +200,13 @@ mod tests {
         assert!(check(0.0, 1.0).is_err());
         assert!(check(1.5, 1.0).is_err());
         assert!(check(f64::NAN, 1.0).is_err());
+        assert!(check(f64::INFINITY, 1.0).is_err());
+        assert!(check(-1.0, 1.0).is_err());
+        assert!(check(1.0, f64::NAN).is_err());
+        assert!(check(1.0, f64::NEG_INFINITY).is_err());
         assert!(check(1.0, 2f64.powi(53)).is_err());
         assert!(check(1.0, 0.5).is_err());
         assert_eq!(check(1.0, -(MAX_SAFE as f64)), Ok((1, -MAX_SAFE)));
+        assert_eq!(check(MAX_SAFE as f64, -0.0), Ok((MAX_SAFE as u64, 0)));
     }
 }

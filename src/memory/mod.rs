@@ -2,23 +2,26 @@
 //!
 //! Keys are kept as a 128-bit SipHash-1-3 under a random per-table key: the
 //! same size for every key length, no key text in memory, and no way for a
-//! client to pick colliding keys. Each counter takes 32 bytes in a sharded
-//! hash table, so the table grows one small shard at a time, never in one
-//! long copy.
+//! client to pick colliding keys. Each counter takes 32 bytes in one of 64
+//! shards, so the table grows one small shard at a time, never in one long
+//! copy.
+
+mod lock;
+mod shard;
 
 use std::collections::HashMap;
-use std::hash::{BuildHasher, Hasher};
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
-use dashmap::mapref::entry::Entry;
-use dashmap::DashMap;
 use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::clock;
 use crate::errors::{Error, Result};
-use crate::window::{self, Change, Counter, Outcome};
+use crate::window::{self, Change, Outcome};
+use lock::{Guard, SpinLock};
+use shard::{Found, Shard, Slot};
 
 /// Enough shards that one growing shard holds a small part of the table.
 const SHARDS: usize = 64;
@@ -28,63 +31,14 @@ const SWEEP_EVERY: Duration = Duration::from_millis(500);
 /// A key, hashed: the table never holds key text.
 pub type KeyHash = u128;
 
-/// A counter packed into 16 bytes: the count, and the window's end with the
-/// "long window" flag in its top bit.
-#[derive(Clone, Copy)]
-struct Slot {
-    count: i64,
-    ends_at_long: u64,
-}
-
-const LONG_BIT: u64 = 1 << 63;
-
-impl Slot {
-    fn pack(c: Counter) -> Slot {
-        let ends_at = c.ends_at.min(LONG_BIT - 1);
-        Slot {
-            count: c.count,
-            ends_at_long: ends_at | if c.long { LONG_BIT } else { 0 },
-        }
-    }
-
-    fn counter(self) -> Counter {
-        Counter {
-            count: self.count,
-            ends_at: self.ends_at_long & !LONG_BIT,
-            long: self.ends_at_long & LONG_BIT != 0,
-        }
-    }
-}
-
-/// The keys are already uniform random bits: use them as the hash.
-#[derive(Clone, Copy, Default)]
-pub struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, _: &[u8]) {
-        unreachable!("only u128 keys are hashed")
-    }
-    fn write_u128(&mut self, key: u128) {
-        self.0 = key as u64 ^ (key >> 64) as u64;
-    }
-}
-
-#[derive(Clone, Copy, Default)]
-pub struct PassThroughBuild;
-
-impl BuildHasher for PassThroughBuild {
-    type Hasher = PassThrough;
-    fn build_hasher(&self) -> PassThrough {
-        PassThrough::default()
-    }
-}
+/// A shard and its lock on a cache line of their own, so that threads
+/// working on neighbouring shards don't share a line.
+#[repr(align(64))]
+struct Locked(SpinLock<Shard>);
 
 pub struct Table {
-    map: DashMap<KeyHash, Slot, PassThroughBuild>,
-    /// Counters held, kept beside the map so a hit needn't lock every shard.
+    shards: Box<[Locked]>,
+    /// Counters held, kept beside the shards so a hit needn't lock them all.
     len: AtomicUsize,
     max_keys: usize,
     sip: (u64, u64),
@@ -92,8 +46,11 @@ pub struct Table {
 
 impl Table {
     pub fn new(max_keys: usize) -> Table {
+        let shards = (0..SHARDS)
+            .map(|_| Locked(SpinLock::new(Shard::new())))
+            .collect();
         Table {
-            map: DashMap::with_capacity_and_hasher_and_shard_amount(0, PassThroughBuild, SHARDS),
+            shards,
             len: AtomicUsize::new(0),
             max_keys,
             sip: (rand::random(), rand::random()),
@@ -123,32 +80,39 @@ impl Table {
         h.finish128().as_u128()
     }
 
+    /// The key's shard, chosen by its high bits (its slot uses the low ones).
+    fn shard(&self, key: KeyHash) -> &SpinLock<Shard> {
+        &self.shards[(key >> (128 - SHARDS.trailing_zeros())) as usize].0
+    }
+
     /// One hit at time `now` (µs on the process clock). On error nothing changed.
     pub fn hit(&self, key: KeyHash, now: u64, window_ms: u64, amount: i64) -> Result<Outcome> {
         loop {
-            match self.map.entry(key) {
-                Entry::Occupied(mut e) => {
-                    let outcome = window::hit(Some(e.get().counter()), now, window_ms, amount)?;
+            let mut shard = lock(self.shard(key))?;
+            match shard.find(key) {
+                Found::At(i) => {
+                    let outcome =
+                        window::hit(Some(shard.get(i).counter()), now, window_ms, amount)?;
                     match outcome.change {
                         Change::Keep => {}
-                        Change::Put(c) => *e.get_mut() = Slot::pack(c),
+                        Change::Put(c) => shard.set(i, Slot::new(key, c)),
                         Change::Drop => {
-                            e.remove();
+                            shard.remove(i);
                             self.len.fetch_sub(1, Ordering::Relaxed);
                         }
                     }
                     return Ok(outcome);
                 }
-                Entry::Vacant(e) => {
+                Found::Vacant(i) => {
                     let outcome = window::hit(None, now, window_ms, amount)?;
                     if let Change::Put(c) = outcome.change {
                         if !self.reserve() {
                             // Release the shard before touching the others.
-                            drop(e);
+                            drop(shard);
                             self.make_room(now)?;
                             continue;
                         }
-                        e.insert(Slot::pack(c));
+                        shard.insert(i, Slot::new(key, c));
                     }
                     return Ok(outcome);
                 }
@@ -171,14 +135,13 @@ impl Table {
         if self.sweep(now) > 0 || self.len() < self.max_keys {
             return Ok(());
         }
-        let mut short: Vec<(u64, KeyHash)> = self
-            .map
-            .iter()
-            .filter_map(|e| {
-                let c = e.value().counter();
-                (!c.long).then_some((c.ends_at, *e.key()))
-            })
-            .collect();
+        let mut short: Vec<(u64, KeyHash)> = Vec::new();
+        for locked in self.shards.iter() {
+            short.extend(lock(&locked.0)?.slots().filter_map(|s| {
+                let c = s.counter();
+                (!c.long).then_some((c.ends_at, s.key()))
+            }));
+        }
         if short.is_empty() {
             return Err(Error::StoreFull(self.max_keys));
         }
@@ -189,35 +152,41 @@ impl Table {
             short.truncate(batch);
         }
         for (ends_at, key) in short {
-            let gone = self.map.remove_if(&key, |_, s| {
-                let c = s.counter();
-                !c.long && c.ends_at == ends_at
-            });
-            if gone.is_some() {
-                self.len.fetch_sub(1, Ordering::Relaxed);
+            let mut shard = lock(self.shard(key))?;
+            if let Found::At(i) = shard.find(key) {
+                let c = shard.get(i).counter();
+                if !c.long && c.ends_at == ends_at {
+                    shard.remove(i);
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                }
             }
         }
         Ok(())
     }
 
     /// Drops every counter whose window has ended and gives back memory when
-    /// the table is mostly empty. Returns how many were dropped.
+    /// a shard is mostly empty. Returns how many were dropped.
     pub fn sweep(&self, now: u64) -> usize {
         let mut dropped = 0;
-        self.map.retain(|_, s| {
-            let open = s.counter().reset_ms(now).is_some();
-            if !open {
-                dropped += 1;
-                self.len.fetch_sub(1, Ordering::Relaxed);
+        for locked in self.shards.iter() {
+            let Ok(mut shard) = lock(&locked.0) else {
+                continue;
+            };
+            let gone = shard.retain(|s| s.counter().reset_ms(now).is_some());
+            self.len.fetch_sub(gone, Ordering::Relaxed);
+            if gone > 0 {
+                shard.shrink();
             }
-            open
-        });
-        let held = self.len();
-        if dropped > 0 && self.map.capacity() > 4 * held + 1024 {
-            self.map.shrink_to_fit();
+            dropped += gone;
         }
         dropped
     }
+}
+
+/// A shard's lock. A panic while one was held may have left it half changed:
+/// fail loudly rather than count from it.
+fn lock(shard: &SpinLock<Shard>) -> Result<Guard<'_, Shard>> {
+    shard.lock().map_err(poisoned)
 }
 
 /// Opens a table: a private one, or the process-wide one of that name, which
@@ -294,21 +263,11 @@ mod tests {
     }
 
     #[test]
-    fn slots_are_sixteen_bytes_and_round_trip() {
-        assert_eq!(std::mem::size_of::<Slot>(), 16);
-        let c = Counter {
-            count: -window::MAX_SAFE,
-            ends_at: 123,
-            long: true,
-        };
-        assert_eq!(Slot::pack(c).counter(), c);
-    }
-
-    #[test]
     fn keys_hash_apart_and_per_table() {
         let t = Table::new(10);
         assert_ne!(key(&t, "a"), key(&t, "b"));
         assert_ne!(key(&t, ""), key(&t, "\0"));
+        assert_ne!(key(&t, "ab"), key(&t, "\u{6261}"));
         assert_eq!(key(&t, "1.2.3.4"), key(&t, "1.2.3.4"));
         assert_ne!(key(&t, "1.2.3.4"), key(&Table::new(10), "1.2.3.4"));
     }
@@ -399,6 +358,27 @@ mod tests {
             .collect();
         all.sort_unstable();
         assert_eq!(all, (1..=40_000).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn many_keys_spread_over_shards_and_are_swept() {
+        let t = Table::new(100_000);
+        let keys: Vec<KeyHash> = (0..20_000).map(|i| key(&t, &format!("k{i}"))).collect();
+        for (i, &k) in keys.iter().enumerate() {
+            let window = if i % 2 == 0 { 10 } else { 60_000 };
+            assert_eq!(t.hit(k, 0, window, 1).unwrap().count, 1);
+        }
+        for &k in &keys {
+            assert_eq!(t.hit(k, MS, 60_000, 1).unwrap().count, 2);
+        }
+        assert_eq!(t.len(), 20_000);
+        assert_eq!(t.sweep(20 * MS), 10_000);
+        for (i, &k) in keys.iter().enumerate() {
+            let want = if i % 2 == 0 { 0 } else { 2 };
+            assert_eq!(t.hit(k, 20 * MS, 60_000, 0).unwrap().count, want);
+        }
+        assert_eq!(t.sweep(61 * MS * 1000), 10_000);
+        assert!(t.is_empty());
     }
 
     #[test]

@@ -1,0 +1,50 @@
+// The benchmark is not run by `npm test` (it takes minutes); its smoke mode
+// is, with tiny sizes and no timing checks, so that no scenario can rot.
+import { execFile } from 'node:child_process';
+import { statSync } from 'node:fs';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { describe, expect, it } from 'vitest';
+
+const root = join(__dirname, '..');
+const results = join(root, 'benchmark', 'RESULTS.md');
+const mtime = (path: string) => statSync(path, { throwIfNoEntry: false })?.mtimeMs;
+
+describe('npm run bench -- --smoke', () => {
+  it('runs every scenario end to end and prints a table for each', { timeout: 180_000 }, async () => {
+    const before = mtime(results);
+    const { stdout } = await promisify(execFile)(
+      process.execPath,
+      ['--expose-gc', join(root, 'benchmark', 'run.js'), '--smoke'],
+      { cwd: root, maxBuffer: 1 << 22 },
+    );
+    const titles = [...stdout.matchAll(/^### (.+)$/gm)].map((m) => m[1]);
+    expect(titles).toEqual([
+      expect.stringMatching(/^Sequential/),
+      expect.stringMatching(/^100 in flight/),
+      expect.stringMatching(/^Footprint/),
+      expect.stringMatching(/^Stall/),
+      expect.stringMatching(/^Redis, 1 in flight/),
+      expect.stringMatching(/^Redis, 16 in flight/),
+      expect.stringMatching(/^Redis, 256 in flight/),
+    ]);
+    for (const store of [
+      'JS Map store',
+      'express-rate-limit MemoryStore',
+      'rate-limiter-flexible RateLimiterMemory',
+      'memoryStore()',
+      'ioredis EVALSHA',
+      'node-redis 5 EVALSHA',
+      'rate-limiter-flexible RateLimiterRedis',
+      'redisStore()',
+      'limit: redis-benchmark EVALSHA -P 16',
+    ]) {
+      expect(stdout).toContain(`| ${store} |`);
+    }
+    // Every measured cell is a number: a store that failed would have stopped the run.
+    expect(stdout).not.toMatch(/\| NaN|undefined/);
+    expect(stdout).toMatch(/^Targets \(smoke run\):/m);
+    // Only a full run writes the results file.
+    expect(mtime(results)).toBe(before);
+  });
+});

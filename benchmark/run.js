@@ -1,0 +1,416 @@
+'use strict';
+// `npm run bench`: ratestore against the stores it replaces, in one process
+// run, interleaved round by round after a warm-up. Prints one table per
+// scenario; a full run also writes them to benchmark/RESULTS.md.
+//
+//   npm run bench                 full run (about 5-10 minutes on 2 cores)
+//   npm run bench -- --quick      fewer rounds and hits: a fast look
+//   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
+//   npm run bench -- --only=seq,inflight,footprint,stall,redis
+
+const { execFile } = require('node:child_process');
+const { writeFileSync, readFileSync } = require('node:fs');
+const os = require('node:os');
+const { join } = require('node:path');
+const { performance } = require('node:perf_hooks');
+const { promisify } = require('node:util');
+const { memoryStores, floor, redisStores, WINDOW_MS, REFERENCE_LUA } = require('./stores.js');
+const { summary, bestPeer, table } = require('./stats.js');
+const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
+
+const SIZES = {
+  full: {
+    // Many short rounds: a burst of load from elsewhere on the machine then
+    // lands in a few rounds of every store rather than in one store's round.
+    rounds: 21,
+    hits: 100_000,
+    childRounds: 3,
+    footprint: 1_000_000,
+    stall: [1_000_000, 1_300_000],
+    redisRounds: 5,
+    redisHits: { 1: 8_000, 16: 40_000, 256: 80_000 },
+    benchmarkRequests: 500_000,
+  },
+  quick: {
+    rounds: 7,
+    hits: 50_000,
+    childRounds: 1,
+    footprint: 1_000_000,
+    stall: [1_000_000, 1_300_000],
+    redisRounds: 2,
+    redisHits: { 1: 3_000, 16: 15_000, 256: 30_000 },
+    benchmarkRequests: 200_000,
+  },
+  smoke: {
+    rounds: 1,
+    hits: 2_000,
+    childRounds: 1,
+    footprint: 2_000,
+    stall: [2_000, 2_600],
+    redisRounds: 1,
+    redisHits: { 1: 100, 16: 300, 256: 600 },
+    benchmarkRequests: 2_000,
+  },
+};
+const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'redis'];
+const WIDTHS = [1, 16, 256];
+const KEYS = Array.from({ length: 10_000 }, (_, i) => `ratelimit:chat:ip:10.0.${i >> 8}.${i & 255}`);
+
+const gc = typeof global.gc === 'function' ? global.gc : () => {};
+const execNode = promisify(execFile);
+
+/** Runs `hits` hits over KEYS, `width` of them in flight; records each hit's latency (ms) when asked. */
+async function drive(store, hits, width, latencies) {
+  let next = 0;
+  async function worker() {
+    while (next < hits) {
+      const i = next++;
+      if (latencies === undefined) {
+        await store.hit(KEYS[i % KEYS.length], WINDOW_MS, 1);
+      } else {
+        const start = performance.now();
+        await store.hit(KEYS[i % KEYS.length], WINDOW_MS, 1);
+        latencies[i] = performance.now() - start;
+      }
+    }
+  }
+  const start = performance.now();
+  await Promise.all(Array.from({ length: width }, worker));
+  return hits / ((performance.now() - start) / 1000);
+}
+
+/** The entries in the order of round `round`: each round starts one further along, so no store always goes first. */
+function rotated(entries, round) {
+  return entries.map((_, i) => entries[(i + round) % entries.length]);
+}
+
+function collect(entries) {
+  return new Map(entries.map((entry) => [entry.name, {}]));
+}
+
+function push(samples, name, measure, value) {
+  (samples.get(name)[measure] ??= []).push(value);
+}
+
+function rows(entries, samples) {
+  return entries.map((entry) => {
+    const values = {};
+    for (const [measure, list] of Object.entries(samples.get(entry.name) ?? {})) values[measure] = summary(list);
+    return { store: entry.name, peer: entry.peer, values, note: entry.missing };
+  });
+}
+
+async function throughput(size, only) {
+  const entries = [...memoryStores, floor].map((spec) => ({ ...spec, store: spec.create() }));
+  const samples = collect(entries);
+  for (const { store } of entries) {
+    await drive(store, size.hits, 1);
+    await drive(store, size.hits, 100);
+  }
+  for (let round = 0; round < size.rounds; round++) {
+    for (const entry of rotated(entries, round)) {
+      if (only.has('seq')) {
+        gc();
+        push(samples, entry.name, 'ops/s', await drive(entry.store, size.hits, 1));
+      }
+      if (only.has('inflight')) {
+        gc();
+        push(samples, entry.name, 'ops/s 100', await drive(entry.store, size.hits, 100));
+      }
+    }
+  }
+  for (const { store } of entries) store.close?.();
+  const tables = [];
+  const shape = { unit: 'ops/s', higherIsBetter: true };
+  if (only.has('seq')) {
+    tables.push({
+      ...shape,
+      id: 'seq',
+      title: `Sequential: awaited hits, one at a time, over ${KEYS.length.toLocaleString('en-US')} keys`,
+      ratioOf: 'ops/s',
+      columns: [{ name: 'ops/s', range: true }],
+      rows: rows(entries, samples),
+    });
+  }
+  if (only.has('inflight')) {
+    tables.push({
+      ...shape,
+      id: 'inflight',
+      title: `100 in flight: 100 async loops of awaited hits over ${KEYS.length.toLocaleString('en-US')} keys`,
+      ratioOf: 'ops/s 100',
+      columns: [{ name: 'ops/s 100', range: true }],
+      rows: rows(entries, samples),
+    });
+  }
+  return tables;
+}
+
+async function child(args) {
+  const { stdout } = await execNode(process.execPath, ['--expose-gc', join(__dirname, 'child.js'), ...args], {
+    maxBuffer: 1 << 20,
+  });
+  return JSON.parse(stdout.trim().split('\n').pop());
+}
+
+async function footprint(size) {
+  const samples = collect(memoryStores);
+  for (let round = 0; round < size.childRounds; round++) {
+    const base = await child(['footprint', 'keys only', String(size.footprint)]);
+    for (const entry of rotated(memoryStores, round)) {
+      const r = await child(['footprint', entry.name, String(size.footprint)]);
+      push(samples, entry.name, 'B/counter', (r.rss - base.rss) / r.count);
+      push(samples, entry.name, 'V8 heap B/counter', (r.heap - base.heap) / r.count);
+    }
+  }
+  return [
+    {
+      id: 'footprint',
+      title: `Footprint: ${size.footprint.toLocaleString('en-US')} distinct 64-character keys hit once, a fresh process per store`,
+      unit: 'bytes per counter (RSS growth less a run that only makes the keys)',
+      higherIsBetter: false,
+      ratioOf: 'B/counter',
+      columns: [
+        { name: 'B/counter', range: true, unit: 'B' },
+        { name: 'V8 heap B/counter', unit: 'B' },
+      ],
+      rows: rows(memoryStores, samples),
+    },
+  ];
+}
+
+async function stall(size) {
+  const samples = collect(memoryStores);
+  for (let round = 0; round < size.childRounds; round++) {
+    for (const entry of rotated(memoryStores, round)) {
+      const r = await child(['stall', entry.name, ...size.stall.map(String)]);
+      for (const measure of ['p50', 'p99', 'p999', 'max']) push(samples, entry.name, measure, r[measure]);
+    }
+  }
+  const [from, to] = size.stall.map((n) => n.toLocaleString('en-US'));
+  return [
+    {
+      id: 'stall',
+      title: `Stall: per-hit latency of awaited hits while a store grows from ${from} to ${to} counters, a fresh process per store`,
+      unit: 'us per hit',
+      higherIsBetter: false,
+      ratioOf: 'max',
+      columns: [
+        { name: 'p50', unit: 'us' },
+        { name: 'p99', unit: 'us' },
+        { name: 'p999', unit: 'us' },
+        { name: 'max', range: true, unit: 'us' },
+      ],
+      rows: rows(memoryStores, samples),
+    },
+  ];
+}
+
+async function redis(size, notes) {
+  const server = await startRedis();
+  notes.redisVersion = server.version;
+  const entries = [];
+  try {
+    for (const spec of redisStores) {
+      entries.push({ ...spec, store: spec.missing ? undefined : await spec.create(server.port) });
+    }
+    const sha = await scriptLoad(server.port);
+    notes.benchmarkCommand = benchmarkCommand(server.port, sha, size.benchmarkRequests).replace(/-p \d+/, '-p PORT');
+    const live = entries.filter((entry) => entry.store);
+    for (const { store } of live) await drive(store, size.redisHits[16], 16);
+    const samples = WIDTHS.map(() => collect(entries));
+    const limit = [];
+    for (let round = 0; round < size.redisRounds; round++) {
+      for (const [w, width] of WIDTHS.entries()) {
+        for (const entry of rotated(live, round)) {
+          const hits = size.redisHits[width];
+          const latencies = new Float64Array(hits);
+          gc();
+          const ops = await drive(entry.store, hits, width, latencies);
+          latencies.sort();
+          push(samples[w], entry.name, 'ops/s', ops);
+          push(samples[w], entry.name, 'p50 us', latencies[Math.floor(hits * 0.5)] * 1000);
+          push(samples[w], entry.name, 'p99 us', latencies[Math.floor(hits * 0.99)] * 1000);
+        }
+      }
+      limit.push(await redisBenchmark(server.port, sha, { requests: size.benchmarkRequests, pipeline: 16 }));
+    }
+    const benchmarkRow = {
+      store: 'limit: redis-benchmark EVALSHA -P 16',
+      values: {
+        'ops/s': summary(limit.map((l) => l.opsPerSec)),
+        'p50 us': summary(limit.map((l) => l.p50Us)),
+        'p99 us': summary(limit.map((l) => l.p99Us)),
+      },
+    };
+    return WIDTHS.map((width, w) => ({
+      id: `redis-${width}`,
+      title: `Redis, ${width} in flight: the reference script on one connection per store (10,000 keys)`,
+      unit: 'ops/s; latency in us per hit',
+      higherIsBetter: true,
+      ratioOf: 'ops/s',
+      columns: [
+        { name: 'ops/s', range: true, unit: 'ops/s' },
+        { name: 'p50 us', unit: 'us' },
+        { name: 'p99 us', unit: 'us' },
+      ],
+      rows: [...rows(entries, samples[w]), benchmarkRow],
+    }));
+  } finally {
+    for (const { store } of entries) await store?.close?.();
+    await server.stop();
+  }
+}
+
+async function scriptLoad(port) {
+  const Redis = require('ioredis');
+  const client = new Redis({ host: '127.0.0.1', port });
+  try {
+    return await client.script('LOAD', REFERENCE_LUA);
+  } finally {
+    client.disconnect();
+  }
+}
+
+/** The issue's targets, checked against this run's medians. */
+function targets(tables) {
+  const byId = new Map(tables.map((t) => [t.id, t]));
+  const value = (id, store, measure) => byId.get(id)?.rows.find((row) => row.store === store)?.values[measure]?.median;
+  const lines = [];
+  const check = (id, what, store, measure, test, { against, format = (r) => `${r.toFixed(2)}x` } = {}) => {
+    const t = byId.get(id);
+    if (!t) return;
+    const mine = value(id, store, measure);
+    const base = against === undefined ? bestPeer(t, measure).best : value(id, against, measure);
+    if (mine === undefined || !Number.isFinite(base)) {
+      lines.push(`- ${what}: not measured in this build`);
+      return;
+    }
+    const r = mine / base;
+    lines.push(`- ${what}: ${format(r)}, ${test(r) ? 'met' : 'MISSED'}`);
+  };
+  const store = 'memoryStore()';
+  check('seq', 'memoryStore sequential throughput >= 0.8x', store, 'ops/s', (r) => r >= 0.8);
+  check('inflight', 'memoryStore 100-in-flight throughput >= 0.8x', store, 'ops/s 100', (r) => r >= 0.8);
+  check('footprint', 'memoryStore bytes per counter <= 0.35x', store, 'B/counter', (r) => r <= 0.35);
+  check('stall', 'memoryStore worst stall <= 0.1x', store, 'max', (r) => r <= 0.1);
+  check('redis-256', 'redisStore at 256 in flight >= 1.25x ops/s', 'redisStore()', 'ops/s', (r) => r >= 1.25);
+  check(
+    'redis-256',
+    'redisStore at 256 in flight >= 75% of redis-benchmark -P 16',
+    'redisStore()',
+    'ops/s',
+    (r) => r >= 0.75,
+    {
+      against: 'limit: redis-benchmark EVALSHA -P 16',
+      format: (r) => `${(r * 100).toFixed(0)}%`,
+    },
+  );
+  const p50 = byId.get('redis-1') && { ...byId.get('redis-1'), higherIsBetter: false };
+  if (p50) {
+    byId.set('redis-1-p50', p50);
+    check(
+      'redis-1-p50',
+      'redisStore at 1 in flight: p50 no worse than the best peer',
+      'redisStore()',
+      'p50 us',
+      (r) => r <= 1,
+    );
+  }
+  return lines;
+}
+
+/** The version of ratestore (`.`) or of an installed package. */
+function versionOf(name) {
+  const root = join(__dirname, '..');
+  const file = name === '.' ? join(root, 'package.json') : join(root, 'node_modules', name, 'package.json');
+  return JSON.parse(readFileSync(file, 'utf8')).version;
+}
+
+function machine() {
+  const cpus = os.cpus();
+  return (
+    `${cpus[0]?.model ?? 'unknown CPU'}, ${cpus.length} cores, ` +
+    `${(os.totalmem() / 2 ** 30).toFixed(1)} GiB memory, ${os.type()} ${os.release()} ${os.arch()}`
+  );
+}
+
+async function main() {
+  const args = process.argv.slice(2);
+  const mode = args.includes('--smoke') ? 'smoke' : args.includes('--quick') ? 'quick' : 'full';
+  const onlyArg = args.find((a) => a.startsWith('--only='));
+  const only = new Set(onlyArg ? onlyArg.slice('--only='.length).split(',') : SCENARIOS);
+  for (const id of only)
+    if (!SCENARIOS.includes(id)) throw new Error(`unknown scenario ${id}; the scenarios are ${SCENARIOS.join(', ')}`);
+  const size = SIZES[mode];
+  const started = performance.now();
+  const notes = {};
+  console.log(`ratestore benchmark (${mode}): ${machine()}; Node.js ${process.version}\n`);
+
+  const tables = [];
+  const show = (list) => {
+    for (const t of list) {
+      tables.push(t);
+      console.log(`${table(t)}\n`);
+    }
+  };
+  if (only.has('seq') || only.has('inflight')) show(await throughput(size, only));
+  if (only.has('footprint')) show(await footprint(size));
+  if (only.has('stall')) show(await stall(size));
+  if (only.has('redis')) show(await redis(size, notes));
+
+  const verdicts = targets(tables);
+  console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
+  const minutes = (performance.now() - started) / 60_000;
+  console.log(`${tables.length} tables in ${minutes.toFixed(1)} min`);
+  // Every run writes the text, so that a smoke run checks it too; only a full run keeps it.
+  const text = results(tables, verdicts, notes, args, minutes);
+  if (mode === 'full' && !onlyArg) {
+    writeFileSync(join(__dirname, 'RESULTS.md'), text);
+    console.log('written to benchmark/RESULTS.md');
+  }
+}
+
+function results(tables, verdicts, notes, args, minutes) {
+  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis'];
+  const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
+  return [
+    '# Benchmark results',
+    '',
+    `The last full run of \`${command}\` (${new Date().toISOString().slice(0, 10)}, ${minutes.toFixed(1)} min).`,
+    'Medians over interleaved rounds after a warm-up, with the min-max range; the machine is shared and',
+    'noisy, so ratios within the run are what count.',
+    '',
+    `- Machine: ${machine()}`,
+    `- Versions: Node.js ${process.version}, ratestore ${versionOf('.')}, ` +
+      `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}`,
+    `- Command: \`${command}\`; the limit row: \`${notes.benchmarkCommand ?? '-'}\``,
+    '',
+    '## Targets',
+    '',
+    ...verdicts,
+    '',
+    ...tables.map((t) => `${table(t).replace(/^### /, '## ')}\n`),
+    '## How it measures',
+    '',
+    '- Throughput: the same 10,000 key strings (`ratelimit:chat:ip:10.0.x.y`) are hit over and over. V8 caches a',
+    "  string's hash, which favours the JS stores; memoryStore copies and hashes the key on every hit.",
+    '- Footprint: RSS growth after forced GCs, less the growth of a run that only makes the keys; the V8 heap',
+    '  column is the same difference for the JS heap alone.',
+    '- Stall: wall time of each awaited hit in a fresh process. On a busy machine the scheduler takes the CPU',
+    '  away for a tick now and then (4 ms here), which shows in the max of every store.',
+    '- Redis: one redis-server started by the benchmark (no persistence), one connection per store; the limit',
+    '  row is redis-benchmark with its default 50 connections, each pipelining 16.',
+    '',
+    '## The stores and their adapters',
+    '',
+    'Each adapter gives a store the call shape `hit(key, windowMs, amount)` and passes its result through as it is.',
+    '',
+    ...[...memoryStores, floor, ...redisStores].map((s) => `- ${s.name}: ${s.about}.`),
+    '',
+  ].join('\n');
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exit(1);
+});

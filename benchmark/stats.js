@@ -1,0 +1,86 @@
+'use strict';
+// Numbers and tables for the benchmark: medians over rounds, percentiles of
+// per-hit latencies, and one Markdown table per scenario.
+
+function sorted(values) {
+  return Float64Array.from(values).sort();
+}
+
+/** The q-quantile (0..1) of already sorted values, nearest rank. */
+function quantile(sortedValues, q) {
+  if (sortedValues.length === 0) return NaN;
+  const rank = Math.min(sortedValues.length - 1, Math.max(0, Math.ceil(q * sortedValues.length) - 1));
+  return sortedValues[rank];
+}
+
+function median(values) {
+  return quantile(sorted(values), 0.5);
+}
+
+/** median, min and max of one measure over the rounds. */
+function summary(values) {
+  const s = sorted(values);
+  return { median: quantile(s, 0.5), min: s[0], max: s[s.length - 1], rounds: s.length };
+}
+
+function format(value, unit) {
+  if (!Number.isFinite(value)) return '-';
+  if (unit === 'ops/s') return Math.round(value).toLocaleString('en-US');
+  if (unit === 'B') return value.toFixed(1);
+  if (unit === 'us')
+    return value < 10 ? value.toFixed(2) : value < 1000 ? value.toFixed(1) : Math.round(value).toLocaleString('en-US');
+  return String(value);
+}
+
+/** The best JS peer's median of `measure`: highest when `higherIsBetter`, else lowest. */
+function bestPeer({ higherIsBetter, rows }, measure) {
+  const peers = rows.filter((row) => row.peer && row.values[measure]);
+  const pick = higherIsBetter ? Math.max : Math.min;
+  const best = peers.length ? pick(...peers.map((row) => row.values[measure].median)) : NaN;
+  const bestName = peers.find((row) => row.values[measure].median === best)?.store ?? 'none';
+  return { best, bestName };
+}
+
+/**
+ * A Markdown table. `rows` are { store, peer, values: {column: summary|number}, note };
+ * the ratio column compares `ratioOf` with the best JS peer (`peer: true`), best
+ * meaning highest when `higherIsBetter`, else lowest.
+ */
+function table({ title, unit, higherIsBetter, ratioOf, columns, rows }) {
+  const { best, bestName } = bestPeer({ higherIsBetter, rows }, ratioOf);
+  const header = ['store'];
+  for (const column of columns) {
+    header.push(column.range ? `${column.name} (median)` : column.name);
+    if (column.range) header.push('min-max');
+  }
+  header.push(`ratio (${ratioOf})`);
+  const lines = [
+    `### ${title}`,
+    '',
+    `Unit: ${unit}. Ratio: this store's ${ratioOf} over the best JS peer's (${bestName}); ` +
+      `${higherIsBetter ? 'higher' : 'lower'} is better.`,
+    '',
+    `| ${header.join(' | ')} |`,
+    `|${header.map((_, i) => (i === 0 ? ' --- ' : ' ---: ')).join('|')}|`,
+  ];
+  for (const row of rows) {
+    const cells = [row.store];
+    for (const [i, column] of columns.entries()) {
+      const value = row.values[column.name];
+      if (value === undefined) {
+        cells.push(i === 0 && row.note ? row.note : '-');
+        if (column.range) cells.push('');
+        continue;
+      }
+      const s = typeof value === 'number' ? { median: value, min: value, max: value } : value;
+      cells.push(format(s.median, column.unit ?? unit));
+      if (column.range) cells.push(`${format(s.min, column.unit ?? unit)}-${format(s.max, column.unit ?? unit)}`);
+    }
+    const mine = row.values[ratioOf];
+    cells.push(mine && Number.isFinite(best) ? `${(mine.median / best).toFixed(2)}x` : '');
+    lines.push(`| ${cells.join(' | ')} |`);
+  }
+  return lines.join('\n');
+}
+
+module.exports = { sorted, quantile, median, summary, bestPeer, table };
