@@ -1,5 +1,5 @@
 //! The fixed-window rules every store keeps. The memory table applies them to
-//! its slots; `window.lua` is their twin, run by Redis.
+//! its slots; [`SCRIPT`] (`window.lua`) is their twin, run by Redis.
 //!
 //! Time is in microseconds on the store's monotonic clock, so that "under 1 ms
 //! left" and "round resetMs up" are exact.
@@ -13,6 +13,10 @@ pub const MAX_SAFE: i64 = (1 << 53) - 1;
 pub const SHORT_WINDOW_MS: u64 = 60 * 60 * 1000;
 
 const US_PER_MS: u64 = 1000;
+
+/// These rules as a Lua script for Redis, which keeps time through PTTL.
+/// `tests/window_twin.rs` runs the same cases through both.
+pub const SCRIPT: &str = include_str!("window.lua");
 
 /// One open window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,13 +54,18 @@ pub struct Outcome {
     pub change: Change,
 }
 
+/// Whether `n` is a whole number from 1 to [`MAX_SAFE`].
+pub fn is_positive_safe_integer(n: f64) -> bool {
+    (1.0..=MAX_SAFE as f64).contains(&n) && n.fract() == 0.0
+}
+
 /// Checks the numbers of a hit. The JS face checks them first, with messages
 /// naming the argument; this keeps the core safe on its own.
 pub fn check(window_ms: f64, amount: f64) -> Result<(u64, i64)> {
     if !(window_ms.is_finite() && amount.is_finite()) {
         return Err(Error::InvalidRange("windowMs and amount must be finite"));
     }
-    if window_ms < 1.0 || window_ms > MAX_SAFE as f64 || window_ms.fract() != 0.0 {
+    if !is_positive_safe_integer(window_ms) {
         return Err(Error::InvalidRange(
             "windowMs must be a positive safe integer",
         ));

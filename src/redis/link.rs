@@ -1,0 +1,288 @@
+//! One multiplexed connection per store: opened by the first hit that needs
+//! it (concurrent hits share one connect), dropped on a connection error, and
+//! replaced after a short run of timeouts, so a server that stops answering
+//! (paused, or behind a half-open socket) never leaves the store failing.
+//! Nothing here sends a command again: a hit that was sent may have counted.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::future::{BoxFuture, FutureExt, Shared};
+use redis::aio::MultiplexedConnection;
+use redis::{
+    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo,
+    RedisError, TlsCertificates,
+};
+
+use super::config::{Addr, Config};
+use crate::errors::{Error, Result};
+
+/// Consecutive timeouts after which the connection counts as stuck.
+const TIMEOUTS_BEFORE_REPLACING: u32 = 3;
+/// Requests queued for the connection's writer before senders wait.
+const PIPELINE_BUFFER: usize = 1024;
+
+type Connecting = Shared<BoxFuture<'static, Result<MultiplexedConnection>>>;
+
+enum Conn {
+    Down,
+    Connecting(Connecting),
+    Up(MultiplexedConnection),
+}
+
+struct State {
+    conn: Conn,
+    /// Counts connects, so that a late report about an old connection
+    /// leaves its replacement alone.
+    generation: u64,
+    closed: bool,
+}
+
+pub struct Link {
+    client: Client,
+    timeout: Duration,
+    state: Mutex<State>,
+    /// Hits in a row that timed out.
+    timeouts: AtomicU32,
+}
+
+/// Where a Redis client error happened: a failed connect sent no hit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Connect,
+    Sent,
+}
+
+impl Link {
+    pub fn new(config: &Config) -> Result<Link> {
+        let addr = match &config.addr {
+            Addr::Tcp {
+                host,
+                port,
+                tls: false,
+            } => ConnectionAddr::Tcp(host.clone(), *port),
+            Addr::Tcp {
+                host,
+                port,
+                tls: true,
+            } => ConnectionAddr::TcpTls {
+                host: host.clone(),
+                port: *port,
+                insecure: false,
+                tls_params: None,
+            },
+            Addr::Unix(path) => ConnectionAddr::Unix(path.clone()),
+        };
+        let mut settings = RedisConnectionInfo::default()
+            .set_db(config.db)
+            .set_lib_name("ratestore", env!("CARGO_PKG_VERSION"));
+        if let Some(user) = &config.username {
+            settings = settings.set_username(user);
+        }
+        if let Some(password) = &config.password {
+            settings = settings.set_password(password);
+        }
+        let info = addr
+            .into_connection_info()
+            .map_err(|e| classify(&e, Stage::Connect))?
+            .set_redis_settings(settings);
+        if matches!(config.addr, Addr::Tcp { tls: true, .. }) {
+            // Only ring is compiled in; installing it makes the choice explicit.
+            let _ = rustls::crypto::ring::default_provider().install_default();
+        }
+        let client = match &config.tls_ca {
+            Some(ca) => Client::build_with_tls(
+                info,
+                TlsCertificates {
+                    client_tls: None,
+                    root_cert: Some(ca.clone()),
+                },
+            ),
+            None => Client::open(info),
+        }
+        .map_err(|e| classify(&e, Stage::Connect))?;
+        Ok(Link {
+            client,
+            timeout: Duration::from_millis(config.timeout_ms),
+            state: Mutex::new(State {
+                conn: Conn::Down,
+                generation: 0,
+                closed: false,
+            }),
+            timeouts: AtomicU32::new(0),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // The state stays consistent at every step, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The connection, opening it if there is none, and its generation.
+    /// Must run on the runtime: a connect is a task of its own, so that it
+    /// finishes (and times out) even if the hit that started it gave up.
+    pub async fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64)> {
+        let (connecting, generation) = {
+            let mut state = self.lock();
+            if state.closed {
+                return Err(Error::Closed);
+            }
+            match &state.conn {
+                Conn::Up(conn) => return Ok((conn.clone(), state.generation)),
+                Conn::Connecting(connecting) => (connecting.clone(), state.generation),
+                Conn::Down => {
+                    state.generation += 1;
+                    let connecting = self.connect(state.generation);
+                    state.conn = Conn::Connecting(connecting.clone());
+                    (connecting, state.generation)
+                }
+            }
+        };
+        Ok((connecting.await?, generation))
+    }
+
+    fn connect(self: &Arc<Self>, generation: u64) -> Connecting {
+        let link = Arc::clone(self);
+        let task = tokio::spawn(async move {
+            let config = AsyncConnectionConfig::new()
+                .set_connection_timeout(None)
+                .set_response_timeout(None)
+                .set_pipeline_buffer_size(PIPELINE_BUFFER);
+            let connect = link
+                .client
+                .get_multiplexed_async_connection_with_config(&config);
+            let result = match tokio::time::timeout(link.timeout, connect).await {
+                Ok(Ok(conn)) => Ok(conn),
+                Ok(Err(e)) => Err(classify(&e, Stage::Connect)),
+                Err(_) => Err(Error::Timeout(link.timeout.as_millis() as u64)),
+            };
+            link.settle(generation, &result);
+            result
+        });
+        task.map(|joined| {
+            joined.unwrap_or_else(|_| Err(Error::Internal("the connect task failed")))
+        })
+        .boxed()
+        .shared()
+    }
+
+    fn settle(&self, generation: u64, result: &Result<MultiplexedConnection>) {
+        let mut state = self.lock();
+        if state.generation == generation && matches!(state.conn, Conn::Connecting(_)) {
+            state.conn = match result {
+                Ok(conn) if !state.closed => Conn::Up(conn.clone()),
+                _ => Conn::Down,
+            };
+            self.timeouts.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A hit got its answer: the connection works.
+    pub fn answered(&self) {
+        if self.timeouts.load(Ordering::Relaxed) != 0 {
+            self.timeouts.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// A hit sent on this generation's connection timed out.
+    pub fn timed_out(&self, generation: u64) {
+        if self.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_REPLACING {
+            self.drop_connection(generation);
+        }
+    }
+
+    /// The connection of this generation failed: the next hit opens a new one.
+    pub fn drop_connection(&self, generation: u64) {
+        let mut state = self.lock();
+        if state.generation == generation && matches!(state.conn, Conn::Up(_)) {
+            state.conn = Conn::Down;
+            self.timeouts.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Ends the connection; hits in flight finish on it, new ones are refused.
+    pub fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.conn = Conn::Down;
+    }
+}
+
+/// The one mapping from the Redis client's errors to the store's. Text from
+/// outside is redacted by the store before it reaches a message.
+pub fn classify(error: &RedisError, stage: Stage) -> Error {
+    if let Some(code) = error.code() {
+        return server_error(code, error.detail(), stage);
+    }
+    match error.kind() {
+        redis::ErrorKind::AuthenticationFailed => Error::Auth(error.to_string()),
+        redis::ErrorKind::InvalidClientConfig => {
+            Error::Config(format!("the Redis client refused the settings: {error}"))
+        }
+        _ => Error::Connection(match stage {
+            Stage::Connect => format!("could not connect to Redis: {error}"),
+            Stage::Sent => format!(
+                "the connection to Redis failed ({error}); the hit was not sent again and may or may not have counted"
+            ),
+        }),
+    }
+}
+
+/// An error answered by the server, by its code.
+pub fn server_error(code: &str, detail: Option<&str>, stage: Stage) -> Error {
+    let text = || match detail {
+        Some(detail) => format!("{code} {detail}"),
+        None => code.to_string(),
+    };
+    match code {
+        "COUNTRANGE" => Error::CountOutOfRange,
+        "NOAUTH" | "WRONGPASS" | "NOPERM" => Error::Auth(text()),
+        // AUTH with a password to a server that has none answers a plain ERR.
+        "ERR" if stage == Stage::Connect && detail.is_some_and(|d| d.contains("AUTH")) => {
+            Error::Auth(text())
+        }
+        _ => Error::Redis(text()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_errors_by_code() {
+        assert_eq!(
+            server_error("COUNTRANGE", Some("x"), Stage::Sent),
+            Error::CountOutOfRange
+        );
+        assert_eq!(
+            server_error("WRONGPASS", Some("invalid pair"), Stage::Connect).code(),
+            "ERR_AUTH"
+        );
+        assert_eq!(server_error("NOAUTH", None, Stage::Sent).code(), "ERR_AUTH");
+        let no_password = Some("AUTH <password> called without any password configured");
+        assert_eq!(
+            server_error("ERR", no_password, Stage::Connect).code(),
+            "ERR_AUTH"
+        );
+        assert_eq!(
+            server_error("ERR", no_password, Stage::Sent).code(),
+            "ERR_REDIS"
+        );
+        let oom = server_error("OOM", Some("command not allowed"), Stage::Sent);
+        assert_eq!(oom, Error::Redis("OOM command not allowed".into()));
+    }
+
+    #[test]
+    fn client_errors_by_kind_and_stage() {
+        let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
+        let connect = classify(&io, Stage::Connect);
+        assert_eq!(connect.code(), "ERR_CONNECTION");
+        assert!(connect.to_string().contains("could not connect"));
+        let sent = classify(&io, Stage::Sent).to_string();
+        assert!(sent.contains("may or may not have counted"), "{sent}");
+        let auth = RedisError::from((redis::ErrorKind::AuthenticationFailed, "refused"));
+        assert_eq!(classify(&auth, Stage::Connect).code(), "ERR_AUTH");
+    }
+}
