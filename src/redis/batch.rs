@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use futures_util::FutureExt;
-use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::mpsc::{self, unbounded_channel, UnboundedReceiver, UnboundedSender};
 
 use super::config::{Config, Options};
 use super::runtime;
@@ -24,6 +24,13 @@ pub struct Request {
     pub key: Vec<u8>,
     pub window_ms: u64,
     pub amount: i64,
+}
+
+/// What the queue to the runtime carries.
+enum Message {
+    Hit(Request),
+    /// Sent by `close()`, after every hit it must still let settle.
+    Close,
 }
 
 pub struct Completion {
@@ -56,8 +63,7 @@ impl Done {
 }
 
 struct Open {
-    store: Arc<Store>,
-    requests: UnboundedSender<Request>,
+    queue: UnboundedSender<Message>,
 }
 
 pub struct Batched {
@@ -91,10 +97,10 @@ impl Batched {
     pub fn open(&self, env: impl Fn(&str) -> Option<String>) {
         self.open.get_or_init(|| {
             let config = Config::resolve(&self.options, env)?;
-            let store = Arc::new(Store::new(&config)?);
-            let (requests, queue) = unbounded_channel();
-            runtime::handle()?.spawn(dispatch(queue, Arc::clone(&store), Arc::clone(&self.done)));
-            Ok(Open { store, requests })
+            let store = Store::new(&config)?;
+            let (queue, messages) = unbounded_channel();
+            runtime::handle()?.spawn(dispatch(messages, store, Arc::clone(&self.done)));
+            Ok(Open { queue })
         });
     }
 
@@ -105,8 +111,8 @@ impl Batched {
         }
         match self.open.get() {
             Some(Ok(open)) => open
-                .requests
-                .send(request)
+                .queue
+                .send(Message::Hit(request))
                 .map_err(|_| Error::Internal("the Redis I/O thread has stopped")),
             Some(Err(e)) => Err(e.clone()),
             None => Err(Error::Internal(
@@ -121,25 +127,42 @@ impl Batched {
         std::mem::swap(&mut *self.done.lock(), into);
     }
 
-    /// Refuses later hits and ends the connection; hits in flight still settle.
+    /// Refuses later hits and ends the connection once the hits sent before
+    /// have settled.
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
         if let Some(Ok(open)) = self.open.get() {
-            open.store.close();
+            // Fails only if the dispatcher is gone, and then there is nothing to close.
+            let _ = open.queue.send(Message::Close);
         }
     }
 }
 
-async fn dispatch(mut queue: UnboundedReceiver<Request>, store: Arc<Store>, done: Arc<Done>) {
+/// Starts each queued hit; on close (or when the store is dropped) waits for
+/// the hits started so far, then closes the connection.
+async fn dispatch(mut queue: UnboundedReceiver<Message>, store: Store, done: Arc<Done>) {
+    let store = Arc::new(store);
+    // Every hit holds a sender: `settled` ends once all of them have finished.
+    let (in_flight, mut settled) = mpsc::channel::<()>(1);
     let mut batch = Vec::with_capacity(DISPATCH_BATCH);
-    while queue.recv_many(&mut batch, DISPATCH_BATCH).await > 0 {
-        for request in batch.drain(..) {
-            tokio::spawn(hit(Arc::clone(&store), Arc::clone(&done), request));
+    'queue: while queue.recv_many(&mut batch, DISPATCH_BATCH).await > 0 {
+        for message in batch.drain(..) {
+            match message {
+                Message::Hit(request) => {
+                    let (store, done, guard) =
+                        (Arc::clone(&store), Arc::clone(&done), in_flight.clone());
+                    tokio::spawn(hit(store, done, request, guard));
+                }
+                Message::Close => break 'queue,
+            }
         }
     }
+    drop(in_flight);
+    let _ = settled.recv().await;
+    store.close();
 }
 
-async fn hit(store: Arc<Store>, done: Arc<Done>, request: Request) {
+async fn hit(store: Arc<Store>, done: Arc<Done>, request: Request, _in_flight: mpsc::Sender<()>) {
     let run = store.hit(&request.key, request.window_ms, request.amount);
     let result = AssertUnwindSafe(run)
         .catch_unwind()

@@ -56,8 +56,8 @@ pub struct Config {
     pub username: Option<String>,
     pub password: Option<String>,
     pub timeout_ms: u64,
-    /// PEM certificates to trust instead of the public roots (`rediss://` only).
-    pub tls_ca: Option<Vec<u8>>,
+    /// Certificates to trust instead of the public roots (`rediss://` only).
+    pub tls_ca: Option<Vec<CertificateDer<'static>>>,
 }
 
 // Written by hand so that no debug print shows the password.
@@ -106,8 +106,7 @@ impl Config {
                     "tls.ca is set but {source} is not a rediss:// URL; TLS is used only with rediss://"
                 )));
             }
-            check_pem(ca)?;
-            config.tls_ca = Some(ca.as_bytes().to_vec());
+            config.tls_ca = Some(certificates(ca)?);
         }
         Ok(config)
     }
@@ -194,11 +193,11 @@ fn parse_db(text: &str) -> Option<i64> {
     text.parse::<i64>().ok().filter(|db| *db >= 0)
 }
 
-fn check_pem(pem: &str) -> Result<()> {
+fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
     let certs: std::result::Result<Vec<_>, _> =
         CertificateDer::pem_slice_iter(pem.as_bytes()).collect();
     match certs {
-        Ok(certs) if !certs.is_empty() => Ok(()),
+        Ok(certs) if !certs.is_empty() => Ok(certs),
         _ => Err(Error::Config(
             "tls.ca must hold at least one PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
         )),

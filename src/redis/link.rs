@@ -1,19 +1,27 @@
 //! One multiplexed connection per store: opened by the first hit that needs
-//! it (concurrent hits share one connect), dropped on a connection error, and
+//! it (concurrent hits share one connect), dropped when it fails, and
 //! replaced after a short run of timeouts, so a server that stops answering
 //! (paused, or behind a half-open socket) never leaves the store failing.
 //! Nothing here sends a command again: a hit that was sent may have counted.
+//!
+//! The socket (TCP, TLS through rustls with ring, or a Unix socket) is opened
+//! here and the Redis client's connection task is run here too, so a
+//! connection that ends is noticed at once, even with no hit in flight.
 
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
-use redis::{
-    AsyncConnectionConfig, Client, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo,
-    RedisError, TlsCertificates,
-};
+use redis::{AsyncConnectionConfig, RedisConnectionInfo, RedisError};
+use rustls::pki_types::ServerName;
+use rustls::{ClientConfig, RootCertStore};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::task::AbortHandle;
+use tokio_rustls::TlsConnector;
 
 use super::config::{Addr, Config};
 use crate::errors::{Error, Result};
@@ -28,7 +36,8 @@ type Connecting = Shared<BoxFuture<'static, Result<MultiplexedConnection>>>;
 enum Conn {
     Down,
     Connecting(Connecting),
-    Up(MultiplexedConnection),
+    /// The connection and its task, which reads and writes the socket.
+    Up(MultiplexedConnection, AbortHandle),
 }
 
 struct State {
@@ -39,8 +48,21 @@ struct State {
     closed: bool,
 }
 
+enum Target {
+    Tcp {
+        host: String,
+        port: u16,
+        tls: Option<(TlsConnector, ServerName<'static>)>,
+    },
+    Unix(PathBuf),
+}
+
+trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Io for T {}
+
 pub struct Link {
-    client: Client,
+    target: Target,
+    settings: RedisConnectionInfo,
     timeout: Duration,
     state: Mutex<State>,
     /// Hits in a row that timed out.
@@ -56,23 +78,21 @@ pub enum Stage {
 
 impl Link {
     pub fn new(config: &Config) -> Result<Link> {
-        let addr = match &config.addr {
-            Addr::Tcp {
-                host,
-                port,
-                tls: false,
-            } => ConnectionAddr::Tcp(host.clone(), *port),
-            Addr::Tcp {
-                host,
-                port,
-                tls: true,
-            } => ConnectionAddr::TcpTls {
+        let target = match &config.addr {
+            Addr::Tcp { host, port, tls } => Target::Tcp {
                 host: host.clone(),
                 port: *port,
-                insecure: false,
-                tls_params: None,
+                tls: match tls {
+                    true => Some(tls_connector(host, config.tls_ca.as_deref())?),
+                    false => None,
+                },
             },
-            Addr::Unix(path) => ConnectionAddr::Unix(path.clone()),
+            Addr::Unix(path) if cfg!(unix) => Target::Unix(path.clone()),
+            Addr::Unix(_) => {
+                return Err(Error::Config(
+                    "redis+unix:// URLs need a Unix socket, which this platform lacks".into(),
+                ))
+            }
         };
         let mut settings = RedisConnectionInfo::default()
             .set_db(config.db)
@@ -83,27 +103,9 @@ impl Link {
         if let Some(password) = &config.password {
             settings = settings.set_password(password);
         }
-        let info = addr
-            .into_connection_info()
-            .map_err(|e| classify(&e, Stage::Connect))?
-            .set_redis_settings(settings);
-        if matches!(config.addr, Addr::Tcp { tls: true, .. }) {
-            // Only ring is compiled in; installing it makes the choice explicit.
-            let _ = rustls::crypto::ring::default_provider().install_default();
-        }
-        let client = match &config.tls_ca {
-            Some(ca) => Client::build_with_tls(
-                info,
-                TlsCertificates {
-                    client_tls: None,
-                    root_cert: Some(ca.clone()),
-                },
-            ),
-            None => Client::open(info),
-        }
-        .map_err(|e| classify(&e, Stage::Connect))?;
         Ok(Link {
-            client,
+            target,
+            settings,
             timeout: Duration::from_millis(config.timeout_ms),
             state: Mutex::new(State {
                 conn: Conn::Down,
@@ -129,7 +131,7 @@ impl Link {
                 return Err(Error::Closed);
             }
             match &state.conn {
-                Conn::Up(conn) => return Ok((conn.clone(), state.generation)),
+                Conn::Up(conn, _) => return Ok((conn.clone(), state.generation)),
                 Conn::Connecting(connecting) => (connecting.clone(), state.generation),
                 Conn::Down => {
                     state.generation += 1;
@@ -145,20 +147,22 @@ impl Link {
     fn connect(self: &Arc<Self>, generation: u64) -> Connecting {
         let link = Arc::clone(self);
         let task = tokio::spawn(async move {
-            let config = AsyncConnectionConfig::new()
-                .set_connection_timeout(None)
-                .set_response_timeout(None)
-                .set_pipeline_buffer_size(PIPELINE_BUFFER);
-            let connect = link
-                .client
-                .get_multiplexed_async_connection_with_config(&config);
-            let result = match tokio::time::timeout(link.timeout, connect).await {
-                Ok(Ok(conn)) => Ok(conn),
+            let result = match tokio::time::timeout(link.timeout, link.open()).await {
+                Ok(Ok((conn, driver))) => {
+                    // The task holds the link weakly: a store nobody holds closes its socket.
+                    let weak = Arc::downgrade(&link);
+                    let task = tokio::spawn(async move {
+                        driver.await;
+                        if let Some(link) = Weak::upgrade(&weak) {
+                            link.drop_connection(generation);
+                        }
+                    });
+                    Ok((conn, task.abort_handle()))
+                }
                 Ok(Err(e)) => Err(classify(&e, Stage::Connect)),
                 Err(_) => Err(Error::Timeout(link.timeout.as_millis() as u64)),
             };
-            link.settle(generation, &result);
-            result
+            link.settle(generation, result)
         });
         task.map(|joined| {
             joined.unwrap_or_else(|_| Err(Error::Internal("the connect task failed")))
@@ -167,14 +171,56 @@ impl Link {
         .shared()
     }
 
-    fn settle(&self, generation: u64, result: &Result<MultiplexedConnection>) {
+    /// Opens the socket and greets the server (AUTH, SELECT) over it.
+    async fn open(&self) -> redis::RedisResult<(MultiplexedConnection, BoxFuture<'static, ()>)> {
+        let stream: Box<dyn Io> = match &self.target {
+            Target::Tcp { host, port, tls } => {
+                let tcp = TcpStream::connect((host.as_str(), *port)).await?;
+                tcp.set_nodelay(true)?;
+                match tls {
+                    None => Box::new(tcp),
+                    Some((connector, name)) => {
+                        Box::new(connector.connect(name.clone(), tcp).await?)
+                    }
+                }
+            }
+            #[cfg(unix)]
+            Target::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
+            #[cfg(not(unix))]
+            Target::Unix(_) => unreachable!("refused by Link::new"),
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(None)
+            .set_response_timeout(None)
+            .set_pipeline_buffer_size(PIPELINE_BUFFER);
+        let (conn, driver) =
+            MultiplexedConnection::new_with_config(&self.settings, stream, config).await?;
+        Ok((conn, driver.boxed()))
+    }
+
+    fn settle(
+        &self,
+        generation: u64,
+        result: Result<(MultiplexedConnection, AbortHandle)>,
+    ) -> Result<MultiplexedConnection> {
         let mut state = self.lock();
-        if state.generation == generation && matches!(state.conn, Conn::Connecting(_)) {
-            state.conn = match result {
-                Ok(conn) if !state.closed => Conn::Up(conn.clone()),
-                _ => Conn::Down,
-            };
-            self.timeouts.store(0, Ordering::Relaxed);
+        let current = state.generation == generation && !state.closed;
+        match result {
+            Ok((conn, task)) if current => {
+                state.conn = Conn::Up(conn.clone(), task);
+                self.timeouts.store(0, Ordering::Relaxed);
+                Ok(conn)
+            }
+            Ok((_, task)) => {
+                task.abort();
+                Err(Error::Closed)
+            }
+            Err(e) => {
+                if current {
+                    state.conn = Conn::Down;
+                }
+                Err(e)
+            }
         }
     }
 
@@ -192,21 +238,52 @@ impl Link {
         }
     }
 
-    /// The connection of this generation failed: the next hit opens a new one.
+    /// The connection of this generation failed or is stuck: it is closed
+    /// (hits still on it reject) and the next hit opens a new one.
     pub fn drop_connection(&self, generation: u64) {
         let mut state = self.lock();
-        if state.generation == generation && matches!(state.conn, Conn::Up(_)) {
-            state.conn = Conn::Down;
-            self.timeouts.store(0, Ordering::Relaxed);
+        if state.generation == generation {
+            if let Conn::Up(_, task) = &state.conn {
+                task.abort();
+                state.conn = Conn::Down;
+                self.timeouts.store(0, Ordering::Relaxed);
+            }
         }
     }
 
-    /// Ends the connection; hits in flight finish on it, new ones are refused.
+    /// Refuses new hits; the connection ends once the hits in flight have settled.
     pub fn close(&self) {
         let mut state = self.lock();
         state.closed = true;
         state.conn = Conn::Down;
     }
+}
+
+/// A TLS connector for `host` that trusts `ca` if given, else the public roots.
+fn tls_connector(
+    host: &str,
+    ca: Option<&[rustls::pki_types::CertificateDer<'static>]>,
+) -> Result<(TlsConnector, ServerName<'static>)> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(certs) => {
+            for cert in certs {
+                roots.add(cert.clone()).map_err(|_| {
+                    Error::Config("tls.ca holds a certificate that can't be used as a CA".into())
+                })?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|_| Error::Internal("no TLS protocol version is available"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    let name = ServerName::try_from(host.to_string())
+        .map_err(|_| Error::Config("the URL's host is not a valid TLS server name".into()))?;
+    Ok((TlsConnector::from(Arc::new(config)), name))
 }
 
 /// The one mapping from the Redis client's errors to the store's. Text from
