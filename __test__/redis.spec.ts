@@ -242,6 +242,10 @@ describe('redisStore', () => {
       expect(await runFixture(script, ['hits', server.url])).toBe('done');
     });
 
+    it('after garbage collections between hits, each of which settles', async () => {
+      expect(await runFixture(script, ['gc', server.url], ['--expose-gc'])).toBe('counted 2');
+    });
+
     it('only once a hit in flight has settled', async () => {
       expect(await runFixture(script, ['in-flight', server.url])).toBe('settled 1');
     });

@@ -21,6 +21,8 @@ class RedisStore {
   #held = false;
   /** close() promises waiting for the hits in flight. */
   #drained = [];
+  /** Called with each batch of results. The native side holds it only weakly while idle, so it lives here. */
+  #onBatch = (n, errors) => this.#settle(n, errors);
 
   constructor(options) {
     const { url, token, prefix, timeoutMs, tls } = checkOptions('redisStore', options, OPTIONS);
@@ -33,7 +35,7 @@ class RedisStore {
     if (timeoutMs !== undefined && !(timeoutMs >= 1 && Number.isSafeInteger(timeoutMs))) {
       throw rangeError(`redisStore(options): timeoutMs must be a positive safe integer (ms), got ${timeoutMs}`);
     }
-    this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, (n, errors) => this.#settle(n, errors));
+    this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, this.#onBatch);
     this.#results = this.#native.results;
   }
 
