@@ -7,22 +7,28 @@ const native = require('./native.js');
 const { invalidHit, checkOptions, checkOption, rangeError } = require('./check.js');
 
 const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls'];
-// Hit ids stay small integers, which Map keys handle fastest.
-const ID_MASK = 0x3fffffff;
 
 class RedisStore {
   #native;
   #results;
-  /** id → { resolve, reject } of each hit in flight. */
-  #pending = new Map();
-  #nextId = 0;
+  // A hit in flight is known by a slot: the index of its promise's settle
+  // functions here. Slots are reused once settled, so ids stay small.
+  #resolvers = [];
+  #rejecters = [];
+  #freeSlots = [];
+  #inFlight = 0;
   #opened = false;
-  /** Whether the native side is holding the process open for hits in flight. */
-  #held = false;
   /** close() promises waiting for the hits in flight. */
   #drained = [];
   /** Called with each batch of results. The native side holds it only weakly while idle, so it lives here. */
   #onBatch = (n, errors) => this.#settle(n, errors);
+  // One executor for every hit's promise: it hands over the settle functions without a closure per hit.
+  #resolve;
+  #reject;
+  #capture = (resolve, reject) => {
+    this.#resolve = resolve;
+    this.#reject = reject;
+  };
 
   constructor(options) {
     const { url, token, prefix, timeoutMs, tls } = checkOptions('redisStore', options, OPTIONS);
@@ -48,50 +54,50 @@ class RedisStore {
     const invalid = invalidHit(key, windowMs, amount);
     if (invalid !== undefined) return Promise.reject(invalid);
     const store = this.#native;
-    const id = (this.#nextId = (this.#nextId + 1) & ID_MASK);
+    const slot = this.#freeSlots.length > 0 ? this.#freeSlots.pop() : this.#resolvers.length;
     try {
       if (!this.#opened) {
         // The environment is read on the first hit, never at import or construction.
         this.#opened = true;
         store.open(process.env);
       }
-      store.send(id, key, windowMs, amount);
+      store.send(slot, key, windowMs, amount);
     } catch (error) {
+      this.#freeSlots.push(slot);
       return Promise.reject(error);
     }
-    if (!this.#held) {
-      this.#held = true;
-      store.ref();
-    }
-    return new Promise((resolve, reject) => this.#pending.set(id, { resolve, reject }));
+    if (this.#inFlight++ === 0) store.ref();
+    const promise = new Promise(this.#capture);
+    this.#resolvers[slot] = this.#resolve;
+    this.#rejecters[slot] = this.#reject;
+    return promise;
   }
 
   /** Refuses later hits (ERR_CLOSED) and ends the connection; resolves once the hits in flight have settled. */
   close() {
     this.#native.close();
-    if (this.#pending.size === 0) return Promise.resolve();
+    if (this.#inFlight === 0) return Promise.resolve();
     return new Promise((resolve) => this.#drained.push(resolve));
+  }
+
+  /** Takes the settle function of a slot and frees the slot. */
+  #take(settlers, slot) {
+    const settle = settlers[slot];
+    this.#resolvers[slot] = this.#rejecters[slot] = undefined;
+    this.#freeSlots.push(slot);
+    this.#inFlight--;
+    return settle;
   }
 
   #settle(n, errors) {
     const results = this.#results;
-    const pending = this.#pending;
     for (let i = 0; i < 3 * n; i += 3) {
-      const waiter = pending.get(results[i]);
-      if (waiter === undefined) continue;
-      pending.delete(results[i]);
-      waiter.resolve({ count: results[i + 1], resetMs: results[i + 2] });
+      this.#take(this.#resolvers, results[i])({ count: results[i + 1], resetMs: results[i + 2] });
     }
     if (errors !== undefined) {
-      for (let i = 0; i < errors.length; i += 2) {
-        const waiter = pending.get(errors[i]);
-        if (waiter === undefined) continue;
-        pending.delete(errors[i]);
-        waiter.reject(errors[i + 1]);
-      }
+      for (let i = 0; i < errors.length; i += 2) this.#take(this.#rejecters, errors[i])(errors[i + 1]);
     }
-    if (pending.size === 0 && this.#held) {
-      this.#held = false;
+    if (this.#inFlight === 0) {
       this.#native.unref();
       for (const resolve of this.#drained.splice(0)) resolve();
     }

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use ratestore::errors::Error;
-use ratestore::redis::{Config, Options, Store};
+use ratestore::redis::{Config, Options, Query, Store};
 use ratestore::window::{self, Change, Counter, MAX_SAFE};
 use redis::Commands;
 
@@ -150,7 +150,11 @@ fn in_redis(
         }
     }
     let result = rt
-        .block_on(store.hit(key.as_bytes(), c.window_ms, c.amount))
+        .block_on(store.hit(Query {
+            key: key.as_bytes().to_vec(),
+            window_ms: c.window_ms,
+            amount: c.amount,
+        }))
         .map(|hit| (hit.count, hit.reset_ms));
     let count: Option<i64> = con.get(key).unwrap();
     let pttl: i64 = con.pttl(key).unwrap();

@@ -17,7 +17,7 @@ use napi::sys;
 
 use super::raw;
 use crate::errors::Error;
-use crate::redis::{Batched, Completion, Options, Request};
+use crate::redis::{Batched, Completion, Options, Query, Request};
 use crate::window;
 
 /// Hits one call of the JS callback hands over at most.
@@ -230,12 +230,12 @@ unsafe extern "C" fn send(env: sys::napi_env, info: sys::napi_callback_info) -> 
             full.extend_from_slice(key);
             full
         })?;
-        bound.batched.send(Request {
-            id,
+        let query = Query {
             key,
             window_ms,
             amount,
-        })?;
+        };
+        bound.batched.send(Request { id, query })?;
         raw::undefined(env)
     })
 }

@@ -12,7 +12,7 @@ use tokio::sync::mpsc::{self, unbounded_channel, UnboundedReceiver, UnboundedSen
 
 use super::config::{Config, Options};
 use super::runtime;
-use super::store::{Hit, Store};
+use super::store::{Hit, Query, Store};
 use crate::errors::{Error, Result};
 
 /// Requests the dispatcher takes off the queue at once.
@@ -21,9 +21,7 @@ const DISPATCH_BATCH: usize = 1024;
 /// A hit as JavaScript sent it; `id` tells its promise.
 pub struct Request {
     pub id: u32,
-    pub key: Vec<u8>,
-    pub window_ms: u64,
-    pub amount: i64,
+    pub query: Query,
 }
 
 /// What the queue to the runtime carries.
@@ -50,11 +48,12 @@ impl Done {
         self.list.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn push(&self, completion: Completion) {
+    fn push(&self, completions: impl Iterator<Item = Completion>) {
         let first = {
             let mut list = self.lock();
-            list.push(completion);
-            list.len() == 1
+            let was_empty = list.is_empty();
+            list.extend(completions);
+            was_empty && !list.is_empty()
         };
         if first {
             (self.wake)();
@@ -138,23 +137,30 @@ impl Batched {
     }
 }
 
-/// Starts each queued hit; on close (or when the store is dropped) waits for
-/// the hits started so far, then closes the connection.
+/// Sends the queued hits, all that are waiting at once as one batch; on
+/// close (or when the store is dropped) waits for the hits sent so far, then
+/// closes the connection.
 async fn dispatch(mut queue: UnboundedReceiver<Message>, store: Store, done: Arc<Done>) {
     let store = Arc::new(store);
-    // Every hit holds a sender: `settled` ends once all of them have finished.
+    // Every batch holds a sender: `settled` ends once all of them have finished.
     let (in_flight, mut settled) = mpsc::channel::<()>(1);
-    let mut batch = Vec::with_capacity(DISPATCH_BATCH);
-    'queue: while queue.recv_many(&mut batch, DISPATCH_BATCH).await > 0 {
-        for message in batch.drain(..) {
+    let mut messages = Vec::with_capacity(DISPATCH_BATCH);
+    let mut closing = false;
+    while !closing && queue.recv_many(&mut messages, DISPATCH_BATCH).await > 0 {
+        let mut ids = Vec::with_capacity(messages.len());
+        let mut queries = Vec::with_capacity(messages.len());
+        for message in messages.drain(..) {
             match message {
-                Message::Hit(request) => {
-                    let (store, done, guard) =
-                        (Arc::clone(&store), Arc::clone(&done), in_flight.clone());
-                    tokio::spawn(hit(store, done, request, guard));
+                Message::Hit(Request { id, query }) => {
+                    ids.push(id);
+                    queries.push(query);
                 }
-                Message::Close => break 'queue,
+                Message::Close => closing = true,
             }
+        }
+        if !ids.is_empty() {
+            let (store, done, guard) = (Arc::clone(&store), Arc::clone(&done), in_flight.clone());
+            tokio::spawn(batch(store, done, ids, queries, guard));
         }
     }
     drop(in_flight);
@@ -162,14 +168,23 @@ async fn dispatch(mut queue: UnboundedReceiver<Message>, store: Store, done: Arc
     store.close();
 }
 
-async fn hit(store: Arc<Store>, done: Arc<Done>, request: Request, _in_flight: mpsc::Sender<()>) {
-    let run = store.hit(&request.key, request.window_ms, request.amount);
-    let result = AssertUnwindSafe(run)
+async fn batch(
+    store: Arc<Store>,
+    done: Arc<Done>,
+    ids: Vec<u32>,
+    queries: Vec<Query>,
+    _in_flight: mpsc::Sender<()>,
+) {
+    let results = AssertUnwindSafe(store.hits(&queries))
         .catch_unwind()
         .await
-        .unwrap_or(Err(Error::Internal("a Rust panic was caught")));
-    done.push(Completion {
-        id: request.id,
-        result,
-    });
+        .unwrap_or_else(|_| {
+            let panicked = Err(Error::Internal("a Rust panic was caught"));
+            vec![panicked; ids.len()]
+        });
+    done.push(
+        ids.into_iter()
+            .zip(results)
+            .map(|(id, result)| Completion { id, result }),
+    );
 }

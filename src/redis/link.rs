@@ -26,7 +26,7 @@ use tokio_rustls::TlsConnector;
 use super::config::{Addr, Config};
 use crate::errors::{Error, Result};
 
-/// Consecutive timeouts after which the connection counts as stuck.
+/// Hits in a row that timed out, after which the connection counts as stuck.
 const TIMEOUTS_BEFORE_REPLACING: u32 = 3;
 /// Requests queued for the connection's writer before senders wait.
 const PIPELINE_BUFFER: usize = 1024;
@@ -231,9 +231,15 @@ impl Link {
         }
     }
 
-    /// A hit sent on this generation's connection timed out.
-    pub fn timed_out(&self, generation: u64) {
-        if self.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_REPLACING {
+    /// Hits sent on this generation's connection timed out.
+    pub fn timed_out(&self, generation: u64, hits: usize) {
+        let hits = u32::try_from(hits).unwrap_or(u32::MAX);
+        if self
+            .timeouts
+            .fetch_add(hits, Ordering::Relaxed)
+            .saturating_add(hits)
+            >= TIMEOUTS_BEFORE_REPLACING
+        {
             self.drop_connection(generation);
         }
     }

@@ -12,4 +12,4 @@ pub mod store;
 
 pub use batch::{Batched, Completion, Request};
 pub use config::{Config, Options};
-pub use store::{Hit, Store};
+pub use store::{Hit, Query, Store};

@@ -1,19 +1,29 @@
-//! One hit on Redis: the window script sent as EVALSHA, within timeoutMs
-//! (connecting included). After NOSCRIPT (the script cache was flushed; the
-//! script did not run) the same hit is sent once more as EVAL: the one safe
-//! retry. Nothing else is ever sent again.
+//! Hits on Redis: the window script sent as EVALSHA, within timeoutMs
+//! (connecting included). Hits that arrive together go out as one pipeline:
+//! one write and one read for the lot, each still its own atomic script.
+//! After NOSCRIPT (the script cache was flushed; the script did not run) a
+//! hit is sent once more as EVAL: the one safe retry. Nothing else is ever
+//! sent again.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
-use redis::{RedisResult, Value};
+use redis::Value;
 use tokio::time::{timeout_at, Instant};
 
 use super::config::Config;
 use super::link::{classify, server_error, Link, Stage};
 use crate::errors::{Error, Result};
 use crate::window::{self, MAX_SAFE};
+
+/// One hit to make: the counter at `key` (the prefix included).
+#[derive(Clone, Debug)]
+pub struct Query {
+    pub key: Vec<u8>,
+    pub window_ms: u64,
+    pub amount: i64,
+}
 
 /// What a hit answers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -37,35 +47,90 @@ impl Store {
         })
     }
 
-    /// One hit on the counter at `key` (the prefix included). Runs on the runtime.
-    pub async fn hit(&self, key: &[u8], window_ms: u64, amount: i64) -> Result<Hit> {
-        self.run(key, window_ms, amount).await.map_err(|e| {
-            let mut secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
-            secrets.push(key);
-            e.redacted(&secrets)
+    /// One hit. Runs on the runtime.
+    pub async fn hit(&self, query: Query) -> Result<Hit> {
+        let mut results = self.hits(std::slice::from_ref(&query)).await;
+        results
+            .pop()
+            .unwrap_or(Err(Error::Internal("a hit got no answer")))
+    }
+
+    /// Hits sent together, answered in order. Runs on the runtime.
+    pub async fn hits(&self, queries: &[Query]) -> Vec<Result<Hit>> {
+        let timeout = Error::Timeout(self.timeout.as_millis() as u64);
+        let deadline = Instant::now() + self.timeout;
+        let connected = timeout_at(deadline, self.link.connection()).await;
+        let (conn, generation) = match connected {
+            Ok(Ok(connected)) => connected,
+            Ok(Err(e)) => return self.each(queries, |_| Err(e.clone())),
+            Err(_) => return self.each(queries, |_| Err(timeout.clone())),
+        };
+        let answers = self.send(conn, queries, deadline).await;
+        let timeouts = answers
+            .iter()
+            .filter(|a| matches!(a, Answer::TimedOut))
+            .count();
+        if timeouts > 0 {
+            self.link.timed_out(generation, timeouts);
+        } else if answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
+            self.link.drop_connection(generation);
+        } else {
+            self.link.answered();
+        }
+        let mut answers = answers.into_iter();
+        self.each(queries, |_| match answers.next() {
+            Some(Answer::Value(value)) => outcome(value),
+            Some(Answer::Failed(e)) => Err(classify(&e, Stage::Sent)),
+            Some(Answer::TimedOut) => Err(timeout.clone()),
+            None => Err(Error::Internal("a hit got no answer")),
         })
     }
 
-    async fn run(&self, key: &[u8], window_ms: u64, amount: i64) -> Result<Hit> {
-        let deadline = Instant::now() + self.timeout;
-        let timed_out = || Error::Timeout(self.timeout.as_millis() as u64);
-        let (conn, generation) = timeout_at(deadline, self.link.connection())
-            .await
-            .map_err(|_| timed_out())??;
-        match timeout_at(deadline, eval(conn, key, window_ms, amount)).await {
-            Err(_) => {
-                self.link.timed_out(generation);
-                Err(timed_out())
-            }
-            Ok(Err(e)) => {
-                self.link.drop_connection(generation);
-                Err(classify(&e, Stage::Sent))
-            }
-            Ok(Ok(answer)) => {
-                self.link.answered();
-                outcome(answer)
+    /// Each query's result, its error text cleaned of the query's key and the credentials.
+    fn each(
+        &self,
+        queries: &[Query],
+        mut f: impl FnMut(&Query) -> Result<Hit>,
+    ) -> Vec<Result<Hit>> {
+        queries
+            .iter()
+            .map(|query| {
+                f(query).map_err(|e| {
+                    let mut secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
+                    secrets.push(&query.key);
+                    e.redacted(&secrets)
+                })
+            })
+            .collect()
+    }
+
+    /// Sends the hits as EVALSHA, then those that met NOSCRIPT as EVAL.
+    async fn send(
+        &self,
+        mut conn: MultiplexedConnection,
+        queries: &[Query],
+        deadline: Instant,
+    ) -> Vec<Answer> {
+        let all: Vec<usize> = (0..queries.len()).collect();
+        let mut answers = pipeline(&mut conn, "EVALSHA", sha(), queries, &all, deadline).await;
+        let missing: Vec<usize> = (0..answers.len())
+            .filter(|&i| matches!(&answers[i], Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
+            .collect();
+        if !missing.is_empty() {
+            let retried = pipeline(
+                &mut conn,
+                "EVAL",
+                window::SCRIPT,
+                queries,
+                &missing,
+                deadline,
+            )
+            .await;
+            for (i, answer) in missing.into_iter().zip(retried) {
+                answers[i] = answer;
             }
         }
+        answers
     }
 
     /// Ends the connection; later hits reject with [`Error::Closed`].
@@ -74,34 +139,51 @@ impl Store {
     }
 }
 
+/// How one sent hit ended.
+enum Answer {
+    Value(Value),
+    Failed(redis::RedisError),
+    TimedOut,
+}
+
+/// Sends `command body 1 key windowMs amount` for the chosen queries as one
+/// pipeline; one answer per chosen query, in order.
+async fn pipeline(
+    conn: &mut MultiplexedConnection,
+    command: &str,
+    body: &str,
+    queries: &[Query],
+    chosen: &[usize],
+    deadline: Instant,
+) -> Vec<Answer> {
+    let mut pipe = redis::Pipeline::with_capacity(chosen.len());
+    for &i in chosen {
+        let q = &queries[i];
+        pipe.cmd(command)
+            .arg(body)
+            .arg(1)
+            .arg(&q.key[..])
+            .arg(q.window_ms)
+            .arg(q.amount);
+    }
+    match timeout_at(deadline, conn.send_packed_commands(&pipe, 0, chosen.len())).await {
+        Ok(Ok(values)) if values.len() == chosen.len() => {
+            values.into_iter().map(Answer::Value).collect()
+        }
+        Ok(Ok(_)) => chosen.iter().map(|_| Answer::Value(Value::Nil)).collect(),
+        Ok(Err(e)) => chosen.iter().map(|_| Answer::Failed(e.clone())).collect(),
+        Err(_) => chosen.iter().map(|_| Answer::TimedOut).collect(),
+    }
+}
+
 fn sha() -> &'static str {
     static SHA: OnceLock<String> = OnceLock::new();
     SHA.get_or_init(|| sha1_smol::Sha1::from(window::SCRIPT).digest().to_string())
 }
 
-async fn eval(
-    mut conn: MultiplexedConnection,
-    key: &[u8],
-    window_ms: u64,
-    amount: i64,
-) -> RedisResult<Value> {
-    let script = |command: &str, body: &str| {
-        let mut cmd = redis::cmd(command);
-        cmd.arg(body).arg(1).arg(key).arg(window_ms).arg(amount);
-        cmd
-    };
-    let answer = conn.send_packed_command(&script("EVALSHA", sha())).await?;
-    match &answer {
-        Value::ServerError(e) if e.code() == "NOSCRIPT" => {
-            conn.send_packed_command(&script("EVAL", window::SCRIPT))
-                .await
-        }
-        _ => Ok(answer),
-    }
-}
-
 /// The script's answer, `[count, resetMs]`, or the error it raised.
 fn outcome(answer: Value) -> Result<Hit> {
+    let wrong_shape = || Error::Redis("the hit script gave an answer of the wrong shape".into());
     match answer {
         Value::Array(items) => match items.as_slice() {
             [Value::Int(count), Value::Int(reset_ms)]
@@ -112,14 +194,10 @@ fn outcome(answer: Value) -> Result<Hit> {
                     reset_ms: *reset_ms as u64,
                 })
             }
-            _ => Err(Error::Redis(
-                "the hit script gave an answer of the wrong shape".into(),
-            )),
+            _ => Err(wrong_shape()),
         },
         Value::ServerError(e) => Err(server_error(e.code(), e.details(), Stage::Sent)),
-        _ => Err(Error::Redis(
-            "the hit script gave an answer of the wrong shape".into(),
-        )),
+        _ => Err(wrong_shape()),
     }
 }
 
