@@ -1,7 +1,7 @@
 'use strict';
 // redisStore: the JS face of the native Redis store. A hit is checked here,
 // queued to the native I/O thread by a synchronous call, and its promise is
-// settled when its batch of results comes back (see NAPI costs in the README).
+// settled when its batch of results comes back (see "How a hit travels" in the README).
 
 const native = require('./native.js');
 const { invalidHit, checkOptions, checkOption, rangeError } = require('./check.js');

@@ -1,7 +1,7 @@
 //! The side of a store that JavaScript drives. A hit is queued to the
 //! runtime thread without waiting; finished hits are collected and handed
 //! back in batches, with one wake-up of the JS thread per batch rather than
-//! one per hit (see NAPI costs in the README).
+//! one per hit (see "How a hit travels" in the README).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
