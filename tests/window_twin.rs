@@ -151,7 +151,7 @@ fn in_redis(
     }
     let result = rt
         .block_on(store.hit(Query {
-            key: key.as_bytes().to_vec(),
+            key: key.as_bytes(),
             window_ms: c.window_ms,
             amount: c.amount,
         }))

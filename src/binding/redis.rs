@@ -17,7 +17,7 @@ use napi::sys;
 
 use super::raw;
 use crate::errors::Error;
-use crate::redis::{Batched, Completion, Options, Query, Request};
+use crate::redis::{Batched, Completion, Options};
 use crate::window;
 
 /// Hits one call of the JS callback hands over at most.
@@ -223,19 +223,9 @@ unsafe extern "C" fn send(env: sys::napi_env, info: sys::napi_callback_info) -> 
             raw::number(env, window_ms, "windowMs must be a number")?,
             raw::number(env, amount, "amount must be a number")?,
         )?;
-        let prefix = bound.batched.prefix();
-        let key = raw::with_utf8(env, key, "key must be a string", |key| {
-            let mut full = Vec::with_capacity(prefix.len() + key.len());
-            full.extend_from_slice(prefix);
-            full.extend_from_slice(key);
-            full
-        })?;
-        let query = Query {
-            key,
-            window_ms,
-            amount,
-        };
-        bound.batched.send(Request { id, query })?;
+        raw::with_utf8(env, key, "key must be a string", |key| {
+            bound.batched.send(id, key, window_ms, amount)
+        })??;
         raw::undefined(env)
     })
 }

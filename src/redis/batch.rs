@@ -1,94 +1,101 @@
 //! The side of a store that JavaScript drives. A hit is queued to the
 //! runtime thread without waiting; finished hits are collected and handed
-//! back in batches, with one wake-up of the JS thread per batch rather than
+//! back in batches, with one wake-up of each thread per batch rather than
 //! one per hit (see "How a hit travels" in the README).
 
+use std::mem;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use futures_util::FutureExt;
-use tokio::sync::mpsc::{self, unbounded_channel, UnboundedReceiver, UnboundedSender};
+use tokio::sync::{mpsc, Notify};
 
 use super::config::{Config, Options};
 use super::runtime;
 use super::store::{Hit, Query, Store};
 use crate::errors::{Error, Result};
 
-/// Requests the dispatcher takes off the queue at once.
-const DISPATCH_BATCH: usize = 1024;
-
-/// A hit as JavaScript sent it; `id` tells its promise.
-pub struct Request {
-    pub id: u32,
-    pub query: Query,
-}
-
-/// What the queue to the runtime carries.
-enum Message {
-    Hit(Request),
-    /// Sent by `close()`, after every hit it must still let settle.
-    Close,
-}
-
 pub struct Completion {
     pub id: u32,
     pub result: Result<Hit>,
 }
 
-/// Finished hits waiting for the JS thread.
-struct Done {
-    list: Mutex<Vec<Completion>>,
-    /// Asks the JS thread to take the list; called when it stops being empty.
+/// A list that two threads share: one adds, the other takes it all. `wake`
+/// is called when it stops being empty.
+struct Shared<T> {
+    list: Mutex<T>,
     wake: Box<dyn Fn() + Send + Sync>,
 }
 
-impl Done {
-    fn lock(&self) -> MutexGuard<'_, Vec<Completion>> {
+impl<T: Default> Shared<T> {
+    fn lock(&self) -> MutexGuard<'_, T> {
+        // Every change leaves the list whole, so a poisoned lock is still usable.
         self.list.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn push(&self, completions: impl Iterator<Item = Completion>) {
+    fn add(&self, is_empty: impl Fn(&T) -> bool, add: impl FnOnce(&mut T)) {
         let first = {
             let mut list = self.lock();
-            let was_empty = list.is_empty();
-            list.extend(completions);
-            was_empty && !list.is_empty()
+            let was_empty = is_empty(&list);
+            add(&mut list);
+            was_empty && !is_empty(&list)
         };
         if first {
             (self.wake)();
         }
     }
+
+    fn take(&self, into: &mut T) {
+        mem::swap(&mut *self.lock(), into);
+    }
+}
+
+/// Hits queued for the runtime: their keys side by side in one buffer.
+#[derive(Default)]
+struct Outbox {
+    keys: Vec<u8>,
+    hits: Vec<Queued>,
+    closing: bool,
+}
+
+struct Queued {
+    id: u32,
+    key_end: usize,
+    window_ms: u64,
+    amount: i64,
+}
+
+impl Outbox {
+    fn is_idle(&self) -> bool {
+        self.hits.is_empty() && !self.closing
+    }
 }
 
 struct Open {
-    queue: UnboundedSender<Message>,
+    outbox: Arc<Shared<Outbox>>,
 }
 
 pub struct Batched {
     options: Options,
     open: OnceLock<Result<Open>>,
     closed: AtomicBool,
-    done: Arc<Done>,
+    done: Arc<Shared<Vec<Completion>>>,
 }
 
 impl Batched {
-    /// A store that reads its environment and starts its I/O only on [`Batched::open`].
+    /// A store that reads its environment and starts its I/O only on
+    /// [`Batched::open`]; `wake` asks the JS thread to [`Batched::take`].
     pub fn new(options: Options, wake: Box<dyn Fn() + Send + Sync>) -> Batched {
         Batched {
             options,
             open: OnceLock::new(),
             closed: AtomicBool::new(false),
-            done: Arc::new(Done {
+            done: Arc::new(Shared {
                 list: Mutex::default(),
                 wake,
             }),
         }
-    }
-
-    /// Prepended to every key.
-    pub fn prefix(&self) -> &[u8] {
-        self.options.prefix().as_bytes()
     }
 
     /// Resolves the settings against the environment that `env` reads, once.
@@ -97,33 +104,56 @@ impl Batched {
         self.open.get_or_init(|| {
             let config = Config::resolve(&self.options, env)?;
             let store = Store::new(&config)?;
-            let (queue, messages) = unbounded_channel();
-            runtime::handle()?.spawn(dispatch(messages, store, Arc::clone(&self.done)));
-            Ok(Open { queue })
+            let runtime = runtime::handle()?;
+            let ready = Arc::new(Notify::new());
+            let notify = Arc::clone(&ready);
+            let outbox = Arc::new(Shared {
+                list: Mutex::default(),
+                wake: Box::new(move || notify.notify_one()),
+            });
+            runtime.spawn(dispatch(
+                Arc::clone(&outbox),
+                ready,
+                store,
+                Arc::clone(&self.done),
+            ));
+            Ok(Open { outbox })
         });
     }
 
-    /// Queues a hit; its result comes back through [`Batched::take`].
-    pub fn send(&self, request: Request) -> Result<()> {
+    /// Queues a hit on the counter at the prefix + `key`; its result comes
+    /// back through [`Batched::take`] under `id`.
+    pub fn send(&self, id: u32, key: &[u8], window_ms: u64, amount: i64) -> Result<()> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::Closed);
         }
-        match self.open.get() {
-            Some(Ok(open)) => open
-                .queue
-                .send(Message::Hit(request))
-                .map_err(|_| Error::Internal("the Redis I/O thread has stopped")),
-            Some(Err(e)) => Err(e.clone()),
-            None => Err(Error::Internal(
-                "a hit was sent before the store was opened",
-            )),
-        }
+        let open = match self.open.get() {
+            Some(Ok(open)) => open,
+            Some(Err(e)) => return Err(e.clone()),
+            None => {
+                return Err(Error::Internal(
+                    "a hit was sent before the store was opened",
+                ))
+            }
+        };
+        let prefix = self.options.prefix().as_bytes();
+        open.outbox.add(Outbox::is_idle, |outbox| {
+            outbox.keys.extend_from_slice(prefix);
+            outbox.keys.extend_from_slice(key);
+            outbox.hits.push(Queued {
+                id,
+                key_end: outbox.keys.len(),
+                window_ms,
+                amount,
+            });
+        });
+        Ok(())
     }
 
     /// Swaps the finished hits into `into` (which should be empty), keeping
     /// both lists' memory for the next batch.
     pub fn take(&self, into: &mut Vec<Completion>) {
-        std::mem::swap(&mut *self.done.lock(), into);
+        self.done.take(into);
     }
 
     /// Refuses later hits and ends the connection once the hits sent before
@@ -131,36 +161,39 @@ impl Batched {
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
         if let Some(Ok(open)) = self.open.get() {
-            // Fails only if the dispatcher is gone, and then there is nothing to close.
-            let _ = open.queue.send(Message::Close);
+            open.outbox
+                .add(Outbox::is_idle, |outbox| outbox.closing = true);
         }
     }
 }
 
+impl Drop for Batched {
+    fn drop(&mut self) {
+        // A store nobody holds any more closes too.
+        self.close();
+    }
+}
+
 /// Sends the queued hits, all that are waiting at once as one batch; on
-/// close (or when the store is dropped) waits for the hits sent so far, then
-/// closes the connection.
-async fn dispatch(mut queue: UnboundedReceiver<Message>, store: Store, done: Arc<Done>) {
+/// close waits for the hits sent so far, then closes the connection.
+async fn dispatch(
+    outbox: Arc<Shared<Outbox>>,
+    ready: Arc<Notify>,
+    store: Store,
+    done: Arc<Shared<Vec<Completion>>>,
+) {
     let store = Arc::new(store);
     // Every batch holds a sender: `settled` ends once all of them have finished.
     let (in_flight, mut settled) = mpsc::channel::<()>(1);
-    let mut messages = Vec::with_capacity(DISPATCH_BATCH);
     let mut closing = false;
-    while !closing && queue.recv_many(&mut messages, DISPATCH_BATCH).await > 0 {
-        let mut ids = Vec::with_capacity(messages.len());
-        let mut queries = Vec::with_capacity(messages.len());
-        for message in messages.drain(..) {
-            match message {
-                Message::Hit(Request { id, query }) => {
-                    ids.push(id);
-                    queries.push(query);
-                }
-                Message::Close => closing = true,
-            }
-        }
-        if !ids.is_empty() {
+    while !closing {
+        ready.notified().await;
+        let mut taken = Outbox::default();
+        outbox.take(&mut taken);
+        closing = taken.closing;
+        if !taken.hits.is_empty() {
             let (store, done, guard) = (Arc::clone(&store), Arc::clone(&done), in_flight.clone());
-            tokio::spawn(batch(store, done, ids, queries, guard));
+            tokio::spawn(batch(store, done, taken, guard));
         }
     }
     drop(in_flight);
@@ -170,21 +203,31 @@ async fn dispatch(mut queue: UnboundedReceiver<Message>, store: Store, done: Arc
 
 async fn batch(
     store: Arc<Store>,
-    done: Arc<Done>,
-    ids: Vec<u32>,
-    queries: Vec<Query>,
+    done: Arc<Shared<Vec<Completion>>>,
+    outbox: Outbox,
     _in_flight: mpsc::Sender<()>,
 ) {
+    let mut start = 0;
+    let queries: Vec<Query> = outbox
+        .hits
+        .iter()
+        .map(|hit| {
+            let key = &outbox.keys[mem::replace(&mut start, hit.key_end)..hit.key_end];
+            Query {
+                key,
+                window_ms: hit.window_ms,
+                amount: hit.amount,
+            }
+        })
+        .collect();
     let results = AssertUnwindSafe(store.hits(&queries))
         .catch_unwind()
         .await
-        .unwrap_or_else(|_| {
-            let panicked = Err(Error::Internal("a Rust panic was caught"));
-            vec![panicked; ids.len()]
-        });
-    done.push(
-        ids.into_iter()
-            .zip(results)
-            .map(|(id, result)| Completion { id, result }),
-    );
+        .unwrap_or_else(|_| vec![Err(Error::Internal("a Rust panic was caught")); queries.len()]);
+    let completions = outbox
+        .hits
+        .iter()
+        .zip(results)
+        .map(|(hit, result)| Completion { id: hit.id, result });
+    done.add(Vec::is_empty, |list| list.extend(completions));
 }

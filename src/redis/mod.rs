@@ -10,6 +10,6 @@ mod link;
 mod runtime;
 pub mod store;
 
-pub use batch::{Batched, Completion, Request};
+pub use batch::{Batched, Completion};
 pub use config::{Config, Options};
 pub use store::{Hit, Query, Store};

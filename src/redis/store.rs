@@ -18,9 +18,9 @@ use crate::errors::{Error, Result};
 use crate::window::{self, MAX_SAFE};
 
 /// One hit to make: the counter at `key` (the prefix included).
-#[derive(Clone, Debug)]
-pub struct Query {
-    pub key: Vec<u8>,
+#[derive(Clone, Copy, Debug)]
+pub struct Query<'a> {
+    pub key: &'a [u8],
     pub window_ms: u64,
     pub amount: i64,
 }
@@ -48,15 +48,15 @@ impl Store {
     }
 
     /// One hit. Runs on the runtime.
-    pub async fn hit(&self, query: Query) -> Result<Hit> {
-        let mut results = self.hits(std::slice::from_ref(&query)).await;
+    pub async fn hit(&self, query: Query<'_>) -> Result<Hit> {
+        let mut results = self.hits(&[query]).await;
         results
             .pop()
             .unwrap_or(Err(Error::Internal("a hit got no answer")))
     }
 
     /// Hits sent together, answered in order. Runs on the runtime.
-    pub async fn hits(&self, queries: &[Query]) -> Vec<Result<Hit>> {
+    pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Hit>> {
         let timeout = Error::Timeout(self.timeout.as_millis() as u64);
         let deadline = Instant::now() + self.timeout;
         let connected = timeout_at(deadline, self.link.connection()).await;
@@ -89,7 +89,7 @@ impl Store {
     /// Each query's result, its error text cleaned of the query's key and the credentials.
     fn each(
         &self,
-        queries: &[Query],
+        queries: &[Query<'_>],
         mut f: impl FnMut(&Query) -> Result<Hit>,
     ) -> Vec<Result<Hit>> {
         queries
@@ -97,7 +97,7 @@ impl Store {
             .map(|query| {
                 f(query).map_err(|e| {
                     let mut secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
-                    secrets.push(&query.key);
+                    secrets.push(query.key);
                     e.redacted(&secrets)
                 })
             })
@@ -108,7 +108,7 @@ impl Store {
     async fn send(
         &self,
         mut conn: MultiplexedConnection,
-        queries: &[Query],
+        queries: &[Query<'_>],
         deadline: Instant,
     ) -> Vec<Answer> {
         let all: Vec<usize> = (0..queries.len()).collect();
@@ -152,19 +152,23 @@ async fn pipeline(
     conn: &mut MultiplexedConnection,
     command: &str,
     body: &str,
-    queries: &[Query],
+    queries: &[Query<'_>],
     chosen: &[usize],
     deadline: Instant,
 ) -> Vec<Answer> {
     let mut pipe = redis::Pipeline::with_capacity(chosen.len());
     for &i in chosen {
         let q = &queries[i];
-        pipe.cmd(command)
+        // Sized up front: the numbers take at most 20 digits each.
+        let mut cmd =
+            redis::Cmd::with_capacity(6, command.len() + body.len() + 1 + q.key.len() + 40);
+        cmd.arg(command)
             .arg(body)
             .arg(1)
-            .arg(&q.key[..])
+            .arg(q.key)
             .arg(q.window_ms)
             .arg(q.amount);
+        pipe.add_command(cmd);
     }
     match timeout_at(deadline, conn.send_packed_commands(&pipe, 0, chosen.len())).await {
         Ok(Ok(values)) if values.len() == chosen.len() => {
