@@ -176,6 +176,21 @@ describe('redisStore faults', () => {
     }
   });
 
+  it('opens one connection for concurrent first hits, and keeps using it', async () => {
+    const redis = await server();
+    const s = store(redis.url);
+    // Hits in waves across turns of the event loop, so that several batches wait on the connect.
+    const first: Promise<unknown>[] = [];
+    for (let wave = 0; wave < 20; wave++) {
+      for (let i = 0; i < 10; i++) first.push(s.hit(`k${i % 3}`, 60_000, 1));
+      await new Promise((resolve) => setImmediate(resolve));
+    }
+    expect(await Promise.all(first)).toHaveLength(200);
+    const id = await storeClientId(redis);
+    await Promise.all(Array.from({ length: 200 }, (_, i) => s.hit(`k${i % 3}`, 60_000, 1)));
+    expect(await storeClientId(redis)).toBe(id);
+  });
+
   it('sends EVAL after a script flush, once, then EVALSHA again', async () => {
     const redis = await server();
     const s = store(redis.url);
