@@ -59,13 +59,12 @@ impl Store {
     pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Hit>> {
         let timeout = Error::Timeout(self.timeout.as_millis() as u64);
         let deadline = Instant::now() + self.timeout;
-        let connected = timeout_at(deadline, self.link.connection()).await;
-        let (conn, generation) = match connected {
+        let (conn, generation) = match timeout_at(deadline, self.link.connection()).await {
             Ok(Ok(connected)) => connected,
-            Ok(Err(e)) => return self.each(queries, |_| Err(e.clone())),
-            Err(_) => return self.each(queries, |_| Err(timeout.clone())),
+            Ok(Err(e)) => return self.answer(queries, queries.iter().map(|_| Err(e.clone()))),
+            Err(_) => return self.answer(queries, queries.iter().map(|_| Err(timeout.clone()))),
         };
-        let answers = self.send(conn, queries, deadline).await;
+        let answers = send(conn, queries, deadline).await;
         let timeouts = answers
             .iter()
             .filter(|a| matches!(a, Answer::TimedOut))
@@ -77,60 +76,31 @@ impl Store {
         } else {
             self.link.answered();
         }
-        let mut answers = answers.into_iter();
-        self.each(queries, |_| match answers.next() {
-            Some(Answer::Value(value)) => outcome(value),
-            Some(Answer::Failed(e)) => Err(classify(&e, Stage::Sent)),
-            Some(Answer::TimedOut) => Err(timeout.clone()),
-            None => Err(Error::Internal("a hit got no answer")),
-        })
+        let results = answers.into_iter().map(|answer| match answer {
+            Answer::Value(value) => outcome(value),
+            Answer::Failed(e) => Err(classify(&e, Stage::Sent)),
+            Answer::TimedOut => Err(timeout.clone()),
+        });
+        self.answer(queries, results)
     }
 
-    /// Each query's result, its error text cleaned of the query's key and the credentials.
-    fn each(
+    /// The results, each error's text cleaned of its query's key and of the credentials.
+    fn answer(
         &self,
         queries: &[Query<'_>],
-        mut f: impl FnMut(&Query) -> Result<Hit>,
+        results: impl Iterator<Item = Result<Hit>>,
     ) -> Vec<Result<Hit>> {
         queries
             .iter()
-            .map(|query| {
-                f(query).map_err(|e| {
+            .zip(results)
+            .map(|(query, result)| {
+                result.map_err(|e| {
                     let mut secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
                     secrets.push(query.key);
                     e.redacted(&secrets)
                 })
             })
             .collect()
-    }
-
-    /// Sends the hits as EVALSHA, then those that met NOSCRIPT as EVAL.
-    async fn send(
-        &self,
-        mut conn: MultiplexedConnection,
-        queries: &[Query<'_>],
-        deadline: Instant,
-    ) -> Vec<Answer> {
-        let all: Vec<usize> = (0..queries.len()).collect();
-        let mut answers = pipeline(&mut conn, "EVALSHA", sha(), queries, &all, deadline).await;
-        let missing: Vec<usize> = (0..answers.len())
-            .filter(|&i| matches!(&answers[i], Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
-            .collect();
-        if !missing.is_empty() {
-            let retried = pipeline(
-                &mut conn,
-                "EVAL",
-                window::SCRIPT,
-                queries,
-                &missing,
-                deadline,
-            )
-            .await;
-            for (i, answer) in missing.into_iter().zip(retried) {
-                answers[i] = answer;
-            }
-        }
-        answers
     }
 
     /// Ends the connection; later hits reject with [`Error::Closed`].
@@ -144,6 +114,28 @@ enum Answer {
     Value(Value),
     Failed(redis::RedisError),
     TimedOut,
+}
+
+/// Sends the hits as EVALSHA, then those that met NOSCRIPT as EVAL: one
+/// answer per query, in order.
+async fn send(
+    mut conn: MultiplexedConnection,
+    queries: &[Query<'_>],
+    deadline: Instant,
+) -> Vec<Answer> {
+    let all: Vec<usize> = (0..queries.len()).collect();
+    let mut answers = pipeline(&mut conn, "EVALSHA", sha(), queries, &all, deadline).await;
+    let missing: Vec<usize> = (0..answers.len())
+        .filter(|&i| matches!(&answers[i], Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
+        .collect();
+    if !missing.is_empty() {
+        let script = window::SCRIPT;
+        let retried = pipeline(&mut conn, "EVAL", script, queries, &missing, deadline).await;
+        for (i, answer) in missing.into_iter().zip(retried) {
+            answers[i] = answer;
+        }
+    }
+    answers
 }
 
 /// Sends `command body 1 key windowMs amount` for the chosen queries as one
