@@ -59,6 +59,35 @@ pub unsafe fn number(
     }
 }
 
+/// Reads a string into a buffer the way `napi_get_value_string_utf8/16` do.
+type Read<T> =
+    unsafe fn(sys::napi_env, sys::napi_value, *mut T, usize, *mut usize) -> sys::napi_status;
+
+/// Calls `f` with the string as read by `read`, without a heap allocation
+/// for strings that fit in `STACK` units with `margin` to spare (a read that
+/// fills the buffer may have been cut short).
+unsafe fn with_string<T: Copy + Default, const STACK: usize, R>(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &'static str,
+    read: Read<T>,
+    margin: usize,
+    f: impl FnOnce(&[T]) -> R,
+) -> Result<R, Error> {
+    let mut stack = [T::default(); STACK];
+    let mut len = 0;
+    if read(env, value, stack.as_mut_ptr(), STACK, &mut len) != sys::Status::napi_ok {
+        return Err(Error::InvalidType(what));
+    }
+    if len + margin < STACK {
+        return Ok(f(&stack[..len]));
+    }
+    check(read(env, value, ptr::null_mut(), 0, &mut len))?;
+    let mut heap = vec![T::default(); len + 1];
+    check(read(env, value, heap.as_mut_ptr(), len + 1, &mut len))?;
+    Ok(f(&heap[..len]))
+}
+
 /// Calls `f` with the string's UTF-16 units, without a heap allocation for
 /// keys of ordinary length. UTF-16 is how V8 holds strings: no transcoding.
 pub unsafe fn with_utf16<R>(
@@ -67,32 +96,16 @@ pub unsafe fn with_utf16<R>(
     what: &'static str,
     f: impl FnOnce(&[u16]) -> R,
 ) -> Result<R, Error> {
-    let mut stack = [0u16; STACK_KEY];
-    let mut len = 0;
-    if sys::napi_get_value_string_utf16(env, value, stack.as_mut_ptr(), STACK_KEY, &mut len)
-        != sys::Status::napi_ok
-    {
-        return Err(Error::InvalidType(what));
+    unsafe fn read(
+        e: sys::napi_env,
+        v: sys::napi_value,
+        b: *mut u16,
+        n: usize,
+        l: *mut usize,
+    ) -> sys::napi_status {
+        sys::napi_get_value_string_utf16(e, v, b, n, l)
     }
-    if len < STACK_KEY - 1 {
-        return Ok(f(&stack[..len]));
-    }
-    check(sys::napi_get_value_string_utf16(
-        env,
-        value,
-        ptr::null_mut(),
-        0,
-        &mut len,
-    ))?;
-    let mut heap = vec![0u16; len + 1];
-    check(sys::napi_get_value_string_utf16(
-        env,
-        value,
-        heap.as_mut_ptr(),
-        len + 1,
-        &mut len,
-    ))?;
-    Ok(f(&heap[..len]))
+    with_string::<u16, STACK_KEY, R>(env, value, what, read, 1, f)
 }
 
 pub unsafe fn string(
@@ -129,34 +142,17 @@ pub unsafe fn with_utf8<R>(
     what: &'static str,
     f: impl FnOnce(&[u8]) -> R,
 ) -> Result<R, Error> {
-    const STACK: usize = 3 * STACK_KEY;
-    let mut stack = [0u8; STACK];
-    let mut len = 0;
-    if sys::napi_get_value_string_utf8(env, value, stack.as_mut_ptr().cast(), STACK, &mut len)
-        != sys::Status::napi_ok
-    {
-        return Err(Error::InvalidType(what));
+    unsafe fn read(
+        e: sys::napi_env,
+        v: sys::napi_value,
+        b: *mut u8,
+        n: usize,
+        l: *mut usize,
+    ) -> sys::napi_status {
+        sys::napi_get_value_string_utf8(e, v, b.cast(), n, l)
     }
-    // A result that filled the buffer may have been cut short: measure it.
-    if len < STACK - 4 {
-        return Ok(f(&stack[..len]));
-    }
-    check(sys::napi_get_value_string_utf8(
-        env,
-        value,
-        ptr::null_mut(),
-        0,
-        &mut len,
-    ))?;
-    let mut heap = vec![0u8; len + 1];
-    check(sys::napi_get_value_string_utf8(
-        env,
-        value,
-        heap.as_mut_ptr().cast(),
-        len + 1,
-        &mut len,
-    ))?;
-    Ok(f(&heap[..len]))
+    // A UTF-8 character takes up to 4 bytes: a cut one leaves up to 3 free.
+    with_string::<u8, { 3 * STACK_KEY }, R>(env, value, what, read, 4, f)
 }
 
 pub unsafe fn double(env: sys::napi_env, n: f64) -> Result<sys::napi_value, Error> {

@@ -232,26 +232,30 @@ unsafe extern "C" fn send(env: sys::napi_env, info: sys::napi_callback_info) -> 
 
 /// `ref()`: a hit is in flight; keep the process and the callback alive.
 unsafe extern "C" fn hold(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    raw::guard(env, || {
-        let (_, data) = raw::args::<0>(env, info)?;
-        let bound = &*data.cast::<Bound>();
-        raw::check(sys::napi_ref_threadsafe_function(env, bound.tsfn))?;
-        raw::check(sys::napi_reference_ref(env, bound.settle, ptr::null_mut()))?;
-        raw::undefined(env)
-    })
+    set_held(env, info, true)
 }
 
 /// `unref()`: no hit is in flight any more.
 unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    set_held(env, info, false)
+}
+
+unsafe fn set_held(
+    env: sys::napi_env,
+    info: sys::napi_callback_info,
+    held: bool,
+) -> sys::napi_value {
     raw::guard(env, || {
         let (_, data) = raw::args::<0>(env, info)?;
         let bound = &*data.cast::<Bound>();
-        raw::check(sys::napi_unref_threadsafe_function(env, bound.tsfn))?;
-        raw::check(sys::napi_reference_unref(
-            env,
-            bound.settle,
-            ptr::null_mut(),
-        ))?;
+        let (tsfn, settle) = (bound.tsfn, bound.settle);
+        if held {
+            raw::check(sys::napi_ref_threadsafe_function(env, tsfn))?;
+            raw::check(sys::napi_reference_ref(env, settle, ptr::null_mut()))?;
+        } else {
+            raw::check(sys::napi_unref_threadsafe_function(env, tsfn))?;
+            raw::check(sys::napi_reference_unref(env, settle, ptr::null_mut()))?;
+        }
         raw::undefined(env)
     })
 }
