@@ -101,6 +101,9 @@ impl Batched {
     /// Resolves the settings against the environment that `env` reads, once.
     /// A settings error is kept: every hit rejects with it.
     pub fn open(&self, env: impl Fn(&str) -> Option<String>) {
+        if self.closed.load(Ordering::Relaxed) {
+            return; // Nothing to start for a store that is already closed.
+        }
         self.open.get_or_init(|| {
             let config = Config::resolve(&self.options, env)?;
             let store = Store::new(&config)?;
