@@ -50,6 +50,58 @@ export interface MemoryStore extends RateLimitStore {
  */
 export declare function memoryStore(options?: MemoryStoreOptions): MemoryStore;
 
+export interface RedisStoreOptions {
+  /**
+   * `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS) or `redis+unix:///path/to/socket[?db=N]`.
+   * Default: the `REDIS_URL` environment variable, then `KV_URL`, read on the first hit. An `https://`
+   * URL (such as Upstash's REST endpoint) is refused: use the database's `rediss://` endpoint.
+   */
+  url?: string;
+  /**
+   * The password (Upstash and Vercel call it a token). Default: the `REDIS_TOKEN` environment variable,
+   * else the password in the URL. Wins over a password in the URL.
+   */
+  token?: string;
+  /** Prepended to every key, so that apps can share one database. Default `'askdare:'`. */
+  prefix?: string;
+  /**
+   * Bound on one hit in milliseconds, connecting included; past it the hit rejects with `ERR_TIMEOUT`.
+   * A hit that timed out may or may not have counted. Default 2,000.
+   */
+  timeoutMs?: number;
+  /** TLS settings for `rediss://`. */
+  tls?: {
+    /** PEM certificate(s) to trust instead of the public roots: for a server with a private CA. */
+    ca?: string;
+  };
+}
+
+/** The store `redisStore()` returns. */
+export interface RedisStore extends RateLimitStore {
+  readonly shared: true;
+  /**
+   * Refuses later hits (they reject with `ERR_CLOSED`) and ends the connection. Resolves once the hits in
+   * flight have settled. An idle store never keeps the process alive, closed or not.
+   */
+  close(): Promise<void>;
+}
+
+/**
+ * Counters in Redis, shared by every instance of an app: one Lua script per hit, on one multiplexed
+ * connection per store, opened on the first hit. The environment is read on the first hit too, never at
+ * import or construction, so a build with no credentials succeeds.
+ *
+ * A store that cannot do a hit rejects with an `Error` whose `code` says why: `ERR_CONFIG` (no URL, or
+ * a bad one), `ERR_CONNECTION`, `ERR_TIMEOUT`, `ERR_AUTH`, `ERR_REDIS` (another server error),
+ * `ERR_CLOSED`; a count that would leave the safe-integer range rejects with a `RangeError`
+ * (`ERR_COUNT_RANGE`). A hit that was sent is never sent again: after `ERR_TIMEOUT` or `ERR_CONNECTION`
+ * it may or may not have counted. No message holds a key, the URL's password or the token.
+ *
+ * Options of the wrong type throw a `TypeError` here; everything that depends on the URL is checked on
+ * the first hit.
+ */
+export declare function redisStore(options?: RedisStoreOptions): RedisStore;
+
 export interface LimiterOptions {
   /** Where the counters are kept. */
   store: RateLimitStore;

@@ -1,6 +1,7 @@
 'use strict';
 
 const { memoryStore } = require('./lib/memory.js');
+const { redisStore } = require('./lib/redis.js');
 const { createLimiter } = require('./lib/limiter.js');
 
-module.exports = { memoryStore, createLimiter };
+module.exports = { memoryStore, redisStore, createLimiter };

@@ -96,7 +96,7 @@ function rows(entries, samples) {
   return entries.map((entry) => {
     const values = {};
     for (const [measure, list] of Object.entries(samples.get(entry.name) ?? {})) values[measure] = summary(list);
-    return { store: entry.name, peer: entry.peer, values, note: entry.missing };
+    return { store: entry.name, peer: entry.peer, values };
   });
 }
 
@@ -211,17 +211,16 @@ async function redis(size, notes) {
   const entries = [];
   try {
     for (const spec of redisStores) {
-      entries.push({ ...spec, store: spec.missing ? undefined : await spec.create(server.port) });
+      entries.push({ ...spec, store: await spec.create(server.port) });
     }
     const sha = await scriptLoad(server.port);
     notes.benchmarkCommand = benchmarkCommand(server.port, sha, size.benchmarkRequests).replace(/-p \d+/, '-p PORT');
-    const live = entries.filter((entry) => entry.store);
-    for (const { store } of live) await drive(store, size.redisHits[16], 16);
+    for (const { store } of entries) await drive(store, size.redisHits[16], 16);
     const samples = WIDTHS.map(() => collect(entries));
     const limit = [];
     for (let round = 0; round < size.redisRounds; round++) {
       for (const [w, width] of WIDTHS.entries()) {
-        for (const entry of rotated(live, round)) {
+        for (const entry of rotated(entries, round)) {
           const hits = size.redisHits[width];
           const latencies = new Float64Array(hits);
           gc();

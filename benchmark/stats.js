@@ -68,7 +68,7 @@ function table({ title, unit, higherIsBetter, ratioOf, columns, rows }) {
     for (const [i, column] of columns.entries()) {
       const value = row.values[column.name];
       if (value === undefined) {
-        cells.push(i === 0 && row.note ? row.note : '-');
+        cells.push('-');
         if (column.range) cells.push('');
         continue;
       }

@@ -1,9 +1,9 @@
 // examples/next-app as a user deploys it: the packed tarballs installed into a copy of the app,
 // `next build` with no Redis variables, then `next start` instances answering real requests.
-import { cpSync, rmSync, writeFileSync } from 'node:fs';
+import { cpSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it, type TestContext } from 'vitest';
-import { startRedis } from './redis-server.js';
+import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { startRedis } from '../__test__/support/redis.js';
 import {
   cleanEnv,
   exec,
@@ -23,7 +23,6 @@ const LIMIT = 3;
 const work = tempDir('next');
 const app = join(work, 'app');
 const next = join(app, 'node_modules', 'next', 'dist', 'bin', 'next');
-let hasRedisStore = false;
 
 beforeAll(async () => {
   const tarballs = await packTarballs(work);
@@ -32,13 +31,6 @@ beforeAll(async () => {
   cpSync(source, app, { recursive: true, filter: (path) => !skip.has(path) });
   // The app's lock pins next and react; the two tarballs come on top, as `npm install ratestore` would.
   await npmInstall(app, [tarballs.root, tarballs.platform]);
-  // TODO(redis): remove this guard (and hasRedisStore) when redisStore is in the package.
-  hasRedisStore =
-    (await run('node', ['-p', "typeof require('ratestore').redisStore"], { cwd: app })).trim() === 'function';
-  if (!hasRedisStore) {
-    console.warn('redisStore not in this build: app/api/redis is left out of the app and its tests are skipped');
-    rmSync(join(app, 'app', 'api', 'redis'), { recursive: true });
-  }
 }, 300_000);
 
 afterAll(async () => {
@@ -63,16 +55,11 @@ async function get(base: string, route: string, client: string) {
   return { status: response.status, headers: response.headers, body: await response.json() };
 }
 
-function requireRedisStore(context: TestContext): void {
-  // TODO(redis): remove with the guard above.
-  if (!hasRedisStore) context.skip('redisStore not in this build');
-}
-
 describe('examples/next-app', () => {
   it('builds with no Redis variables set', async () => {
     const output = await run(process.execPath, [next, 'build'], { cwd: app, env: cleanEnv() });
     expect(output).toMatch(/ƒ \/api\/memory/);
-    if (hasRedisStore) expect(output).toMatch(/ƒ \/api\/redis/); // TODO(redis): always
+    expect(output).toMatch(/ƒ \/api\/redis/);
   }, 300_000);
 
   it('limits the memoryStore route: 200s with headers, then 429 with Retry-After, then 200s again', async () => {
@@ -101,8 +88,7 @@ describe('examples/next-app', () => {
     expect(again.body).toEqual({ store: 'memory', remaining: LIMIT - 1 });
   });
 
-  it('refuses on the redisStore route with 503 when no Redis URL is set, naming the variables', async (context) => {
-    requireRedisStore(context);
+  it('refuses on the redisStore route with 503 when no Redis URL is set, naming the variables', async () => {
     const { base, server } = await startNext({});
     const answer = await get(base, '/api/redis', '198.51.100.3');
     expect(answer.status).toBe(503);
@@ -110,9 +96,9 @@ describe('examples/next-app', () => {
     await server.waitFor(/REDIS_URL/, 5_000);
   });
 
-  it('shares the redisStore counters between two instances: exactly `limit` requests pass in total', async (context) => {
-    requireRedisStore(context);
+  it('shares the redisStore counters between two instances: exactly `limit` requests pass in total', async () => {
     const redis = await startRedis();
+    onTestFinished(() => redis.stop());
     const env = { REDIS_URL: redis.url, RATE_LIMIT: String(LIMIT), RATE_WINDOW_MS: '30000' };
     const instances = (await Promise.all([startNext(env), startNext(env)])).map(({ base }) => base);
     // Each instance loads the route and connects once, on a client of its own.

@@ -45,15 +45,21 @@ function invalidHit(key, windowMs, amount) {
   return undefined;
 }
 
-/** Checks an options object: undefined or a plain object with only known keys. */
-function checkOptions(factory, options, known) {
+/**
+ * Checks an options object (or a nested one, named by `path`): undefined or a
+ * plain object with only known keys.
+ */
+function checkOptions(factory, options, known, path = 'options') {
   if (options === undefined) return {};
   if (typeof options !== 'object' || options === null || Array.isArray(options)) {
-    throw typeError(`${factory}(options): options must be an object, got ${typeName(options)}`);
+    throw typeError(`${factory}(options): ${path} must be an object, got ${typeName(options)}`);
   }
+  const prefix = path === 'options' ? '' : `${path}.`;
   for (const name of Object.keys(options)) {
     if (!known.includes(name)) {
-      throw typeError(`${factory}(options): unknown option "${name}"; the options are ${known.join(', ')}`);
+      throw typeError(
+        `${factory}(options): unknown option "${prefix}${name}"; the options are ${known.map((k) => prefix + k).join(', ')}`,
+      );
     }
   }
   return options;

@@ -1,11 +1,12 @@
 //! ratestore: fixed-window rate-limit counters for Node.js.
 //!
-//! The core (`window`, `memory`, `errors`, `clock`) knows nothing of N-API;
+//! The core (`window`, `memory`, `redis`, `errors`, `clock`) knows nothing of N-API;
 //! `binding` is the thin layer that converts to and from JavaScript.
 
 pub mod clock;
 pub mod errors;
 pub mod memory;
+pub mod redis;
 pub mod window;
 
 // napi-derive registers nothing in test builds, so the binding is left out there.

@@ -1,5 +1,5 @@
 //! The fixed-window rules every store keeps. The memory table applies them to
-//! its slots; `window.lua` is their twin, run by Redis.
+//! its slots; [`SCRIPT`] (`window.lua`) is their twin, run by Redis.
 //!
 //! Time is in microseconds on the store's monotonic clock, so that "under 1 ms
 //! left" and "round resetMs up" are exact.
@@ -13,6 +13,10 @@ pub const MAX_SAFE: i64 = (1 << 53) - 1;
 pub const SHORT_WINDOW_MS: u64 = 60 * 60 * 1000;
 
 const US_PER_MS: u64 = 1000;
+
+/// These rules as a Lua script for Redis, which keeps time through PTTL.
+/// `tests/window_twin.rs` runs the same cases through both.
+pub const SCRIPT: &str = include_str!("window.lua");
 
 /// One open window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -50,12 +54,18 @@ pub struct Outcome {
     pub change: Change,
 }
 
+/// Whether `n` is a whole number from 1 to [`MAX_SAFE`].
+/// A cast and back tests for a whole number without a libm call (NaN casts to
+/// 0, ±inf saturates).
+pub fn is_positive_safe_integer(n: f64) -> bool {
+    let whole = n as u64;
+    (1..=MAX_SAFE as u64).contains(&whole) && whole as f64 == n
+}
+
 /// Checks the numbers of a hit. The JS face checks them first, with messages
-/// naming the argument; this keeps the core safe on its own. A cast and back
-/// tests for a whole number without a libm call (NaN casts to 0, ±inf saturates).
+/// naming the argument; this keeps the core safe on its own.
 pub fn check(window_ms: f64, amount: f64) -> Result<(u64, i64)> {
-    let window = window_ms as u64;
-    if !(1..=MAX_SAFE as u64).contains(&window) || window as f64 != window_ms {
+    if !is_positive_safe_integer(window_ms) {
         return Err(Error::InvalidRange(
             "windowMs must be a positive safe integer",
         ));
@@ -64,7 +74,7 @@ pub fn check(window_ms: f64, amount: f64) -> Result<(u64, i64)> {
     if !(-MAX_SAFE..=MAX_SAFE).contains(&count) || count as f64 != amount {
         return Err(Error::InvalidRange("amount must be a safe integer"));
     }
-    Ok((window, count))
+    Ok((window_ms as u64, count))
 }
 
 /// Applies one hit to the counter stored for a key (if any) at time `now`.

@@ -6,7 +6,6 @@
 //! is read or made for a number (see "What a hit costs" in the README).
 
 use std::cell::Cell;
-use std::ffi::c_void;
 use std::ptr;
 use std::sync::Arc;
 
@@ -28,40 +27,21 @@ struct Bound {
     io: *mut f64,
 }
 
-pub unsafe fn register(env: sys::napi_env, exports: sys::napi_value) -> napi::Result<()> {
-    let setup = || -> Result<(), Error> {
-        let mut data = ptr::null_mut();
-        let mut buffer = ptr::null_mut();
-        raw::check(sys::napi_create_arraybuffer(
-            env,
-            16,
-            &mut data,
-            &mut buffer,
-        ))?;
-        let mut array = ptr::null_mut();
-        raw::check(sys::napi_create_typedarray(
-            env,
-            sys::TypedarrayType::float64_array,
-            2,
-            buffer,
-            0,
-            &mut array,
-        ))?;
-        raw::check(sys::napi_set_named_property(
-            env,
-            exports,
-            c"hitIO".as_ptr(),
-            array,
-        ))?;
-        // Held for the life of this thread's environment: hit functions use it.
-        let mut reference = ptr::null_mut();
-        raw::check(sys::napi_create_reference(env, buffer, 1, &mut reference))?;
-        IO.with(|io| io.set(data.cast()));
-        raw::export(env, exports, "memoryStore", create, ptr::null_mut())?;
-        raw::export(env, exports, "noopHit", noop_hit, ptr::null_mut())?;
-        Ok(())
-    };
-    setup().map_err(|e| napi::Error::from_reason(e.to_string()))
+pub unsafe fn register(env: sys::napi_env, exports: sys::napi_value) -> Result<(), Error> {
+    let (array, data) = raw::float64_array(env, 2)?;
+    raw::check(sys::napi_set_named_property(
+        env,
+        exports,
+        c"hitIO".as_ptr(),
+        array,
+    ))?;
+    // Held for the life of this thread's environment: hit functions use it.
+    let mut reference = ptr::null_mut();
+    raw::check(sys::napi_create_reference(env, array, 1, &mut reference))?;
+    IO.with(|io| io.set(data));
+    raw::export(env, exports, "memoryStore", create, ptr::null_mut())?;
+    raw::export(env, exports, "noopHit", noop_hit, ptr::null_mut())?;
+    Ok(())
 }
 
 /// `memoryStore(maxKeys, name?)` → `{ hit, size }`, both bound to one table.
@@ -69,17 +49,12 @@ unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -
     raw::guard(env, || {
         let ([max_keys, name], _) = raw::args::<2>(env, info)?;
         let max_keys = raw::number(env, max_keys, "maxKeys must be a number")?;
-        if !(max_keys >= 1.0 && max_keys <= window::MAX_SAFE as f64 && max_keys.fract() == 0.0) {
+        if !window::is_positive_safe_integer(max_keys) {
             return Err(Error::InvalidRange(
                 "maxKeys must be a positive safe integer",
             ));
         }
-        let mut kind = sys::ValueType::napi_undefined;
-        raw::check(sys::napi_typeof(env, name, &mut kind))?;
-        let name = match kind {
-            sys::ValueType::napi_undefined => None,
-            _ => Some(raw::string(env, name, "name must be a string")?),
-        };
+        let name = raw::optional_string(env, name, "name must be a string")?;
         let table = memory::open(name.as_deref(), max_keys as usize)?;
         let mut store = ptr::null_mut();
         raw::check(sys::napi_create_object(env, &mut store))?;
@@ -89,8 +64,7 @@ unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -
     })
 }
 
-/// Adds `store[name]`, a function that owns a handle on the table until it is
-/// garbage-collected.
+/// Adds `store[name]`, a function that owns a handle on the table.
 unsafe fn bind(
     env: sys::napi_env,
     store: sys::napi_value,
@@ -98,29 +72,11 @@ unsafe fn bind(
     cb: raw::Callback,
     table: &Arc<Table>,
 ) -> Result<(), Error> {
-    let bound = Box::into_raw(Box::new(Bound {
+    let bound = Bound {
         table: Arc::clone(table),
         io: IO.with(Cell::get),
-    }));
-    let func = match raw::export(env, store, name, cb, bound.cast()) {
-        Ok(func) => func,
-        Err(e) => {
-            drop(Box::from_raw(bound));
-            return Err(e);
-        }
     };
-    raw::check(sys::napi_add_finalizer(
-        env,
-        func,
-        bound.cast(),
-        Some(unbind),
-        ptr::null_mut(),
-        ptr::null_mut(),
-    ))
-}
-
-unsafe extern "C" fn unbind(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    drop(Box::from_raw(data.cast::<Bound>()));
+    raw::export_owned(env, store, name, cb, bound)
 }
 
 /// `hit(key)` with `hitIO = [windowMs, amount]` → undefined, `hitIO = [count, resetMs]`.

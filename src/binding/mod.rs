@@ -2,6 +2,7 @@
 
 mod memory;
 mod raw;
+mod redis;
 
 use napi::bindgen_prelude::*;
 use napi_derive::napi;
@@ -9,5 +10,9 @@ use napi_derive::napi;
 #[napi(module_exports)]
 pub fn exports(exports: Object, env: Env) -> Result<()> {
     // SAFETY: called by napi-rs on the JS thread with this env's exports object.
-    unsafe { memory::register(env.raw(), exports.raw()) }
+    unsafe {
+        memory::register(env.raw(), exports.raw())
+            .and_then(|()| redis::register(env.raw(), exports.raw()))
+            .map_err(|e| Error::from_reason(e.to_string()))
+    }
 }

@@ -60,6 +60,37 @@ pub unsafe fn number(
     }
 }
 
+/// Reads a string into a buffer the way `napi_get_value_string_utf8/16` do.
+type Read<T> =
+    unsafe fn(sys::napi_env, sys::napi_value, *mut T, usize, *mut usize) -> sys::napi_status;
+
+/// Calls `f` with the string as read by `read`, without a heap allocation
+/// for strings that fit in `STACK` units with `margin` to spare (a read that
+/// fills the buffer may have been cut short).
+unsafe fn with_string<T: Copy + Default, const STACK: usize, R>(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &'static str,
+    read: Read<T>,
+    margin: usize,
+    f: impl FnOnce(&[T]) -> R,
+) -> Result<R, Error> {
+    // Left uninitialised: zeroing the buffer on every hit shows in a profile.
+    let mut stack = [MaybeUninit::<T>::uninit(); STACK];
+    let mut len = 0;
+    if read(env, value, stack.as_mut_ptr().cast(), STACK, &mut len) != sys::Status::napi_ok {
+        return Err(Error::InvalidType(what));
+    }
+    if len + margin < STACK {
+        // SAFETY: Node-API wrote the first `len` units.
+        return Ok(f(std::slice::from_raw_parts(stack.as_ptr().cast(), len)));
+    }
+    check(read(env, value, ptr::null_mut(), 0, &mut len))?;
+    let mut heap = vec![T::default(); len + 1];
+    check(read(env, value, heap.as_mut_ptr(), len + 1, &mut len))?;
+    Ok(f(&heap[..len]))
+}
+
 /// Calls `f` with the string's UTF-16 units, without a heap allocation for
 /// keys of ordinary length. UTF-16 is how V8 holds strings: no transcoding.
 pub unsafe fn with_utf16<R>(
@@ -68,34 +99,16 @@ pub unsafe fn with_utf16<R>(
     what: &'static str,
     f: impl FnOnce(&[u16]) -> R,
 ) -> Result<R, Error> {
-    // Left uninitialised: zeroing 1 KiB on every hit shows in a profile.
-    let mut stack = [MaybeUninit::<u16>::uninit(); STACK_KEY];
-    let mut len = 0;
-    if sys::napi_get_value_string_utf16(env, value, stack.as_mut_ptr().cast(), STACK_KEY, &mut len)
-        != sys::Status::napi_ok
-    {
-        return Err(Error::InvalidType(what));
+    unsafe fn read(
+        e: sys::napi_env,
+        v: sys::napi_value,
+        b: *mut u16,
+        n: usize,
+        l: *mut usize,
+    ) -> sys::napi_status {
+        sys::napi_get_value_string_utf16(e, v, b, n, l)
     }
-    if len < STACK_KEY - 1 {
-        // SAFETY: Node-API wrote the first `len` units.
-        return Ok(f(std::slice::from_raw_parts(stack.as_ptr().cast(), len)));
-    }
-    check(sys::napi_get_value_string_utf16(
-        env,
-        value,
-        ptr::null_mut(),
-        0,
-        &mut len,
-    ))?;
-    let mut heap = vec![0u16; len + 1];
-    check(sys::napi_get_value_string_utf16(
-        env,
-        value,
-        heap.as_mut_ptr(),
-        len + 1,
-        &mut len,
-    ))?;
-    Ok(f(&heap[..len]))
+    with_string::<u16, STACK_KEY, R>(env, value, what, read, 1, f)
 }
 
 pub unsafe fn string(
@@ -106,21 +119,92 @@ pub unsafe fn string(
     with_utf16(env, value, what, String::from_utf16_lossy)
 }
 
+pub unsafe fn is_undefined(env: sys::napi_env, value: sys::napi_value) -> Result<bool, Error> {
+    let mut kind = sys::ValueType::napi_undefined;
+    check(sys::napi_typeof(env, value, &mut kind))?;
+    Ok(kind == sys::ValueType::napi_undefined)
+}
+
+/// A string, or `None` for undefined.
+pub unsafe fn optional_string(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &'static str,
+) -> Result<Option<String>, Error> {
+    if is_undefined(env, value)? {
+        return Ok(None);
+    }
+    string(env, value, what).map(Some)
+}
+
+/// Calls `f` with the string as UTF-8 (lone surrogates become U+FFFD), without
+/// a heap allocation for strings of ordinary length.
+pub unsafe fn with_utf8<R>(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &'static str,
+    f: impl FnOnce(&[u8]) -> R,
+) -> Result<R, Error> {
+    unsafe fn read(
+        e: sys::napi_env,
+        v: sys::napi_value,
+        b: *mut u8,
+        n: usize,
+        l: *mut usize,
+    ) -> sys::napi_status {
+        sys::napi_get_value_string_utf8(e, v, b.cast(), n, l)
+    }
+    // A UTF-8 character takes up to 4 bytes: a cut one leaves up to 3 free.
+    with_string::<u8, { 3 * STACK_KEY }, R>(env, value, what, read, 4, f)
+}
+
 pub unsafe fn double(env: sys::napi_env, n: f64) -> Result<sys::napi_value, Error> {
     let mut value = ptr::null_mut();
     check(sys::napi_create_double(env, n, &mut value))?;
     Ok(value)
 }
 
-unsafe fn js_string(env: sys::napi_env, s: &str) -> sys::napi_value {
+pub unsafe fn undefined(env: sys::napi_env) -> Result<sys::napi_value, Error> {
+    let mut value = ptr::null_mut();
+    check(sys::napi_get_undefined(env, &mut value))?;
+    Ok(value)
+}
+
+/// A `Float64Array` of `len` numbers, and where its data lives. The caller
+/// keeps the data alive by holding a reference to the array.
+pub unsafe fn float64_array(
+    env: sys::napi_env,
+    len: usize,
+) -> Result<(sys::napi_value, *mut f64), Error> {
+    let mut data = ptr::null_mut();
+    let mut buffer = ptr::null_mut();
+    check(sys::napi_create_arraybuffer(
+        env,
+        len * 8,
+        &mut data,
+        &mut buffer,
+    ))?;
+    let mut array = ptr::null_mut();
+    check(sys::napi_create_typedarray(
+        env,
+        sys::TypedarrayType::float64_array,
+        len,
+        buffer,
+        0,
+        &mut array,
+    ))?;
+    Ok((array, data.cast()))
+}
+
+pub unsafe fn js_string(env: sys::napi_env, s: &str) -> sys::napi_value {
     let mut value = ptr::null_mut();
     sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value);
     value
 }
 
-/// Throws the JS error for `err`: its class, `code` and message. The one
-/// place a core error becomes a JavaScript one on the synchronous path.
-pub unsafe fn throw(env: sys::napi_env, err: &Error) {
+/// The JS error for `err`: its class, `code` and message. The one place a
+/// core error becomes a JavaScript one.
+pub unsafe fn error(env: sys::napi_env, err: &Error) -> sys::napi_value {
     let code = js_string(env, err.code());
     let message = js_string(env, &format!("ratestore: {err}"));
     let mut error = ptr::null_mut();
@@ -129,7 +213,12 @@ pub unsafe fn throw(env: sys::napi_env, err: &Error) {
         JsClass::TypeError => sys::napi_create_type_error(env, code, message, &mut error),
         JsClass::RangeError => sys::napi_create_range_error(env, code, message, &mut error),
     };
-    sys::napi_throw(env, error);
+    error
+}
+
+/// Throws the JS error for `err`.
+pub unsafe fn throw(env: sys::napi_env, err: &Error) {
+    sys::napi_throw(env, error(env, err));
 }
 
 /// Runs a callback's body, turning an error or a panic into a thrown JS error:
@@ -145,6 +234,36 @@ pub unsafe fn guard(
     };
     throw(env, &err);
     ptr::null_mut()
+}
+
+/// Sets `target[name]` to a native function that owns `data` until the
+/// function is garbage-collected.
+pub unsafe fn export_owned<T>(
+    env: sys::napi_env,
+    target: sys::napi_value,
+    name: &str,
+    cb: Callback,
+    data: T,
+) -> Result<(), Error> {
+    unsafe extern "C" fn drop_data<T>(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
+        drop(Box::from_raw(data.cast::<T>()));
+    }
+    let data = Box::into_raw(Box::new(data));
+    let func = match export(env, target, name, cb, data.cast()) {
+        Ok(func) => func,
+        Err(e) => {
+            drop(Box::from_raw(data));
+            return Err(e);
+        }
+    };
+    check(sys::napi_add_finalizer(
+        env,
+        func,
+        data.cast(),
+        Some(drop_data::<T>),
+        ptr::null_mut(),
+        ptr::null_mut(),
+    ))
 }
 
 /// Sets `exports[name]` to a native function with `data` as its data.

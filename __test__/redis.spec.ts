@@ -1,0 +1,253 @@
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redisStore, type RedisStoreOptions } from '../index.js';
+import { rateLimitStoreContract } from './contract.js';
+import { limiterSuite } from './limiter-suite.js';
+import { errorText, plainRedis, runFixture } from './support/redis.js';
+
+let server: Awaited<ReturnType<typeof plainRedis>>;
+beforeAll(async () => {
+  server = await plainRedis();
+});
+afterAll(() => server?.stop());
+
+const prefix = `test:${randomUUID()}:`;
+const make = (options: RedisStoreOptions = {}) => redisStore({ url: server.url, prefix, timeoutMs: 5_000, ...options });
+
+rateLimitStoreContract('redisStore', () => make());
+limiterSuite('redisStore', () => make());
+
+const KEY_MARKER = '203.0.113.77-key-marker';
+const TOKEN_MARKER = 'token-marker-5f1c';
+const PASSWORD_MARKER = 'password-marker-9d2e';
+
+/** The error a hit rejects with; every one must be free of keys and credentials. */
+async function rejection(pending: Promise<unknown>): Promise<Error & { code: string }> {
+  const error = await pending.then(
+    () => {
+      throw new Error('the hit resolved; it should have rejected');
+    },
+    (e: unknown) => e,
+  );
+  const text = errorText(error);
+  for (const secret of [KEY_MARKER, TOKEN_MARKER, PASSWORD_MARKER]) expect(text).not.toContain(secret);
+  return error as Error & { code: string };
+}
+
+/** Runs `fn` with only the given Redis variables in process.env, restoring them after. */
+async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
+  const names = ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN'];
+  const saved = names.map((name) => process.env[name]);
+  for (const name of names) delete process.env[name];
+  Object.assign(process.env, vars);
+  try {
+    return await fn();
+  } finally {
+    names.forEach((name, i) => (saved[i] === undefined ? delete process.env[name] : (process.env[name] = saved[i])));
+  }
+}
+
+// The JS reference store's algorithm (seeds/000): INCRBY, then PTTL, PEXPIRE only when there is no TTL.
+const REFERENCE = `local count = redis.call('INCRBY', KEYS[1], ARGV[2])
+local ttl = redis.call('PTTL', KEYS[1])
+if ttl < 0 then redis.call('PEXPIRE', KEYS[1], ARGV[1]); ttl = tonumber(ARGV[1]) end
+return { count, ttl }`;
+
+async function referenceHit(
+  key: string,
+  windowMs: number,
+  amount: number,
+): Promise<{ count: number; resetMs: number }> {
+  const [count, resetMs] = (await server.cli('EVAL', REFERENCE, '1', prefix + key, String(windowMs), String(amount)))
+    .split('\n')
+    .map(Number);
+  return { count, resetMs };
+}
+
+describe('redisStore', () => {
+  it('is shared', () => {
+    expect(make().shared).toBe(true);
+  });
+
+  it('checks the types of its options when it is made, and nothing that depends on the URL', () => {
+    const create = redisStore as (options?: unknown) => unknown;
+    for (const options of [
+      'redis://x',
+      null,
+      { url: 5 },
+      { token: {} },
+      { prefix: 1 },
+      { timeoutMs: '100' },
+      { tls: 'ca' },
+      { tls: { ca: 1 } },
+    ]) {
+      expect(() => create(options), JSON.stringify(options)).toThrow(TypeError);
+    }
+    expect(() => create({ timeout: 5 })).toThrow(/unknown option "timeout"/);
+    expect(() => create({ tls: { cert: 'x' } })).toThrow(/unknown option "tls.cert"/);
+    for (const timeoutMs of [0, -1, 1.5, NaN, 2 ** 53]) expect(() => create({ timeoutMs })).toThrow(RangeError);
+    for (const url of ['https://example.upstash.io', 'not a url', 'redis://:x@host/nodb']) {
+      expect(() => create({ url })).not.toThrow();
+    }
+  });
+
+  it('reads its environment on the first hit, not when it is made', async () => {
+    const store = await withEnv({}, async () => redisStore({ prefix }));
+    await withEnv({ REDIS_URL: server.url }, async () => {
+      expect((await store.hit('env', 60_000, 2)).count).toBe(2);
+    });
+    await withEnv({ KV_URL: server.url }, async () => {
+      expect((await redisStore({ prefix }).hit('env', 60_000, 1)).count).toBe(3);
+    });
+  });
+
+  it('rejects the first hit without a URL, naming the variables it looked for', async () => {
+    const error = await withEnv({}, () => rejection(redisStore().hit(KEY_MARKER, 1000, 1)));
+    expect(error.code).toBe('ERR_CONFIG');
+    expect(error.message).toMatch(/REDIS_URL or KV_URL/);
+    // Every later hit rejects the same way; the store reads its environment once.
+    const store = redisStore();
+    await withEnv({}, () => rejection(store.hit('a', 1000, 1)));
+    await withEnv({ REDIS_URL: server.url }, async () => {
+      expect((await rejection(store.hit('a', 1000, 1))).code).toBe('ERR_CONFIG');
+    });
+  });
+
+  it('rejects an https:// URL, saying to use the rediss:// endpoint and its password', async () => {
+    const url = `https://default:${PASSWORD_MARKER}@eu1-fine-cat.upstash.io`;
+    const error = await withEnv({ REDIS_URL: url, REDIS_TOKEN: TOKEN_MARKER }, () =>
+      rejection(redisStore().hit(KEY_MARKER, 1000, 1)),
+    );
+    expect(error.code).toBe('ERR_CONFIG');
+    expect(error.message).toMatch(/REDIS_URL is an HTTP\(S\) URL/);
+    expect(error.message).toMatch(/rediss:\/\//);
+    expect(error.message).toMatch(/password/);
+    expect(error.message).not.toMatch(/upstash\.io/);
+  });
+
+  it('rejects URLs it cannot use on the first hit, naming where they came from but never showing them', async () => {
+    for (const url of [PASSWORD_MARKER, `${PASSWORD_MARKER}:x`, `redis://:${PASSWORD_MARKER}@host/x`]) {
+      const error = await rejection(redisStore({ url }).hit(KEY_MARKER, 1000, 1));
+      expect(error.code).toBe('ERR_CONFIG');
+      expect(error.message).toMatch(/^ratestore: redisStore: the url option/);
+    }
+    const error = await rejection(redisStore({ url: server.url, tls: { ca: 'not a certificate' } }).hit('k', 1000, 1));
+    expect(error.code).toBe('ERR_CONFIG');
+  });
+
+  it('keeps the data layout of the JS reference store, so either can take over the counters', async () => {
+    const store = make();
+    const key = `layout:${randomUUID()}`;
+    expect(await referenceHit(key, 60_000, 3)).toEqual({ count: 3, resetMs: 60_000 });
+    const hit = await store.hit(key, 60_000, 2);
+    expect(hit.count).toBe(5);
+    expect(hit.resetMs).toBeGreaterThan(59_000);
+    expect(hit.resetMs).toBeLessThanOrEqual(60_000);
+    expect((await referenceHit(key, 60_000, 1)).count).toBe(6);
+    expect((await store.hit(key, 60_000, 0)).count).toBe(6);
+
+    const other = `layout:${randomUUID()}`;
+    expect(await store.hit(other, 5_000, 4)).toEqual({ count: 4, resetMs: 5_000 });
+    expect(await server.cli('GET', prefix + other)).toBe('4');
+    const ttl = Number(await server.cli('PTTL', prefix + other));
+    expect(ttl).toBeGreaterThan(4_000);
+    expect(ttl).toBeLessThanOrEqual(5_000);
+    const referenced = await referenceHit(other, 60_000, 1);
+    expect(referenced.count).toBe(5);
+    expect(referenced.resetMs).toBeLessThanOrEqual(5_000);
+  });
+
+  it('starts a new window on a counter left without a TTL, and never overwrites other data', async () => {
+    const store = make();
+    const key = `no-ttl:${randomUUID()}`;
+    await server.cli('SET', prefix + key, '7');
+    expect(await store.hit(key, 1_000, 0)).toEqual({ count: 0, resetMs: 1_000 });
+    expect(await store.hit(key, 1_000, 2)).toEqual({ count: 2, resetMs: 1_000 });
+    expect(Number(await server.cli('PTTL', prefix + key))).toBeGreaterThan(0);
+
+    const text = `text:${KEY_MARKER}`;
+    await server.cli('SET', prefix + text, 'not a number');
+    const notCounter = await rejection(store.hit(text, 1_000, 1));
+    expect(notCounter.code).toBe('ERR_REDIS');
+    expect(notCounter.message).toMatch(/NOTCOUNTER/);
+    expect(await server.cli('GET', prefix + text)).toBe('not a number');
+
+    const hash = `hash:${KEY_MARKER}`;
+    await server.cli('HSET', prefix + hash, 'field', '1');
+    const wrongType = await rejection(store.hit(hash, 1_000, 1));
+    expect(wrongType.code).toBe('ERR_REDIS');
+    expect(wrongType.message).toMatch(/WRONGTYPE/);
+    expect(await server.cli('TYPE', prefix + hash)).toBe('hash');
+  });
+
+  it('refuses a count past the safe-integer range with ERR_COUNT_RANGE, changing nothing', async () => {
+    const store = make();
+    const key = `range:${KEY_MARKER}`;
+    await store.hit(key, 60_000, -Number.MAX_SAFE_INTEGER);
+    const error = await rejection(store.hit(key, 60_000, -1));
+    expect(error).toBeInstanceOf(RangeError);
+    expect(error.code).toBe('ERR_COUNT_RANGE');
+    expect((await store.hit(key, 60_000, 0)).count).toBe(-Number.MAX_SAFE_INTEGER);
+    // A count the reference store let past the range is refused rather than rounded.
+    await server.cli('SET', prefix + 'huge', '9007199254740993', 'PX', '60000');
+    expect((await rejection(store.hit('huge', 60_000, 0))).code).toBe('ERR_COUNT_RANGE');
+  });
+
+  it('keeps keys under its prefix, and stores with other prefixes apart', async () => {
+    const key = `prefix:${randomUUID()}`;
+    await make().hit(key, 60_000, 3);
+    expect(await server.cli('GET', prefix + key)).toBe('3');
+    expect((await make({ prefix: `${prefix}other:` }).hit(key, 60_000, 1)).count).toBe(1);
+  });
+
+  it('closes: later hits reject with ERR_CLOSED, hits in flight still settle', async () => {
+    const store = make();
+    const key = `close:${randomUUID()}`;
+    const inFlight = Array.from({ length: 20 }, () => store.hit(key, 60_000, 1));
+    const closed = store.close();
+    expect((await rejection(store.hit(KEY_MARKER, 60_000, 1))).code).toBe('ERR_CLOSED');
+    expect((await Promise.all(inFlight)).map((h) => h.count).sort((a, b) => a - b)).toEqual(
+      Array.from({ length: 20 }, (_, i) => i + 1),
+    );
+    await closed;
+    expect((await rejection(store.hit(key, 60_000, 1))).code).toBe('ERR_CLOSED');
+    expect(await server.cli('GET', prefix + key)).toBe('20');
+    const never = redisStore({ url: 'redis://127.0.0.1:1' });
+    await never.close();
+    expect((await rejection(never.hit('k', 1000, 1))).code).toBe('ERR_CLOSED');
+  });
+
+  it('answers many concurrent hits on many keys exactly', async () => {
+    const store = make();
+    const run = randomUUID();
+    const hits = await Promise.all(
+      Array.from({ length: 2_000 }, (_, i) => store.hit(`many:${run}:${i % 10}`, 60_000, 1)),
+    );
+    const counts = new Map<number, number[]>();
+    hits.forEach((hit, i) => counts.set(i % 10, [...(counts.get(i % 10) ?? []), hit.count]));
+    for (const seen of counts.values()) {
+      expect(seen.sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
+    }
+  });
+
+  describe('lets a process exit by itself', () => {
+    const script = join(__dirname, 'fixtures', 'redis-exits.js');
+
+    it('when it made stores and set no variables', async () => {
+      expect(await runFixture(script, ['construct'])).toBe('made');
+    });
+
+    it('when a store that did hits is left idle, without close()', async () => {
+      expect(await runFixture(script, ['hits', server.url])).toBe('done');
+    });
+
+    it('after garbage collections between hits, each of which settles', async () => {
+      expect(await runFixture(script, ['gc', server.url], ['--expose-gc'])).toBe('counted 2');
+    });
+
+    it('only once a hit in flight has settled', async () => {
+      expect(await runFixture(script, ['in-flight', server.url])).toBe('settled 1');
+    });
+  });
+});

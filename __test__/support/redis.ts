@@ -1,0 +1,158 @@
+// Real redis-server processes for the redisStore suites: each suite starts
+// its own on a free loopback port and stops it by pid. REDIS_URL, when set,
+// replaces the server of the plain suites (never of the fault suites).
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { createServer } from 'node:net';
+
+const INSTALL =
+  'redis-server was not found on PATH. The redisStore tests run against a real Redis: install it with ' +
+  '`apt-get install redis-server` (Debian/Ubuntu) or `brew install redis` (macOS).';
+
+export interface RedisServer {
+  readonly port: number;
+  /** redis:// (or rediss:// with TLS) on 127.0.0.1, with the password if one is set. */
+  readonly url: string;
+  readonly pid: number;
+  /** Runs redis-cli against this server and answers its output, trimmed. */
+  cli(...args: string[]): Promise<string>;
+  signal(signal: NodeJS.Signals): void;
+  /** Starts the server again on the same port (after SIGKILL). */
+  restart(): Promise<void>;
+  stop(): Promise<void>;
+}
+
+export interface ServerOptions {
+  password?: string;
+  /** Serve TLS only, with these files (PEM). */
+  tls?: { cert: string; key: string; ca: string };
+}
+
+const running = new Set<ChildProcess>();
+process.on('exit', () => {
+  for (const child of running) child.kill('SIGKILL');
+});
+
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() =>
+        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
+      );
+    });
+  });
+}
+
+function launch(port: number, options: ServerOptions): Promise<ChildProcess> {
+  const args = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no'];
+  if (options.tls) {
+    args.push('--port', '0', '--tls-port', String(port));
+    args.push('--tls-cert-file', options.tls.cert, '--tls-key-file', options.tls.key);
+    args.push('--tls-ca-cert-file', options.tls.ca, '--tls-auth-clients', 'no');
+  } else {
+    args.push('--port', String(port));
+  }
+  if (options.password) args.push('--requirepass', options.password);
+  return new Promise((resolve, reject) => {
+    const child = spawn('redis-server', args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    let output = '';
+    const timer = setTimeout(() => fail(new Error(`redis-server did not start on port ${port}:\n${output}`)), 10_000);
+    function fail(error: Error) {
+      clearTimeout(timer);
+      child.kill('SIGKILL');
+      reject(error);
+    }
+    child.once('error', (error: NodeJS.ErrnoException) => fail(error.code === 'ENOENT' ? new Error(INSTALL) : error));
+    child.once('exit', (code) => fail(new Error(`redis-server exited (${code}) on port ${port}:\n${output}`)));
+    child.stdout!.on('data', (chunk: Buffer) => {
+      output += chunk;
+      if (output.includes('Ready to accept connections')) {
+        clearTimeout(timer);
+        child.removeAllListeners('exit');
+        child.stdout!.removeAllListeners('data');
+        child.stdout!.resume();
+        running.add(child);
+        child.once('exit', () => running.delete(child));
+        resolve(child);
+      }
+    });
+    child.stderr!.on('data', (chunk: Buffer) => (output += chunk));
+  });
+}
+
+function exited(child: ChildProcess): Promise<void> {
+  return child.exitCode !== null || child.signalCode !== null
+    ? Promise.resolve()
+    : new Promise((resolve) => child.once('exit', () => resolve()));
+}
+
+export async function startRedis(options: ServerOptions = {}): Promise<RedisServer> {
+  const port = await freePort();
+  let child = await launch(port, options);
+  const auth = options.password ? `:${encodeURIComponent(options.password)}@` : '';
+  const url = `${options.tls ? 'rediss' : 'redis'}://${auth}127.0.0.1:${port}`;
+  const tlsArgs = options.tls ? ['--tls', '--cacert', options.tls.ca] : [];
+  return {
+    port,
+    url,
+    get pid() {
+      return child.pid!;
+    },
+    cli: (...args) => redisCli([...tlsArgs, '-u', url, ...args]),
+    signal(signal) {
+      child.kill(signal);
+    },
+    async restart() {
+      await exited(child);
+      child = await launch(port, options);
+    },
+    async stop() {
+      child.kill('SIGCONT');
+      child.kill('SIGKILL');
+      await exited(child);
+    },
+  };
+}
+
+export function redisCli(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile('redis-cli', ['--no-auth-warning', ...args], { timeout: 10_000 }, (error, stdout, stderr) =>
+      error ? reject(new Error(`redis-cli failed: ${stderr || error.message}`)) : resolve(stdout.trim()),
+    );
+  });
+}
+
+/**
+ * The server for the plain suites: the one REDIS_URL names, or one of its own.
+ * The external one is never stopped.
+ */
+export async function plainRedis(): Promise<Pick<RedisServer, 'url' | 'cli' | 'stop'>> {
+  const external = process.env.REDIS_URL;
+  if (!external) return startRedis();
+  return { url: external, cli: (...args) => redisCli(['-u', external, ...args]), stop: async () => {} };
+}
+
+/** Every text an error carries: its message, its stack and each own property. */
+export function errorText(error: unknown): string {
+  if (!(error instanceof Error)) return String(error);
+  const parts = [error.message, String(error.stack)];
+  for (const name of Object.getOwnPropertyNames(error)) {
+    parts.push(name, String((error as unknown as Record<string, unknown>)[name]));
+  }
+  return parts.join('\n');
+}
+
+/** Runs a fixture script with no Redis variables in its environment; answers its output once it exits by itself. */
+export function runFixture(script: string, args: string[], nodeFlags: string[] = []): Promise<string> {
+  const env = { ...process.env };
+  for (const name of ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN']) delete env[name];
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [...nodeFlags, script, ...args], { env, timeout: 10_000 }, (error, stdout, stderr) =>
+      error
+        ? reject(new Error(`${script} ${args[0]} did not exit cleanly: ${error.message}\n${stderr}`))
+        : resolve(stdout.trim()),
+    );
+  });
+}

@@ -1,0 +1,111 @@
+'use strict';
+// redisStore: the JS face of the native Redis store. A hit is checked here,
+// queued to the native I/O thread by a synchronous call, and its promise is
+// settled when its batch of results comes back (see "How a hit travels" in the README).
+
+const native = require('./native.js');
+const { invalidHit, checkOptions, checkOption, rangeError } = require('./check.js');
+
+const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls'];
+
+class RedisStore {
+  #native;
+  #results;
+  // A hit in flight is known by a slot: the index of its promise's settle
+  // functions here. Slots are reused once settled, so ids stay small.
+  #resolvers = [];
+  #rejecters = [];
+  #freeSlots = [];
+  #inFlight = 0;
+  #opened = false;
+  /** close() promises waiting for the hits in flight. */
+  #drained = [];
+  /** Called with each batch of results. The native side holds it only weakly while idle, so it lives here. */
+  #onBatch = (n, errors) => this.#settle(n, errors);
+  // One executor for every hit's promise: it hands over the settle functions without a closure per hit.
+  #resolve;
+  #reject;
+  #capture = (resolve, reject) => {
+    this.#resolve = resolve;
+    this.#reject = reject;
+  };
+
+  constructor(options) {
+    const { url, token, prefix, timeoutMs, tls } = checkOptions('redisStore', options, OPTIONS);
+    checkOption('redisStore', 'url', url, 'string');
+    checkOption('redisStore', 'token', token, 'string');
+    checkOption('redisStore', 'prefix', prefix, 'string');
+    checkOption('redisStore', 'timeoutMs', timeoutMs, 'number');
+    const { ca } = checkOptions('redisStore', tls, ['ca'], 'tls');
+    checkOption('redisStore', 'tls.ca', ca, 'string');
+    if (timeoutMs !== undefined && !(timeoutMs >= 1 && Number.isSafeInteger(timeoutMs))) {
+      throw rangeError(`redisStore(options): timeoutMs must be a positive safe integer (ms), got ${timeoutMs}`);
+    }
+    this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, this.#onBatch);
+    this.#results = this.#native.results;
+  }
+
+  /** Always true: every instance that uses the same Redis sees the same counters. */
+  get shared() {
+    return true;
+  }
+
+  hit(key, windowMs, amount) {
+    const invalid = invalidHit(key, windowMs, amount);
+    if (invalid !== undefined) return Promise.reject(invalid);
+    const store = this.#native;
+    const slot = this.#freeSlots.length > 0 ? this.#freeSlots.pop() : this.#resolvers.length;
+    try {
+      if (!this.#opened) {
+        // The environment is read on the first hit, never at import or construction.
+        this.#opened = true;
+        store.open(process.env);
+      }
+      store.send(slot, key, windowMs, amount);
+    } catch (error) {
+      this.#freeSlots.push(slot);
+      return Promise.reject(error);
+    }
+    if (this.#inFlight++ === 0) store.ref();
+    const promise = new Promise(this.#capture);
+    this.#resolvers[slot] = this.#resolve;
+    this.#rejecters[slot] = this.#reject;
+    return promise;
+  }
+
+  /** Refuses later hits (ERR_CLOSED) and ends the connection; resolves once the hits in flight have settled. */
+  close() {
+    this.#native.close();
+    if (this.#inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#drained.push(resolve));
+  }
+
+  /** Takes the settle function of a slot and frees the slot. */
+  #take(settlers, slot) {
+    const settle = settlers[slot];
+    this.#resolvers[slot] = this.#rejecters[slot] = undefined;
+    this.#freeSlots.push(slot);
+    this.#inFlight--;
+    return settle;
+  }
+
+  #settle(n, errors) {
+    const results = this.#results;
+    for (let i = 0; i < 3 * n; i += 3) {
+      this.#take(this.#resolvers, results[i])({ count: results[i + 1], resetMs: results[i + 2] });
+    }
+    if (errors !== undefined) {
+      for (let i = 0; i < errors.length; i += 2) this.#take(this.#rejecters, errors[i])(errors[i + 1]);
+    }
+    if (this.#inFlight === 0) {
+      this.#native.unref();
+      for (const resolve of this.#drained.splice(0)) resolve();
+    }
+  }
+}
+
+function redisStore(options) {
+  return new RedisStore(options);
+}
+
+module.exports = { redisStore, RedisStore };
