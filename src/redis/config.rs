@@ -17,6 +17,8 @@ use crate::errors::{Error, Result};
 pub const URL_VARIABLES: [&str; 2] = ["REDIS_URL", "KV_URL"];
 /// Where the token is looked for when the `token` option is not set.
 pub const TOKEN_VARIABLE: &str = "REDIS_TOKEN";
+/// `1` (or `true`) when the `cluster` option is not set: the URL names Redis Cluster nodes.
+pub const CLUSTER_VARIABLE: &str = "REDIS_CLUSTER";
 pub const DEFAULT_PREFIX: &str = "askdare:";
 pub const DEFAULT_TIMEOUT_MS: u64 = 2_000;
 const DEFAULT_PORT: u16 = 6379;
@@ -30,6 +32,8 @@ pub struct Options {
     pub timeout_ms: Option<u64>,
     /// `tls.ca`: PEM certificates to trust for `rediss://` instead of the public roots.
     pub tls_ca: Option<String>,
+    /// The URL names seed nodes of a Redis Cluster (comma-separated).
+    pub cluster: Option<bool>,
 }
 
 impl Options {
@@ -58,6 +62,9 @@ pub struct Config {
     pub timeout_ms: u64,
     /// Certificates to trust instead of the public roots (`rediss://` only).
     pub tls_ca: Option<Vec<CertificateDer<'static>>>,
+    /// For a Redis Cluster, the seed nodes (`addr` is the first): where the
+    /// slot map is first asked for.
+    pub cluster: Option<Vec<Addr>>,
 }
 
 // Written by hand so that no debug print shows the password.
@@ -70,6 +77,7 @@ impl std::fmt::Debug for Config {
             .field("password", &self.password.as_ref().map(|_| "[redacted]"))
             .field("timeout_ms", &self.timeout_ms)
             .field("tls_ca", &self.tls_ca.is_some())
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -95,7 +103,14 @@ impl Config {
                     ))
                 })?,
         };
-        let mut config = parse_url(&url, &source)?;
+        let cluster = match options.cluster {
+            Some(cluster) => cluster,
+            None => env(CLUSTER_VARIABLE).map_or(Ok(false), |v| cluster_flag(&v))?,
+        };
+        let mut config = match cluster {
+            true => parse_cluster(&url, &source)?,
+            false => parse_single(&url, &source)?,
+        };
         config.timeout_ms = timeout_ms;
         if let Some(token) = options.token.clone().or_else(|| env(TOKEN_VARIABLE)) {
             config.password = Some(token);
@@ -118,6 +133,74 @@ impl Config {
             .map(|p| p.as_bytes().to_vec())
             .collect()
     }
+}
+
+fn cluster_flag(value: &str) -> Result<bool> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" => Ok(true),
+        "0" | "false" | "no" => Ok(false),
+        _ => Err(Error::Config(format!(
+            "{CLUSTER_VARIABLE} must be 1 (the URL names Redis Cluster nodes) or 0"
+        ))),
+    }
+}
+
+/// One URL; several comma-separated ones are refused with a hint at the
+/// cluster setting (a password may hold a comma, so only whole URLs count).
+fn parse_single(text: &str, source: &str) -> Result<Config> {
+    let parts: Vec<&str> = text.split(',').collect();
+    if parts.len() > 1 && parts.iter().all(|part| parse_url(part, source).is_ok()) {
+        return Err(Error::Config(format!(
+            "{source} holds several comma-separated URLs, which only a Redis Cluster takes: set the cluster \
+             option to true (or {CLUSTER_VARIABLE}=1)"
+        )));
+    }
+    parse_url(text, source)
+}
+
+/// Comma-separated seed nodes: redis:// or rediss:// alike, database 0 (the
+/// only one a cluster has), one set of credentials.
+fn parse_cluster(text: &str, source: &str) -> Result<Config> {
+    let bad = |what: &str| Error::Config(format!("{source}: {what}"));
+    let mut seeds = Vec::new();
+    let mut first: Option<Config> = None;
+    for part in text.split(',') {
+        let node = parse_url(part, source)?;
+        let tls = match &node.addr {
+            Addr::Tcp { tls, .. } => *tls,
+            Addr::Unix(_) => {
+                return Err(bad(
+                    "a Redis Cluster is reached over TCP: use redis:// or rediss:// URLs",
+                ))
+            }
+        };
+        if node.db != 0 {
+            return Err(bad(
+                "a Redis Cluster has only database 0; drop the /db from the URLs",
+            ));
+        }
+        seeds.push(node.addr.clone());
+        match &mut first {
+            None => first = Some(node),
+            Some(first) => {
+                if !matches!(first.addr, Addr::Tcp { tls: t, .. } if t == tls) {
+                    return Err(bad("the cluster URLs mix redis:// and rediss://"));
+                }
+                if node.password.is_some() || node.username.is_some() {
+                    if first.password.is_none() && first.username.is_none() {
+                        first.username = node.username;
+                        first.password = node.password;
+                    } else if (&first.username, &first.password) != (&node.username, &node.password)
+                    {
+                        return Err(bad("the cluster URLs hold different credentials; every node takes the same"));
+                    }
+                }
+            }
+        }
+    }
+    let mut config = first.ok_or_else(|| bad("no URL"))?;
+    config.cluster = Some(seeds);
+    Ok(config)
 }
 
 fn parse_url(text: &str, source: &str) -> Result<Config> {
@@ -186,6 +269,7 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
         password,
         timeout_ms: DEFAULT_TIMEOUT_MS,
         tls_ca: None,
+        cluster: None,
     })
 }
 
@@ -335,6 +419,90 @@ mod tests {
         assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// URL"));
         o.url = Some("rediss://h".into());
         assert!(config_error(Config::resolve(&o, env(&[]))).contains("PEM certificate"));
+    }
+
+    fn cluster(url: &str) -> Options {
+        Options {
+            cluster: Some(true),
+            ..self::url(url)
+        }
+    }
+
+    fn tcp(host: &str, port: u16) -> Addr {
+        Addr::Tcp {
+            host: host.into(),
+            port,
+            tls: false,
+        }
+    }
+
+    #[test]
+    fn cluster_seeds_from_the_option_or_the_environment() {
+        let c = Config::resolve(&cluster("redis://:pw@a:7000, redis://b:7001"), env(&[])).unwrap();
+        assert_eq!(c.cluster, Some(vec![tcp("a", 7000), tcp("b", 7001)]));
+        assert_eq!(
+            (c.addr, c.password.as_deref()),
+            (tcp("a", 7000), Some("pw"))
+        );
+        let e = env(&[
+            ("REDIS_URL", "redis://a:1,redis://:pw@b:2"),
+            ("REDIS_CLUSTER", "1"),
+        ]);
+        let c = Config::resolve(&Options::default(), e).unwrap();
+        assert_eq!(c.cluster.as_ref().map(Vec::len), Some(2));
+        assert_eq!(c.password.as_deref(), Some("pw"));
+        // One URL is a cluster of one seed; the option wins over the variable.
+        let c = Config::resolve(&cluster("redis://a"), env(&[])).unwrap();
+        assert_eq!(c.cluster, Some(vec![tcp("a", 6379)]));
+        let mut o = url("redis://a");
+        o.cluster = Some(false);
+        assert_eq!(
+            Config::resolve(&o, env(&[("REDIS_CLUSTER", "1")]))
+                .unwrap()
+                .cluster,
+            None
+        );
+    }
+
+    #[test]
+    fn several_urls_need_the_cluster_setting() {
+        let message = config_error(Config::resolve(
+            &url("redis://:hunter2@a,redis://b"),
+            env(&[]),
+        ));
+        assert!(
+            message.contains("set the cluster option to true (or REDIS_CLUSTER=1)"),
+            "{message}"
+        );
+        assert!(!message.contains("hunter2"), "{message}");
+        let e = env(&[("REDIS_URL", "redis://a,redis://b"), ("REDIS_CLUSTER", "0")]);
+        assert!(
+            config_error(Config::resolve(&Options::default(), e)).starts_with("REDIS_URL holds")
+        );
+        let e = env(&[("REDIS_URL", "redis://a"), ("REDIS_CLUSTER", "maybe")]);
+        assert!(config_error(Config::resolve(&Options::default(), e))
+            .contains("REDIS_CLUSTER must be 1"));
+        // A comma inside a password is not a second URL.
+        let c = Config::resolve(&url("redis://:a,b@h"), env(&[])).unwrap();
+        assert_eq!(c.password.as_deref(), Some("a,b"));
+    }
+
+    #[test]
+    fn cluster_urls_must_agree() {
+        for (text, expect) in [
+            ("redis://a,rediss://b", "mix redis:// and rediss://"),
+            ("redis://a/1", "only database 0"),
+            ("redis+unix:///tmp/s", "over TCP"),
+            (
+                "redis://:hunter2@a,redis://:other@b",
+                "different credentials",
+            ),
+            ("redis://a,,redis://b", "not a valid URL"),
+        ] {
+            let message = config_error(Config::resolve(&cluster(text), env(&[])));
+            assert!(message.contains(expect), "{text}: {message}");
+            assert!(!message.contains("hunter2"), "{text}: {message}");
+        }
     }
 
     #[test]
