@@ -6,7 +6,7 @@
 const native = require('./native.js');
 const { invalidHit, checkOptions, checkOption, rangeError } = require('./check.js');
 
-const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls'];
+const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster'];
 
 class RedisStore {
   #native;
@@ -31,17 +31,18 @@ class RedisStore {
   };
 
   constructor(options) {
-    const { url, token, prefix, timeoutMs, tls } = checkOptions('redisStore', options, OPTIONS);
+    const { url, token, prefix, timeoutMs, tls, cluster } = checkOptions('redisStore', options, OPTIONS);
     checkOption('redisStore', 'url', url, 'string');
     checkOption('redisStore', 'token', token, 'string');
     checkOption('redisStore', 'prefix', prefix, 'string');
     checkOption('redisStore', 'timeoutMs', timeoutMs, 'number');
+    checkOption('redisStore', 'cluster', cluster, 'boolean');
     const { ca } = checkOptions('redisStore', tls, ['ca'], 'tls');
     checkOption('redisStore', 'tls.ca', ca, 'string');
     if (timeoutMs !== undefined && !(timeoutMs >= 1 && Number.isSafeInteger(timeoutMs))) {
       throw rangeError(`redisStore(options): timeoutMs must be a positive safe integer (ms), got ${timeoutMs}`);
     }
-    this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, this.#onBatch);
+    this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, cluster, this.#onBatch);
     this.#results = this.#native.results;
   }
 

@@ -137,6 +137,22 @@ pub unsafe fn optional_string(
     string(env, value, what).map(Some)
 }
 
+/// A boolean, or `None` for undefined.
+pub unsafe fn optional_bool(
+    env: sys::napi_env,
+    value: sys::napi_value,
+    what: &'static str,
+) -> Result<Option<bool>, Error> {
+    if is_undefined(env, value)? {
+        return Ok(None);
+    }
+    let mut b = false;
+    match sys::napi_get_value_bool(env, value, &mut b) {
+        sys::Status::napi_ok => Ok(Some(b)),
+        _ => Err(Error::InvalidType(what)),
+    }
+}
+
 /// Calls `f` with the string as UTF-8 (lone surrogates become U+FFFD), without
 /// a heap allocation for strings of ordinary length.
 pub unsafe fn with_utf8<R>(

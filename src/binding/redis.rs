@@ -91,12 +91,12 @@ struct Bound {
     settle: sys::napi_ref,
 }
 
-/// `redisStore(url, token, prefix, timeoutMs, ca, settle)` →
+/// `redisStore(url, token, prefix, timeoutMs, ca, cluster, settle)` →
 /// `{ results, open, send, ref, unref, close }`. `settle(n, errors)` is
 /// called with `n` results in `results` and `errors` (or undefined).
 unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     raw::guard(env, || {
-        let ([url, token, prefix, timeout_ms, ca, settle], _) = raw::args::<6>(env, info)?;
+        let ([url, token, prefix, timeout_ms, ca, cluster, settle], _) = raw::args::<7>(env, info)?;
         let timeout_ms = match raw::is_undefined(env, timeout_ms)? {
             true => None,
             false => {
@@ -115,6 +115,7 @@ unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -
             prefix: raw::optional_string(env, prefix, "prefix must be a string")?,
             timeout_ms,
             tls_ca: raw::optional_string(env, ca, "tls.ca must be a string")?,
+            cluster: raw::optional_bool(env, cluster, "cluster must be a boolean")?,
         };
         let slot = Arc::new(Slot(Mutex::new(None)));
         let wake = Wake(Arc::clone(&slot));

@@ -116,6 +116,14 @@ impl Link {
         })
     }
 
+    /// The host name this link connects to (empty for a Unix socket).
+    pub fn host(&self) -> &str {
+        match &self.target {
+            Target::Tcp { host, .. } => host,
+            Target::Unix(_) => "",
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state stays consistent at every step, so a poisoned lock is still usable.
         self.state.lock().unwrap_or_else(|e| e.into_inner())

@@ -1,10 +1,12 @@
 //! redisStore: counters in Redis, shared by every instance of an app.
 //!
-//! `config` turns options and environment into a target, `link` keeps the
-//! one multiplexed connection, `store` runs a hit (the window script), and
-//! `batch` is the queue JavaScript drives, on the `runtime` thread.
+//! `config` turns options and environment into a target, `link` keeps one
+//! multiplexed connection (per node of a Redis Cluster, whose slot map
+//! `cluster` keeps), `store` runs a hit (the window script), and `batch` is
+//! the queue JavaScript drives, on the `runtime` thread.
 
 pub mod batch;
+mod cluster;
 pub mod config;
 mod link;
 mod runtime;

@@ -1,9 +1,10 @@
 //! Hits on Redis: the window script sent as EVALSHA, within timeoutMs
-//! (connecting included). Hits that arrive together go out as one pipeline:
-//! one write and one read for the lot, each still its own atomic script.
-//! After NOSCRIPT (the script cache was flushed; the script did not run) a
-//! hit is sent once more as EVAL: the one safe retry. Nothing else is ever
-//! sent again.
+//! (connecting included). Hits that arrive together go out as one pipeline
+//! per node: one write and one read for the lot, each still its own atomic
+//! script. After NOSCRIPT (that node's script cache lacks it; the script did
+//! not run) a hit is sent once more as EVAL, and in a cluster after MOVED or
+//! ASK (the script did not run either) to the node named: the only safe
+//! retries. Nothing else is ever sent again.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -12,6 +13,9 @@ use redis::aio::MultiplexedConnection;
 use redis::Value;
 use tokio::time::{timeout_at, Instant};
 
+use futures_util::future::join_all;
+
+use super::cluster::Cluster;
 use super::config::Config;
 use super::link::{classify, server_error, Link, Stage};
 use crate::errors::{Error, Result};
@@ -32,16 +36,30 @@ pub struct Hit {
     pub reset_ms: u64,
 }
 
+/// Where hits go: the one server, or each key's node in a Redis Cluster.
+enum Nodes {
+    Single(Arc<Link>),
+    Cluster(Arc<Cluster>),
+}
+
 pub struct Store {
-    link: Arc<Link>,
+    nodes: Nodes,
     timeout: Duration,
     secrets: Vec<Vec<u8>>,
 }
 
+/// Redirections one hit may follow (a slot that moves twice while a hit is
+/// under way is already rare).
+const MAX_REDIRECTS: usize = 5;
+
 impl Store {
     pub fn new(config: &Config) -> Result<Store> {
+        let nodes = match &config.cluster {
+            Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
+            None => Nodes::Single(Arc::new(Link::new(config)?)),
+        };
         Ok(Store {
-            link: Arc::new(Link::new(config)?),
+            nodes,
             timeout: Duration::from_millis(config.timeout_ms),
             secrets: config.secrets(),
         })
@@ -57,27 +75,18 @@ impl Store {
 
     /// Hits sent together, answered in order. Runs on the runtime.
     pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Hit>> {
-        let timeout = Error::Timeout(self.timeout.as_millis() as u64);
         let deadline = Instant::now() + self.timeout;
-        let (conn, generation) = match timeout_at(deadline, self.link.connection()).await {
-            Ok(Ok(connected)) => connected,
-            Ok(Err(e)) => return self.answer(queries, queries.iter().map(|_| Err(e.clone()))),
-            Err(_) => return self.answer(queries, queries.iter().map(|_| Err(timeout.clone()))),
+        let answers = match &self.nodes {
+            Nodes::Single(link) => {
+                let all: Vec<usize> = (0..queries.len()).collect();
+                on_node(link, queries, &all, false, deadline).await
+            }
+            Nodes::Cluster(cluster) => routed(cluster, queries, deadline).await,
         };
-        let answers = send(conn, queries, deadline).await;
-        let timeouts = answers
-            .iter()
-            .filter(|a| matches!(a, Answer::TimedOut))
-            .count();
-        if timeouts > 0 {
-            self.link.timed_out(generation, timeouts);
-        } else if answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
-            self.link.drop_connection(generation);
-        } else {
-            self.link.answered();
-        }
+        let timeout = Error::Timeout(self.timeout.as_millis() as u64);
         let results = answers.into_iter().map(|answer| match answer {
             Answer::Value(value) => outcome(value),
+            Answer::Refused(e) => Err(e),
             Answer::Failed(e) => Err(classify(&e, Stage::Sent)),
             Answer::TimedOut => Err(timeout.clone()),
         });
@@ -103,54 +112,201 @@ impl Store {
             .collect()
     }
 
-    /// Ends the connection; later hits reject with [`Error::Closed`].
+    /// Ends the connections; later hits reject with [`Error::Closed`].
     pub fn close(&self) {
-        self.link.close();
+        match &self.nodes {
+            Nodes::Single(link) => link.close(),
+            Nodes::Cluster(cluster) => cluster.close(),
+        }
     }
 }
 
-/// How one sent hit ended.
+/// How one hit ended.
 enum Answer {
     Value(Value),
+    /// Not sent: no connection (or the store is closed).
+    Refused(Error),
     Failed(redis::RedisError),
     TimedOut,
 }
 
-/// Sends the hits as EVALSHA, then those that met NOSCRIPT as EVAL: one
-/// answer per query, in order.
+impl Answer {
+    /// A MOVED or ASK answer: the script did not run; it belongs on this
+    /// node (`host:port`), and with ASK only for this once.
+    fn redirection(&self) -> Option<(&str, bool)> {
+        let Answer::Value(Value::ServerError(e)) = self else {
+            return None;
+        };
+        let asking = match e.code() {
+            "MOVED" => false,
+            "ASK" => true,
+            _ => return None,
+        };
+        Some((e.details()?.split(' ').nth(1)?, asking))
+    }
+
+    /// The answer says the node failed or no longer holds the slot.
+    fn node_trouble(&self) -> bool {
+        match self {
+            Answer::Value(Value::ServerError(e)) => matches!(
+                e.code(),
+                "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "LOADING"
+            ),
+            Answer::Value(_) => false,
+            Answer::Refused(e) => *e != Error::Closed,
+            Answer::Failed(_) | Answer::TimedOut => true,
+        }
+    }
+}
+
+/// Sends the chosen hits to one node within the deadline (connecting
+/// included), and tells its link how that went. One answer per chosen hit.
+async fn on_node(
+    link: &Arc<Link>,
+    queries: &[Query<'_>],
+    chosen: &[usize],
+    asking: bool,
+    deadline: Instant,
+) -> Vec<Answer> {
+    let (conn, generation) = match timeout_at(deadline, link.connection()).await {
+        Ok(Ok(connected)) => connected,
+        Ok(Err(e)) => return chosen.iter().map(|_| Answer::Refused(e.clone())).collect(),
+        Err(_) => return chosen.iter().map(|_| Answer::TimedOut).collect(),
+    };
+    let answers = send(conn, queries, chosen, asking, deadline).await;
+    let timeouts = answers
+        .iter()
+        .filter(|a| matches!(a, Answer::TimedOut))
+        .count();
+    if timeouts > 0 {
+        link.timed_out(generation, timeouts);
+    } else if answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
+        link.drop_connection(generation);
+    } else {
+        link.answered();
+    }
+    answers
+}
+
+/// Sends each hit to its slot's master and follows MOVED and ASK, whose
+/// script did not run; nothing else is sent again. Trouble with a node has
+/// the slot map asked for again, so hits find a promoted replica.
+async fn routed(cluster: &Arc<Cluster>, queries: &[Query<'_>], deadline: Instant) -> Vec<Answer> {
+    let all = |answer: &dyn Fn() -> Answer| queries.iter().map(|_| answer()).collect();
+    let links = match timeout_at(deadline, cluster.route(queries.iter().map(|q| q.key))).await {
+        Ok(Ok(links)) => links,
+        Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
+        Err(_) => return all(&|| Answer::TimedOut),
+    };
+    let mut answers: Vec<Option<Answer>> = queries.iter().map(|_| None).collect();
+    let mut pending: Vec<(usize, Arc<Link>, bool)> = links
+        .into_iter()
+        .enumerate()
+        .map(|(i, link)| (i, link, false))
+        .collect();
+    for redirects_left in (0..=MAX_REDIRECTS).rev() {
+        // One pipeline per node (and per ASK or not).
+        let mut groups: Vec<(Arc<Link>, bool, Vec<usize>)> = Vec::new();
+        for (i, link, asking) in pending.drain(..) {
+            match groups
+                .iter_mut()
+                .find(|(l, a, _)| Arc::ptr_eq(l, &link) && *a == asking)
+            {
+                Some((_, _, chosen)) => chosen.push(i),
+                None => groups.push((link, asking, vec![i])),
+            }
+        }
+        let sent = join_all(
+            groups
+                .iter()
+                .map(|(link, asking, chosen)| on_node(link, queries, chosen, *asking, deadline)),
+        )
+        .await;
+        for ((_, _, chosen), group) in groups.iter().zip(sent) {
+            for (&i, answer) in chosen.iter().zip(group) {
+                match answer.redirection() {
+                    Some((to, asking)) if redirects_left > 0 => {
+                        if !asking {
+                            cluster.stale();
+                        }
+                        match cluster.redirected(to) {
+                            Ok(link) => pending.push((i, link, asking)),
+                            Err(e) => answers[i] = Some(Answer::Refused(e)),
+                        }
+                    }
+                    _ => {
+                        if answer.node_trouble() {
+                            cluster.stale();
+                        }
+                        answers[i] = Some(answer);
+                    }
+                }
+            }
+        }
+        if pending.is_empty() {
+            break;
+        }
+    }
+    answers
+        .into_iter()
+        .map(|a| a.unwrap_or(Answer::Refused(Error::Internal("a hit got no answer"))))
+        .collect()
+}
+
+/// Sends the chosen hits as EVALSHA, then those that met NOSCRIPT as EVAL:
+/// one answer per chosen hit, in order.
 async fn send(
     mut conn: MultiplexedConnection,
     queries: &[Query<'_>],
+    chosen: &[usize],
+    asking: bool,
     deadline: Instant,
 ) -> Vec<Answer> {
-    let all: Vec<usize> = (0..queries.len()).collect();
-    let mut answers = pipeline(&mut conn, "EVALSHA", sha(), queries, &all, deadline).await;
-    let missing: Vec<usize> = (0..answers.len())
-        .filter(|&i| matches!(&answers[i], Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
-        .collect();
+    let mut answers = pipeline(
+        &mut conn,
+        "EVALSHA",
+        sha(),
+        queries,
+        chosen,
+        asking,
+        deadline,
+    )
+    .await;
+    let (missing, at): (Vec<usize>, Vec<usize>) = (0..answers.len())
+        .filter(|&j| matches!(&answers[j], Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
+        .map(|j| (chosen[j], j))
+        .unzip();
     if !missing.is_empty() {
         let script = window::SCRIPT;
-        let retried = pipeline(&mut conn, "EVAL", script, queries, &missing, deadline).await;
-        for (i, answer) in missing.into_iter().zip(retried) {
-            answers[i] = answer;
+        let retried = pipeline(
+            &mut conn, "EVAL", script, queries, &missing, asking, deadline,
+        )
+        .await;
+        for (j, answer) in at.into_iter().zip(retried) {
+            answers[j] = answer;
         }
     }
     answers
 }
 
 /// Sends `command body 1 key windowMs amount` for the chosen queries as one
-/// pipeline; one answer per chosen query, in order.
+/// pipeline, each after ASKING if `asking`; one answer per chosen query, in order.
 async fn pipeline(
     conn: &mut MultiplexedConnection,
     command: &str,
     body: &str,
     queries: &[Query<'_>],
     chosen: &[usize],
+    asking: bool,
     deadline: Instant,
 ) -> Vec<Answer> {
-    let mut pipe = redis::Pipeline::with_capacity(chosen.len());
+    let per_hit = 1 + usize::from(asking);
+    let mut pipe = redis::Pipeline::with_capacity(chosen.len() * per_hit);
     for &i in chosen {
         let q = &queries[i];
+        if asking {
+            pipe.add_command(redis::cmd("ASKING"));
+        }
         // Sized up front: the numbers take at most 20 digits each.
         let mut cmd =
             redis::Cmd::with_capacity(6, command.len() + body.len() + 1 + q.key.len() + 40);
@@ -162,10 +318,14 @@ async fn pipeline(
             .arg(q.amount);
         pipe.add_command(cmd);
     }
-    match timeout_at(deadline, conn.send_packed_commands(&pipe, 0, chosen.len())).await {
-        Ok(Ok(values)) if values.len() == chosen.len() => {
-            values.into_iter().map(Answer::Value).collect()
-        }
+    let expected = chosen.len() * per_hit;
+    match timeout_at(deadline, conn.send_packed_commands(&pipe, 0, expected)).await {
+        Ok(Ok(values)) if values.len() == expected => values
+            .into_iter()
+            .skip(per_hit - 1)
+            .step_by(per_hit)
+            .map(Answer::Value)
+            .collect(),
         Ok(Ok(_)) => chosen.iter().map(|_| Answer::Value(Value::Nil)).collect(),
         Ok(Err(e)) => chosen.iter().map(|_| Answer::Failed(e.clone())).collect(),
         Err(_) => chosen.iter().map(|_| Answer::TimedOut).collect(),

@@ -1,0 +1,204 @@
+// redisStore on a real Redis Cluster: three masters with a replica each.
+// The tests share one cluster and run in order: the failover test, which
+// kills a master, comes last.
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redisStore, type RedisStore, type RedisStoreOptions } from '../index.js';
+import { rateLimitStoreContract } from './contract.js';
+import { limiterSuite } from './limiter-suite.js';
+import { slotOf, startCluster, type Cluster } from './support/cluster.js';
+import { errorText, startRedis } from './support/redis.js';
+
+let cluster: Cluster;
+beforeAll(async () => {
+  cluster = await startCluster();
+});
+afterAll(() => cluster?.stop());
+
+const prefix = `test:${randomUUID()}:`;
+const stores: RedisStore[] = [];
+afterAll(() => Promise.all(stores.map((store) => store.close())));
+const make = (options: RedisStoreOptions = {}) => {
+  const store = redisStore({ url: cluster.url, cluster: true, prefix, timeoutMs: 5_000, ...options });
+  stores.push(store);
+  return store;
+};
+
+rateLimitStoreContract('redisStore on a cluster', () => make());
+limiterSuite('redisStore on a cluster', () => make());
+
+/** The master port of each slot, as the first node sees it. */
+async function slotMap(): Promise<number[]> {
+  const ranges = JSON.parse(await cluster.cli(cluster.nodes[0].port, '--json', 'CLUSTER', 'SLOTS')) as [
+    number,
+    number,
+    [string, number],
+  ][];
+  const map: number[] = [];
+  for (const [start, end, [, port]] of ranges) for (let s = start; s <= end; s++) map[s] = Number(port);
+  return map;
+}
+
+/** The keys, grouped by the master that holds them (with the store's prefix). */
+async function byMaster(keys: string[]): Promise<Map<number, string[]>> {
+  const map = await slotMap();
+  const groups = new Map<number, string[]>();
+  for (const key of keys) {
+    const port = map[slotOf(prefix + key)];
+    groups.set(port, [...(groups.get(port) ?? []), key]);
+  }
+  return groups;
+}
+
+describe('redisStore on a cluster', () => {
+  it('counts 2,000 parallel hits over 1,000 keys on every master exactly', async () => {
+    const store = make();
+    const run = randomUUID();
+    const keys = Array.from({ length: 1_000 }, (_, i) => `spread:${run}:${i}`);
+    expect((await byMaster(keys)).size).toBe(3);
+    const results = await Promise.all([...keys, ...keys].map((key) => store.hit(key, 60_000, 1)));
+    for (let i = 0; i < keys.length; i++) {
+      expect([results[i].count, results[i + keys.length].count].sort()).toEqual([1, 2]);
+    }
+    const reads = await Promise.all(keys.map((key) => store.hit(key, 60_000, 0)));
+    expect(reads.every((r) => r.count === 2)).toBe(true);
+  });
+
+  it('reads REDIS_URL and REDIS_CLUSTER on the first hit; refuses several URLs without them', async () => {
+    const saved = { url: process.env.REDIS_URL, cluster: process.env.REDIS_CLUSTER };
+    const restore = () => {
+      for (const [name, value] of [
+        ['REDIS_URL', saved.url],
+        ['REDIS_CLUSTER', saved.cluster],
+      ] as const) {
+        if (value === undefined) delete process.env[name];
+        else process.env[name] = value;
+      }
+    };
+    try {
+      const fromEnv = redisStore({ prefix });
+      const single = redisStore({ prefix });
+      stores.push(fromEnv, single);
+      process.env.REDIS_URL = cluster.url;
+      process.env.REDIS_CLUSTER = '1';
+      expect((await fromEnv.hit(`env:${randomUUID()}`, 60_000, 3)).count).toBe(3);
+      delete process.env.REDIS_CLUSTER;
+      const error = await single.hit('k', 60_000, 1).then(
+        () => undefined,
+        (e: Error & { code: string }) => e,
+      );
+      expect(error?.code).toBe('ERR_CONFIG');
+      expect(error?.message).toContain('REDIS_CLUSTER=1');
+      expect(errorText(error)).not.toContain('127.0.0.1');
+    } finally {
+      restore();
+    }
+  });
+
+  it('checks the option type, and says so when a server is not a cluster node', async () => {
+    expect(() => redisStore({ cluster: 'yes' as unknown as boolean })).toThrow(TypeError);
+    const plain = await startRedis();
+    try {
+      const store = redisStore({ url: plain.url, cluster: true });
+      const error = await store.hit('k', 60_000, 1).then(
+        () => undefined,
+        (e: Error & { code: string }) => e,
+      );
+      expect(error?.code).toBe('ERR_REDIS');
+      expect(error?.message).toContain('is this a Redis Cluster node?');
+      await store.close();
+    } finally {
+      await plain.stop();
+    }
+  });
+
+  it('learns the cluster from one live seed among dead ones, and close() refuses later hits', async () => {
+    const dead = 'redis://127.0.0.1:1';
+    const store = make({ url: `${dead},${cluster.url.split(',')[3]}` });
+    const keys = Array.from({ length: 50 }, (_, i) => `seeded:${randomUUID()}:${i}`);
+    const counts = await Promise.all(keys.map((key) => store.hit(key, 60_000, 2)));
+    expect(counts.every((r) => r.count === 2)).toBe(true);
+    await store.close();
+    await expect(store.hit(keys[0], 60_000, 1)).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+  });
+
+  it('loses and doubles no hit while slots migrate under load', { timeout: 60_000 }, async () => {
+    const store = make();
+    const run = randomUUID();
+    const keys = Array.from({ length: 400 }, (_, i) => `migrate:${run}:${i}`);
+    const before = await slotMap();
+    const [from, to] = [...new Set(before)];
+    const id = async (port: number) => cluster.cli(port, 'CLUSTER', 'MYID');
+    const [fromId, toId] = await Promise.all([id(from), id(to)]);
+    const sent = new Map(keys.map((key) => [key, 0]));
+    const failures: unknown[] = [];
+    let moving = true;
+    const worker = async (w: number) => {
+      for (let i = w; moving; i += 7) {
+        const key = keys[i % keys.length];
+        await store.hit(key, 60_000, 1).then(
+          () => sent.set(key, sent.get(key)! + 1),
+          (e: unknown) => failures.push(e),
+        );
+      }
+    };
+    const workers = Array.from({ length: 64 }, (_, w) => worker(w));
+    await cluster.cli(
+      from,
+      '--cluster',
+      'reshard',
+      `127.0.0.1:${from}`,
+      '--cluster-from',
+      fromId,
+      '--cluster-to',
+      toId,
+      '--cluster-slots',
+      '600',
+      '--cluster-yes',
+    );
+    moving = false;
+    await Promise.all(workers);
+    const after = await slotMap();
+    const moved = keys.filter((key) => before[slotOf(prefix + key)] !== after[slotOf(prefix + key)]);
+    expect(moved.length).toBeGreaterThan(0);
+    expect(failures.map(errorText)).toEqual([]);
+    const reads = await Promise.all(keys.map((key) => store.hit(key, 60_000, 0)));
+    expect(Object.fromEntries(keys.map((key, i) => [key, reads[i].count]))).toEqual(Object.fromEntries(sent));
+  });
+
+  it('rejects hits on a failed master until its replica takes over; the others keep counting', async () => {
+    const store = make({ timeoutMs: 1_000 });
+    const run = randomUUID();
+    const groups = await byMaster(Array.from({ length: 300 }, (_, i) => `failover:${run}:${i}`));
+    const [victim, ...others] = [...groups.keys()];
+    const lost = groups.get(victim)!.slice(0, 20);
+    const kept = others.flatMap((port) => groups.get(port)!.slice(0, 10));
+    for (const key of [...lost, ...kept]) await store.hit(key, 60_000, 1);
+    // The replica has the counts before its master dies.
+    await cluster.cli(victim, 'WAIT', '1', '2000');
+    cluster.kill(victim);
+    let rounds = 0;
+    let rejected = 0;
+    let keptCount = 1;
+    await cluster.waitUntil(async () => {
+      rounds++;
+      // Keys on live masters count on, exactly, all along.
+      const counts = await Promise.all(kept.map((key) => store.hit(key, 60_000, 1)));
+      keptCount++;
+      expect(counts.every((r) => r.count === keptCount)).toBe(true);
+      const results = await Promise.allSettled(lost.map((key) => store.hit(key, 60_000, 0)));
+      for (const result of results) {
+        if (result.status === 'rejected') {
+          rejected++;
+          expect(['ERR_CONNECTION', 'ERR_TIMEOUT', 'ERR_REDIS']).toContain(result.reason.code);
+          expect(errorText(result.reason)).not.toContain(run);
+        }
+      }
+      return results.every((r) => r.status === 'fulfilled');
+    }, 'hits on the failed master keys succeed again');
+    expect(rejected).toBeGreaterThan(0);
+    expect(rounds).toBeGreaterThan(1);
+    const counts = await Promise.all(lost.map((key) => store.hit(key, 60_000, 1)));
+    expect(counts.every((r) => r.count === 2)).toBe(true);
+  });
+});

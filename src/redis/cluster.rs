@@ -1,0 +1,380 @@
+//! Redis Cluster: which node holds a key. The slot map is asked of the
+//! cluster (CLUSTER SLOTS) on the first hit and again whenever a node fails
+//! or answers MOVED; each node gets a [`Link`] of its own, with the store's
+//! credentials, TLS and timeouts. Nothing here sends a hit: the store does,
+//! and follows MOVED and ASK itself (a redirected script did not run).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use redis::Value;
+use tokio::time::{timeout, Instant};
+
+use super::config::{Addr, Config};
+use super::link::{classify, Link, Stage};
+use crate::errors::{Error, Result};
+
+pub const SLOTS: usize = 16384;
+/// Slot map refreshes are at least this far apart, so that a run of failing
+/// hits asks the cluster a few times a second, not once per hit.
+const REFRESH_GAP: Duration = Duration::from_millis(100);
+
+/// The slot of a key: CRC16 (XMODEM) of the key, or of its `{hash tag}` if
+/// it has a non-empty one, modulo 16384.
+pub fn slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    crc16(tagged) % SLOTS as u16
+}
+
+fn crc16(bytes: &[u8]) -> u16 {
+    const TABLE: [u16; 256] = {
+        let mut table = [0u16; 256];
+        let mut i = 0;
+        while i < 256 {
+            let mut crc = (i as u16) << 8;
+            let mut bit = 0;
+            while bit < 8 {
+                crc = if crc & 0x8000 != 0 {
+                    (crc << 1) ^ 0x1021
+                } else {
+                    crc << 1
+                };
+                bit += 1;
+            }
+            table[i] = crc;
+            i += 1;
+        }
+        table
+    };
+    bytes.iter().fold(0u16, |crc, &b| {
+        (crc << 8) ^ TABLE[((crc >> 8) as u8 ^ b) as usize]
+    })
+}
+
+struct Map {
+    /// The master of each slot, as an index into `masters`.
+    slots: Vec<Option<u16>>,
+    masters: Vec<Arc<Link>>,
+}
+
+struct State {
+    map: Option<Arc<Map>>,
+    /// A link per node address, kept across refreshes.
+    links: HashMap<(String, u16), Arc<Link>>,
+    closed: bool,
+    refreshing: bool,
+    last_refresh: Option<Instant>,
+}
+
+pub struct Cluster {
+    config: Config,
+    seeds: Vec<(String, u16)>,
+    state: Mutex<State>,
+    /// Serializes refreshes; a hit that finds no map waits on it.
+    refresh: tokio::sync::Mutex<()>,
+}
+
+impl Cluster {
+    pub fn new(config: &Config, seeds: &[Addr]) -> Result<Cluster> {
+        let seeds = seeds
+            .iter()
+            .filter_map(|addr| match addr {
+                Addr::Tcp { host, port, .. } => Some((host.clone(), *port)),
+                Addr::Unix(_) => None,
+            })
+            .collect();
+        let cluster = Cluster {
+            config: Config {
+                cluster: None,
+                ..config.clone()
+            },
+            seeds,
+            state: Mutex::new(State {
+                map: None,
+                links: HashMap::new(),
+                closed: false,
+                refreshing: false,
+                last_refresh: None,
+            }),
+            refresh: tokio::sync::Mutex::new(()),
+        };
+        // Checks the settings (TLS above all) now, as a single store does.
+        cluster.link(&cluster.seeds[0].0, cluster.seeds[0].1)?;
+        Ok(cluster)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // Every change leaves the state whole, so a poisoned lock is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The link to the node at `host:port`, made on first use.
+    pub fn link(&self, host: &str, port: u16) -> Result<Arc<Link>> {
+        let mut state = self.lock();
+        if let Some(link) = state.links.get(&(host.to_string(), port)) {
+            return Ok(Arc::clone(link));
+        }
+        let tls = matches!(self.config.addr, Addr::Tcp { tls: true, .. });
+        let config = Config {
+            addr: Addr::Tcp {
+                host: host.to_string(),
+                port,
+                tls,
+            },
+            ..self.config.clone()
+        };
+        let link = Arc::new(Link::new(&config)?);
+        if state.closed {
+            link.close();
+        }
+        state
+            .links
+            .insert((host.to_string(), port), Arc::clone(&link));
+        Ok(link)
+    }
+
+    /// The link to the node a redirection names (`host:port`).
+    pub fn redirected(&self, to: &str) -> Result<Arc<Link>> {
+        let (host, port) = to
+            .rsplit_once(':')
+            .and_then(|(host, port)| Some((host, port.parse().ok()?)))
+            .ok_or_else(|| Error::Redis("a redirection named no node".into()))?;
+        self.link(host, port)
+    }
+
+    /// The master of each key's slot, as the map says; waits for the first map.
+    pub async fn route(&self, keys: impl Iterator<Item = &[u8]>) -> Result<Vec<Arc<Link>>> {
+        let map = match self.current_map()? {
+            Some(map) => map,
+            None => {
+                self.refresh_now(true).await?;
+                self.current_map()?
+                    .ok_or_else(|| Error::Redis("the cluster has no slot map".into()))?
+            }
+        };
+        keys.map(|key| {
+            map.slots[slot(key) as usize]
+                .map(|i| Arc::clone(&map.masters[i as usize]))
+                .ok_or_else(|| {
+                    Error::Redis("CLUSTERDOWN the key's slot is not served by any node".into())
+                })
+        })
+        .collect()
+    }
+
+    fn current_map(&self) -> Result<Option<Arc<Map>>> {
+        let state = self.lock();
+        match state.closed {
+            true => Err(Error::Closed),
+            false => Ok(state.map.clone()),
+        }
+    }
+
+    /// The map may be out of date (a node failed, or answered MOVED): asks
+    /// the cluster again in the background, unless a refresh is under way.
+    pub fn stale(self: &Arc<Self>) {
+        {
+            let mut state = self.lock();
+            if state.refreshing || state.closed {
+                return;
+            }
+            state.refreshing = true;
+        }
+        let cluster = Arc::clone(self);
+        tokio::spawn(async move {
+            let _ = cluster.refresh_now(false).await;
+            cluster.lock().refreshing = false;
+        });
+    }
+
+    /// Asks the known masters, then the seeds, for the slot map, until one
+    /// answers; with `first`, only if there is no map yet.
+    async fn refresh_now(&self, first: bool) -> Result<()> {
+        let _one = self.refresh.lock().await;
+        let (known, last) = {
+            let state = self.lock();
+            if state.closed {
+                return Err(Error::Closed);
+            }
+            if first && state.map.is_some() {
+                return Ok(());
+            }
+            let known = state.map.as_ref().map(|m| m.masters.clone());
+            (known.unwrap_or_default(), state.last_refresh)
+        };
+        if let Some(last) = last {
+            tokio::time::sleep_until(last + REFRESH_GAP).await;
+        }
+        let mut candidates = known;
+        for (host, port) in &self.seeds {
+            candidates.push(self.link(host, *port)?);
+        }
+        let mut error = Error::Internal("no node to ask for the slot map");
+        for link in candidates {
+            match self.ask_slots(&link).await {
+                Ok(map) => {
+                    let mut state = self.lock();
+                    state.map = Some(Arc::new(map));
+                    state.last_refresh = Some(Instant::now());
+                    return Ok(());
+                }
+                Err(e) => error = e,
+            }
+        }
+        self.lock().last_refresh = Some(Instant::now());
+        Err(error)
+    }
+
+    async fn ask_slots(&self, link: &Arc<Link>) -> Result<Map> {
+        let bound = Duration::from_millis(self.config.timeout_ms);
+        let answer = timeout(bound, async {
+            let (mut conn, generation) = link.connection().await?;
+            let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
+            conn.send_packed_command(&cmd).await.map_err(|e| {
+                link.drop_connection(generation);
+                classify(&e, Stage::Sent)
+            })
+        })
+        .await
+        .map_err(|_| Error::Timeout(bound.as_millis() as u64))??;
+        let masters = parse_slots(&answer, link.host())?;
+        let mut map = Map {
+            slots: vec![None; SLOTS],
+            masters: Vec::new(),
+        };
+        let mut index: HashMap<(String, u16), u16> = HashMap::new();
+        for (start, end, host, port) in masters {
+            let i = match index.get(&(host.clone(), port)) {
+                Some(&i) => i,
+                None => {
+                    map.masters.push(self.link(&host, port)?);
+                    let i = (map.masters.len() - 1) as u16;
+                    index.insert((host, port), i);
+                    i
+                }
+            };
+            for slot in &mut map.slots[start..=end] {
+                *slot = Some(i);
+            }
+        }
+        Ok(map)
+    }
+
+    /// Refuses new hits and closes every node's link.
+    pub fn close(&self) {
+        let mut state = self.lock();
+        state.closed = true;
+        state.map = None;
+        for link in state.links.values() {
+            link.close();
+        }
+    }
+}
+
+/// CLUSTER SLOTS: `[start, end, [host, port, …], replicas…]` per range; an
+/// empty host is the node that answered.
+fn parse_slots(answer: &Value, asked: &str) -> Result<Vec<(usize, usize, String, u16)>> {
+    let bad = || Error::Redis("CLUSTER SLOTS gave an answer of an unknown shape".into());
+    let Value::Array(ranges) = answer else {
+        return Err(match answer {
+            Value::ServerError(e) => Error::Redis(format!(
+                "{} {} (is this a Redis Cluster node?)",
+                e.code(),
+                e.details().unwrap_or("")
+            )),
+            _ => bad(),
+        });
+    };
+    let text = |v: &Value| match v {
+        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    };
+    ranges
+        .iter()
+        .map(|range| {
+            let Value::Array(items) = range else {
+                return Err(bad());
+            };
+            match items.as_slice() {
+                [Value::Int(start), Value::Int(end), Value::Array(master), ..]
+                    if 0 <= *start && start <= end && (*end as usize) < SLOTS =>
+                {
+                    let (host, port) = match master.as_slice() {
+                        [host, Value::Int(port), ..] => (text(host).ok_or_else(bad)?, *port),
+                        _ => return Err(bad()),
+                    };
+                    let host = match host.as_str() {
+                        "" => asked.to_string(),
+                        _ => host,
+                    };
+                    let port = u16::try_from(port).map_err(|_| bad())?;
+                    Ok((*start as usize, *end as usize, host, port))
+                }
+                _ => Err(bad()),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slots_match_redis() {
+        // CLUSTER KEYSLOT on a real server gives these.
+        assert_eq!(slot(b"123456789"), 12739);
+        assert_eq!(slot(b"foo"), 12182);
+        assert_eq!(slot(b""), 0);
+        assert_eq!(slot(b"{user1000}.following"), slot(b"user1000"));
+        assert_eq!(slot(b"foo{}{bar}"), slot(b"foo{}{bar}"));
+        assert_ne!(slot(b"foo{}{bar}"), slot(b"bar"));
+        assert_eq!(slot(b"foo{{bar}}zap"), slot(b"{bar"));
+    }
+
+    #[test]
+    fn slots_answer() {
+        let node = |host: &str, port| {
+            Value::Array(vec![
+                Value::BulkString(host.into()),
+                Value::Int(port),
+                Value::BulkString(b"id".to_vec()),
+            ])
+        };
+        let answer = Value::Array(vec![
+            Value::Array(vec![
+                Value::Int(0),
+                Value::Int(5460),
+                node("10.0.0.1", 7000),
+                node("10.0.0.2", 7003),
+            ]),
+            Value::Array(vec![Value::Int(5461), Value::Int(16383), node("", 7001)]),
+        ]);
+        assert_eq!(
+            parse_slots(&answer, "seed").unwrap(),
+            vec![
+                (0, 5460, "10.0.0.1".into(), 7000),
+                (5461, 16383, "seed".into(), 7001)
+            ]
+        );
+        let out_of_range = Value::Array(vec![Value::Array(vec![
+            Value::Int(0),
+            Value::Int(16384),
+            node("h", 1),
+        ])]);
+        assert!(parse_slots(&out_of_range, "seed").is_err());
+        assert!(parse_slots(&Value::Nil, "seed").is_err());
+    }
+}
