@@ -54,7 +54,8 @@ export interface RedisStoreOptions {
   /**
    * `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS) or `redis+unix:///path/to/socket[?db=N]`.
    * Default: the `REDIS_URL` environment variable, then `KV_URL`, read on the first hit. An `https://`
-   * URL (such as Upstash's REST endpoint) is refused: use the database's `rediss://` endpoint.
+   * URL (such as Upstash's REST endpoint) is refused: use the database's `rediss://` endpoint. With
+   * `cluster`, one or more comma-separated seed node URLs (`redis://h1:7000,redis://h2:7001`).
    */
   url?: string;
   /**
@@ -69,6 +70,12 @@ export interface RedisStoreOptions {
    * A hit that timed out may or may not have counted. Default 2,000.
    */
   timeoutMs?: number;
+  /**
+   * The URL names nodes of a Redis Cluster: the store learns the slot map from them and sends each hit to
+   * the master of its key's slot, following MOVED and ASK redirections. Default: the `REDIS_CLUSTER`
+   * environment variable (`1` or `true`), read on the first hit; else false.
+   */
+  cluster?: boolean;
   /** TLS settings for `rediss://`. */
   tls?: {
     /** PEM certificate(s) to trust instead of the public roots: for a server with a private CA. */
