@@ -27,6 +27,7 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^Redis, 1 in flight/),
       expect.stringMatching(/^Redis, 16 in flight/),
       expect.stringMatching(/^Redis, 256 in flight/),
+      expect.stringMatching(/^Redis Cluster, 256 in flight/),
     ]);
     for (const store of [
       'JS Map store',
@@ -38,6 +39,8 @@ describe('npm run bench -- --smoke', () => {
       'rate-limiter-flexible RateLimiterRedis',
       'redisStore()',
       'limit: redis-benchmark EVALSHA -P 16',
+      'ioredis Cluster EVALSHA',
+      'redisStore({ cluster: true })',
     ]) {
       expect(stdout).toContain(`| ${store} |`);
     }

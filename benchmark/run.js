@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,redis
+//   npm run bench -- --only=seq,inflight,footprint,stall,redis,cluster
 
 const { execFile } = require('node:child_process');
 const { writeFileSync, readFileSync } = require('node:fs');
@@ -14,9 +14,11 @@ const os = require('node:os');
 const { join } = require('node:path');
 const { performance } = require('node:perf_hooks');
 const { promisify } = require('node:util');
-const { memoryStores, floor, redisStores, WINDOW_MS, REFERENCE_LUA } = require('./stores.js');
+const { memoryStores, floor, redisStores, clusterStores, WINDOW_MS, REFERENCE_LUA } = require('./stores.js');
+const CLUSTER_STORE = clusterStores.find((s) => !s.peer).name;
 const { summary, bestPeer, table } = require('./stats.js');
 const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
+const { startCluster } = require('../scripts/redis-cluster.js');
 
 const SIZES = {
   full: {
@@ -52,7 +54,7 @@ const SIZES = {
     benchmarkRequests: 2_000,
   },
 };
-const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'redis'];
+const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'redis', 'cluster'];
 const WIDTHS = [1, 16, 256];
 const KEYS = Array.from({ length: 10_000 }, (_, i) => `ratelimit:chat:ip:10.0.${i >> 8}.${i & 255}`);
 
@@ -220,16 +222,7 @@ async function redis(size, notes) {
     const limit = [];
     for (let round = 0; round < size.redisRounds; round++) {
       for (const [w, width] of WIDTHS.entries()) {
-        for (const entry of rotated(entries, round)) {
-          const hits = size.redisHits[width];
-          const latencies = new Float64Array(hits);
-          gc();
-          const ops = await drive(entry.store, hits, width, latencies);
-          latencies.sort();
-          push(samples[w], entry.name, 'ops/s', ops);
-          push(samples[w], entry.name, 'p50 us', latencies[Math.floor(hits * 0.5)] * 1000);
-          push(samples[w], entry.name, 'p99 us', latencies[Math.floor(hits * 0.99)] * 1000);
-        }
+        for (const entry of rotated(entries, round)) await redisRound(samples[w], entry, size.redisHits[width], width);
       }
       limit.push(await redisBenchmark(server.port, sha, { requests: size.benchmarkRequests, pipeline: 16 }));
     }
@@ -254,6 +247,48 @@ async function redis(size, notes) {
       ],
       rows: [...rows(entries, samples[w]), benchmarkRow],
     }));
+  } finally {
+    for (const { store } of entries) await store?.close?.();
+    await server.stop();
+  }
+}
+
+/** One measured round of a Redis store: its ops/s, p50 and p99. */
+async function redisRound(samples, entry, hits, width) {
+  const latencies = new Float64Array(hits);
+  gc();
+  const ops = await drive(entry.store, hits, width, latencies);
+  latencies.sort();
+  push(samples, entry.name, 'ops/s', ops);
+  push(samples, entry.name, 'p50 us', latencies[Math.floor(hits * 0.5)] * 1000);
+  push(samples, entry.name, 'p99 us', latencies[Math.floor(hits * 0.99)] * 1000);
+}
+
+async function cluster(size) {
+  const server = await startCluster();
+  const entries = [];
+  try {
+    for (const spec of clusterStores) entries.push({ ...spec, store: await spec.create(server.url) });
+    for (const { store } of entries) await drive(store, size.redisHits[16], 16);
+    const samples = collect(entries);
+    for (let round = 0; round < size.redisRounds; round++) {
+      for (const entry of rotated(entries, round)) await redisRound(samples, entry, size.redisHits[256], 256);
+    }
+    return [
+      {
+        id: 'cluster-256',
+        title: 'Redis Cluster, 256 in flight: the reference script on 3 masters with a replica each (10,000 keys)',
+        unit: 'ops/s; latency in us per hit',
+        higherIsBetter: true,
+        ratioOf: 'ops/s',
+        columns: [
+          { name: 'ops/s', range: true, unit: 'ops/s' },
+          { name: 'p50 us', unit: 'us' },
+          { name: 'p99 us', unit: 'us' },
+        ],
+        rows: rows(entries, samples),
+      },
+    ];
   } finally {
     for (const { store } of entries) await store?.close?.();
     await server.stop();
@@ -293,6 +328,13 @@ function targets(tables) {
   check('footprint', 'memoryStore bytes per counter <= 0.35x', store, 'B/counter', (r) => r <= 0.35);
   check('stall', 'memoryStore worst stall <= 0.1x', store, 'max', (r) => r <= 0.1);
   check('redis-256', 'redisStore at 256 in flight >= 1.25x ops/s', 'redisStore()', 'ops/s', (r) => r >= 1.25);
+  check(
+    'cluster-256',
+    'redisStore on a cluster at 256 in flight >= 1.25x ops/s',
+    CLUSTER_STORE,
+    'ops/s',
+    (r) => r >= 1.25,
+  );
   check(
     'redis-256',
     'redisStore at 256 in flight >= 75% of redis-benchmark -P 16',
@@ -356,6 +398,7 @@ async function main() {
   if (only.has('footprint')) show(await footprint(size));
   if (only.has('stall')) show(await stall(size));
   if (only.has('redis')) show(await redis(size, notes));
+  if (only.has('cluster')) show(await cluster(size));
 
   const verdicts = targets(tables);
   console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
@@ -399,12 +442,14 @@ function results(tables, verdicts, notes, args, minutes) {
     '  away for a tick now and then (4 ms here), which shows in the max of every store.',
     '- Redis: one redis-server started by the benchmark (no persistence), one connection per store; the limit',
     '  row is redis-benchmark with its default 50 connections, each pipelining 16.',
+    '- Redis Cluster: six redis-server processes started by the benchmark (scripts/redis-cluster.js: 3 masters with',
+    '  a replica each, on this one machine), one connection per master per store.',
     '',
     '## The stores and their adapters',
     '',
     'Each adapter gives a store the call shape `hit(key, windowMs, amount)` and passes its result through as it is.',
     '',
-    ...[...memoryStores, floor, ...redisStores].map((s) => `- ${s.name}: ${s.about}.`),
+    ...[...memoryStores, floor, ...redisStores, ...clusterStores].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');
 }

@@ -141,6 +141,40 @@ const redisStores = [
   },
 ];
 
+/** Stores on a Redis Cluster: `create(url)` resolves a connected store, given the comma-separated seed URLs. */
+const clusterStores = [
+  {
+    name: 'ioredis Cluster EVALSHA',
+    about:
+      'the same script through `defineCommand` on `new Redis.Cluster(seeds)`, auto-pipelining on, one connection ' +
+      'per master',
+    peer: true,
+    async create(url) {
+      const Redis = require('ioredis');
+      const seeds = url.split(',').map((seed) => {
+        const { hostname, port } = new URL(seed);
+        return { host: hostname, port: Number(port) };
+      });
+      const client = new Redis.Cluster(seeds, { enableAutoPipelining: true, lazyConnect: true });
+      await client.connect();
+      client.defineCommand('referenceHit', { numberOfKeys: 1, lua: REFERENCE_LUA });
+      return {
+        hit: (key, windowMs, amount) => client.referenceHit(`bench:ioredis:${key}`, windowMs, amount),
+        close: () => client.quit(),
+      };
+    },
+  },
+  {
+    name: 'redisStore({ cluster: true })',
+    about: "`redisStore({ url, cluster: true, prefix: 'bench:ratestore:' })`, connected by a first read; no adapter",
+    async create(url) {
+      const store = ratestore.redisStore({ url, cluster: true, prefix: 'bench:ratestore:' });
+      await store.hit('warm-up', WINDOW_MS, 0); // learns the slot map and connects to one master
+      return store;
+    },
+  },
+];
+
 /** An ioredis client with auto-pipelining (its fastest setting for many hits in flight), connected. */
 async function ioredis(port) {
   const Redis = require('ioredis');
@@ -149,4 +183,4 @@ async function ioredis(port) {
   return client;
 }
 
-module.exports = { WINDOW_MS, MAX_KEYS, REFERENCE_LUA, memoryStores, floor, redisStores };
+module.exports = { WINDOW_MS, MAX_KEYS, REFERENCE_LUA, memoryStores, floor, redisStores, clusterStores };
