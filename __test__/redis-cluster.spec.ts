@@ -2,12 +2,15 @@
 // The tests share one cluster and run in order: the failover test, which
 // kills a master, comes last.
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore, type RedisStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
 import { slotOf, startCluster, type Cluster } from './support/cluster.js';
-import { errorText, startRedis } from './support/redis.js';
+import { errorText, makeCertificates, startRedis } from './support/redis.js';
 
 let cluster: Cluster;
 beforeAll(async () => {
@@ -202,5 +205,38 @@ describe('redisStore on a cluster', () => {
     expect(rounds).toBeGreaterThan(1);
     const counts = await Promise.all(lost.map((key) => store.hit(key, 60_000, 1)));
     expect(counts.every((r) => r.count === 2)).toBe(true);
+  });
+});
+
+describe('redisStore on a TLS cluster', () => {
+  it('reaches every master over rediss:// with tls.ca, and refuses nodes it does not trust', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'ratestore-tls-cluster-'));
+    try {
+      const files = await makeCertificates(dir);
+      const tlsCluster = await startCluster({ tls: files });
+      try {
+        const store = redisStore({
+          url: tlsCluster.url,
+          cluster: true,
+          prefix,
+          tls: { ca: readFileSync(files.ca, 'utf8') },
+        });
+        const keys = Array.from({ length: 100 }, (_, i) => `tls:${randomUUID()}:${i}`);
+        const results = await Promise.all([...keys, ...keys].map((key) => store.hit(key, 60_000, 1)));
+        expect(results.filter((r) => r.count === 2)).toHaveLength(keys.length);
+        await store.close();
+        const untrusted = redisStore({ url: tlsCluster.url, cluster: true });
+        const error = await untrusted.hit('k', 60_000, 1).then(
+          () => undefined,
+          (e: Error & { code: string }) => e,
+        );
+        expect(error?.code).toBe('ERR_CONNECTION');
+        expect(error?.message).toMatch(/certificate/i);
+      } finally {
+        await tlsCluster.stop();
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

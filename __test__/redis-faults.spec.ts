@@ -1,14 +1,13 @@
 // redisStore when things go wrong: each case starts its own redis-server
 // (REDIS_URL never replaces these) and stops it by pid.
-import { execFile } from 'node:child_process';
 import { createHash, randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
-import { errorText, runFixture, startRedis, type RedisServer } from './support/redis.js';
+import { errorText, makeCertificates, runFixture, startRedis, type RedisServer } from './support/redis.js';
 
 const KEY_MARKER = '198.51.100.23-key-marker';
 const PASSWORD_MARKER = 'password-marker-77c1';
@@ -242,50 +241,6 @@ describe('redisStore faults', () => {
     expect((untrusted as Error).message).toMatch(/certificate/i);
   });
 });
-
-/** A CA and a server certificate for 127.0.0.1, made by openssl. */
-async function makeCertificates(dir: string): Promise<{ ca: string; cert: string; key: string }> {
-  const run = (...args: string[]) =>
-    new Promise<void>((resolve, reject) =>
-      execFile('openssl', args, { cwd: dir }, (error, _out, stderr) =>
-        error ? reject(new Error(`openssl ${args[0]} failed: ${stderr}`)) : resolve(),
-      ),
-    );
-  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
-  await run(
-    'req',
-    '-x509',
-    ...ec,
-    '-keyout',
-    'ca.key',
-    '-out',
-    'ca.crt',
-    '-days',
-    '2',
-    '-subj',
-    '/CN=ratestore test CA',
-  );
-  await run('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
-  writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
-  await run(
-    'x509',
-    '-req',
-    '-in',
-    'server.csr',
-    '-CA',
-    'ca.crt',
-    '-CAkey',
-    'ca.key',
-    '-CAcreateserial',
-    '-out',
-    'server.crt',
-    '-days',
-    '2',
-    '-extfile',
-    'san.cnf',
-  );
-  return { ca: join(dir, 'ca.crt'), cert: join(dir, 'server.crt'), key: join(dir, 'server.key') };
-}
 
 /** A loopback TCP proxy whose `freeze()` makes every open connection go silent, as a half-open socket does. */
 async function freezingProxy(target: number): Promise<{ port: number; freeze(): void; connections(): number }> {

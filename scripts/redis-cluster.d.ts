@@ -14,5 +14,9 @@ export interface Cluster {
   stop(): Promise<void>;
 }
 
-export function startCluster(options?: { masters?: number }): Promise<Cluster>;
+/** With `tls` (PEM files), every port and the cluster bus speak TLS only, and `url` holds rediss:// URLs. */
+export function startCluster(options?: {
+  masters?: number;
+  tls?: { cert: string; key: string; ca: string };
+}): Promise<Cluster>;
 export function slotOf(key: string): number;

@@ -44,8 +44,15 @@ function cli(args, timeout = 30_000) {
   });
 }
 
-function launch(port, busPort, dir) {
-  const args = ['--port', String(port), '--cluster-port', String(busPort), '--bind', '127.0.0.1'];
+function launch(port, busPort, dir, tls) {
+  const args = ['--cluster-port', String(busPort), '--bind', '127.0.0.1'];
+  if (tls) {
+    args.push('--port', '0', '--tls-port', String(port), '--tls-cluster', 'yes', '--tls-replication', 'yes');
+    args.push('--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--tls-ca-cert-file', tls.ca);
+    args.push('--tls-auth-clients', 'no');
+  } else {
+    args.push('--port', String(port));
+  }
   args.push('--protected-mode', 'no', '--save', '', '--appendonly', 'no', '--dir', dir);
   args.push('--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf', '--cluster-node-timeout', '1000');
   // As managed clusters are usually set: a failed master's slots don't stop the others' (README, "Redis Cluster").
@@ -89,11 +96,14 @@ function fields(text) {
 }
 
 /**
- * Starts a cluster of `masters` masters with one replica each. Resolves
+ * Starts a cluster of `masters` masters with one replica each; with `tls`
+ * ({ cert, key, ca }: PEM files), every port and the cluster bus speak TLS only. Resolves
  * { url (the seed URLs, comma-separated), nodes: [{ port, pid }], cli(port, ...args),
  * kill(port), masterOf(slot), waitUntil(check, what), stop() }.
  */
-async function startCluster({ masters = 3 } = {}) {
+async function startCluster({ masters = 3, tls } = {}) {
+  const tlsArgs = tls ? ['--tls', '--cacert', tls.ca] : [];
+  const run = (port, ...args) => cli([...tlsArgs, '-p', String(port), ...args]);
   const nodes = [];
   const dirs = [];
   const stop = async () => {
@@ -117,22 +127,22 @@ async function startCluster({ masters = 3 } = {}) {
       ports.slice(0, masters * 2).map(async (port, i) => {
         const dir = mkdtempSync(join(tmpdir(), 'ratestore-cluster-'));
         dirs.push(dir);
-        const child = await launch(port, ports[masters * 2 + i], dir);
+        const child = await launch(port, ports[masters * 2 + i], dir, tls);
         nodes.push({ port, child });
       }),
     );
     const all = ports.slice(0, masters * 2).map((port) => `127.0.0.1:${port}`);
-    await cli(['--cluster', 'create', ...all, '--cluster-replicas', '1', '--cluster-yes']);
+    await cli([...tlsArgs, '--cluster', 'create', ...all, '--cluster-replicas', '1', '--cluster-yes']);
     const cluster = {
-      url: all.map((address) => `redis://${address}`).join(','),
+      url: all.map((address) => `${tls ? 'rediss' : 'redis'}://${address}`).join(','),
       nodes: nodes.map(({ port, child }) => ({ port, pid: child.pid })),
-      cli: (port, ...args) => cli(['-p', String(port), ...args]),
+      cli: run,
       kill(port) {
         nodes.find((node) => node.port === port)?.child.kill('SIGKILL');
       },
       /** The port of the master that serves `slot`, as the node at `askPort` sees it. */
       async masterOf(slot, askPort = nodes[0].port) {
-        const shards = JSON.parse(await cli(['-p', String(askPort), '--json', 'CLUSTER', 'SLOTS']));
+        const shards = JSON.parse(await run(askPort, '--json', 'CLUSTER', 'SLOTS'));
         const range = shards.find(([start, end]) => start <= slot && slot <= end);
         return range ? Number(range[2][1]) : undefined;
       },
@@ -149,9 +159,9 @@ async function startCluster({ masters = 3 } = {}) {
     // Ready once every node sees all slots served and every replica has synced.
     await cluster.waitUntil(async () => {
       for (const { port } of nodes) {
-        const info = fields(await cli(['-p', String(port), 'CLUSTER', 'INFO']));
+        const info = fields(await run(port, 'CLUSTER', 'INFO'));
         if (info.cluster_state !== 'ok' || Number(info.cluster_known_nodes) !== nodes.length) return false;
-        const replication = fields(await cli(['-p', String(port), 'INFO', 'replication']));
+        const replication = fields(await run(port, 'INFO', 'replication'));
         if (replication.role === 'slave' && replication.master_link_status !== 'up') return false;
       }
       return true;

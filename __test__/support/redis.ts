@@ -2,7 +2,9 @@
 // its own on a free loopback port and stops it by pid. REDIS_URL, when set,
 // replaces the server of the plain suites (never of the fault suites).
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 
 const INSTALL =
   'redis-server was not found on PATH. The redisStore tests run against a real Redis: install it with ' +
@@ -155,4 +157,48 @@ export function runFixture(script: string, args: string[], nodeFlags: string[] =
         : resolve(stdout.trim()),
     );
   });
+}
+
+/** A CA and a server certificate for 127.0.0.1, made by openssl. */
+export async function makeCertificates(dir: string): Promise<{ ca: string; cert: string; key: string }> {
+  const run = (...args: string[]) =>
+    new Promise<void>((resolve, reject) =>
+      execFile('openssl', args, { cwd: dir }, (error, _out, stderr) =>
+        error ? reject(new Error(`openssl ${args[0]} failed: ${stderr}`)) : resolve(),
+      ),
+    );
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  await run(
+    'req',
+    '-x509',
+    ...ec,
+    '-keyout',
+    'ca.key',
+    '-out',
+    'ca.crt',
+    '-days',
+    '2',
+    '-subj',
+    '/CN=ratestore test CA',
+  );
+  await run('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
+  writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  await run(
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.crt',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'server.crt',
+    '-days',
+    '2',
+    '-extfile',
+    'san.cnf',
+  );
+  return { ca: join(dir, 'ca.crt'), cert: join(dir, 'server.crt'), key: join(dir, 'server.key') };
 }
