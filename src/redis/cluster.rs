@@ -110,7 +110,11 @@ impl Cluster {
             refresh: tokio::sync::Mutex::new(()),
         };
         // Checks the settings (TLS above all) now, as a single store does.
-        cluster.link(&cluster.seeds[0].0, cluster.seeds[0].1)?;
+        let (host, port) = cluster
+            .seeds
+            .first()
+            .ok_or_else(|| Error::Config("a Redis Cluster needs at least one seed URL".into()))?;
+        cluster.link(host, *port)?;
         Ok(cluster)
     }
 
