@@ -349,6 +349,24 @@ mod tests {
     }
 
     #[test]
+    fn one_link_per_node_and_redirections_parsed() {
+        let options = crate::redis::Options {
+            url: Some("redis://:pw@127.0.0.1:7000".into()),
+            cluster: Some(true),
+            ..Default::default()
+        };
+        let config = Config::resolve(&options, |_| None).unwrap();
+        let cluster = Cluster::new(&config, config.cluster.as_deref().unwrap()).unwrap();
+        let a = cluster.redirected("::1:7001").unwrap();
+        assert_eq!(a.host(), "::1");
+        assert!(Arc::ptr_eq(&a, &cluster.link("::1", 7001).unwrap()));
+        assert!(!Arc::ptr_eq(&a, &cluster.link("::1", 7002).unwrap()));
+        assert!(cluster.redirected("no-port").is_err());
+        cluster.close();
+        assert_eq!(cluster.current_map().err(), Some(Error::Closed));
+    }
+
+    #[test]
     fn slots_answer() {
         let node = |host: &str, port| {
             Value::Array(vec![

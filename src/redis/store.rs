@@ -369,6 +369,25 @@ mod tests {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
     }
 
+    fn server(reply: &str) -> Answer {
+        Answer::Value(redis::parse_redis_value(reply.as_bytes()).unwrap())
+    }
+
+    #[test]
+    fn redirections_name_the_node() {
+        let moved = server("-MOVED 3999 127.0.0.1:6381\r\n");
+        assert_eq!(moved.redirection(), Some(("127.0.0.1:6381", false)));
+        let ask = server("-ASK 3999 ::1:6381\r\n");
+        assert_eq!(ask.redirection(), Some(("::1:6381", true)));
+        assert_eq!(server("-ASK\r\n").redirection(), None);
+        assert_eq!(server("-NOSCRIPT x\r\n").redirection(), None);
+        assert!(!moved.node_trouble());
+        assert!(server("-CLUSTERDOWN The cluster is down\r\n").node_trouble());
+        assert!(!server("-COUNTRANGE x\r\n").node_trouble());
+        assert!(!Answer::Refused(Error::Closed).node_trouble());
+        assert!(Answer::TimedOut.node_trouble());
+    }
+
     #[test]
     fn answers_become_hits_or_errors() {
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
