@@ -2,9 +2,10 @@
 // commands, and starting servers that are always stopped, by process group, even when a test fails.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { cpSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+
+export { freePort } from '../__test__/support/redis.js';
 
 export const root = join(__dirname, '..');
 export const fixtures = join(__dirname, 'fixtures');
@@ -89,17 +90,6 @@ export async function packTarballs(dir: string): Promise<Tarballs> {
 /** Installs tarballs (and whatever the directory's package.json asks for) with npm. */
 export async function npmInstall(cwd: string, specs: string[], env?: NodeJS.ProcessEnv): Promise<void> {
   await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error', ...specs], { cwd, env });
-}
-
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.on('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error())));
-    });
-  });
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

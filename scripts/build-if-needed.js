@@ -1,12 +1,18 @@
 'use strict';
-// Builds the native addon when it is missing or older than the Rust sources,
-// so `npm test`, `npm run demo` and `npm run bench` work on a fresh clone.
+// Installs the dev dependencies when they are missing and builds the native
+// addon when it is missing or older than the Rust sources, so `npm test`,
+// `npm run demo` and `npm run bench` work on a fresh clone as they are.
 
 const { execSync } = require('node:child_process');
 const { existsSync, readdirSync, statSync } = require('node:fs');
 const { join } = require('node:path');
 
 const root = join(__dirname, '..');
+
+if (!existsSync(join(root, 'node_modules', '.bin', 'napi'))) {
+  console.error('ratestore: installing the dev dependencies (npm ci)...');
+  execSync('npm ci --no-audit --no-fund', { cwd: root, stdio: 'inherit' });
+}
 
 function newest(path) {
   const stat = statSync(path);
