@@ -37,7 +37,7 @@ async function rejection(pending: Promise<unknown>): Promise<Error & { code: str
 
 /** Runs `fn` with only the given Redis variables in process.env, restoring them after. */
 async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
-  const names = ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN'];
+  const names = ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN', 'REDIS_CLUSTER'];
   const saved = names.map((name) => process.env[name]);
   for (const name of names) delete process.env[name];
   Object.assign(process.env, vars);

@@ -149,7 +149,7 @@ export function errorText(error: unknown): string {
 /** Runs a fixture script with no Redis variables in its environment; answers its output once it exits by itself. */
 export function runFixture(script: string, args: string[], nodeFlags: string[] = []): Promise<string> {
   const env = { ...process.env };
-  for (const name of ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN']) delete env[name];
+  for (const name of ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN', 'REDIS_CLUSTER']) delete env[name];
   return new Promise((resolve, reject) => {
     execFile(process.execPath, [...nodeFlags, script, ...args], { env, timeout: 10_000 }, (error, stdout, stderr) =>
       error
