@@ -5,8 +5,9 @@
 
 use std::mem;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, Notify};
@@ -21,8 +22,14 @@ pub struct Completion {
     pub result: Result<Hit>,
 }
 
-/// A list that two threads share: one adds, the other takes it all. `wake`
-/// is called when it stops being empty.
+/// How long the I/O thread keeps polling after its last send or answer
+/// before it sleeps. Hits that come at a steady pace (and answers from a
+/// nearby server) then arrive while it polls: neither the hit's sender nor
+/// the socket has to wake a sleeping thread, which costs more than the poll.
+const POLL: Duration = Duration::from_micros(200);
+
+/// A list that two threads share: one adds, the other takes it all. `add`
+/// says whether the taker must be woken.
 struct Shared<T> {
     list: Mutex<T>,
     wake: Box<dyn Fn() + Send + Sync>,
@@ -34,19 +41,24 @@ impl<T: Default> Shared<T> {
         self.list.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn add(&self, is_empty: impl Fn(&T) -> bool, add: impl FnOnce(&mut T)) {
-        let first = {
-            let mut list = self.lock();
-            let was_empty = is_empty(&list);
-            add(&mut list);
-            was_empty && !is_empty(&list)
-        };
-        if first {
+    fn add(&self, add: impl FnOnce(&mut T) -> bool) {
+        let wake = add(&mut self.lock());
+        if wake {
             (self.wake)();
         }
     }
+}
 
-    fn take(&self, into: &mut T) {
+impl<T> Shared<Vec<T>> {
+    fn push_all(&self, items: impl IntoIterator<Item = T>) {
+        self.add(|list| {
+            let was_empty = list.is_empty();
+            list.extend(items);
+            was_empty && !list.is_empty()
+        });
+    }
+
+    fn take(&self, into: &mut Vec<T>) {
         mem::swap(&mut *self.lock(), into);
     }
 }
@@ -57,6 +69,8 @@ struct Outbox {
     keys: Vec<u8>,
     hits: Vec<Queued>,
     closing: bool,
+    /// The dispatcher has stopped polling: the next change must wake it.
+    asleep: bool,
 }
 
 struct Queued {
@@ -69,6 +83,31 @@ struct Queued {
 impl Outbox {
     fn is_idle(&self) -> bool {
         self.hits.is_empty() && !self.closing
+    }
+}
+
+impl Shared<Outbox> {
+    /// Adds to the outbox, waking the dispatcher if it sleeps.
+    fn push(&self, add: impl FnOnce(&mut Outbox)) {
+        self.add(|outbox| {
+            add(outbox);
+            mem::take(&mut outbox.asleep)
+        });
+    }
+
+    /// Moves what is queued into `into` (which should be empty) and returns
+    /// true; if nothing is queued, returns false and, if `sleep`, marks the
+    /// dispatcher asleep.
+    fn take(&self, into: &mut Outbox, sleep: bool) -> bool {
+        let mut outbox = self.lock();
+        if outbox.is_idle() {
+            outbox.asleep = sleep;
+            return false;
+        }
+        mem::swap(&mut outbox.keys, &mut into.keys);
+        mem::swap(&mut outbox.hits, &mut into.hits);
+        into.closing = outbox.closing;
+        true
     }
 }
 
@@ -140,7 +179,7 @@ impl Batched {
             }
         };
         let prefix = self.options.prefix().as_bytes();
-        open.outbox.add(Outbox::is_idle, |outbox| {
+        open.outbox.push(|outbox| {
             outbox.keys.extend_from_slice(prefix);
             outbox.keys.extend_from_slice(key);
             outbox.hits.push(Queued {
@@ -164,8 +203,7 @@ impl Batched {
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
         if let Some(Ok(open)) = self.open.get() {
-            open.outbox
-                .add(Outbox::is_idle, |outbox| outbox.closing = true);
+            open.outbox.push(|outbox| outbox.closing = true);
         }
     }
 }
@@ -178,7 +216,8 @@ impl Drop for Batched {
 }
 
 /// Sends the queued hits, all that are waiting at once as one batch; on
-/// close waits for the hits sent so far, then closes the connection.
+/// close waits for the hits sent so far, then closes the connection. Polls
+/// for [`POLL`] after each send or answer, then sleeps until woken.
 async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
     ready: Arc<Notify>,
@@ -188,15 +227,37 @@ async fn dispatch(
     let store = Arc::new(store);
     // Every batch holds a sender: `settled` ends once all of them have finished.
     let (in_flight, mut settled) = mpsc::channel::<()>(1);
-    let mut closing = false;
-    while !closing {
-        ready.notified().await;
+    // Counts the batches answered, so that an answer counts as activity here.
+    let answered = Arc::new(AtomicU64::new(0));
+    let (mut seen, mut active) = (0, Instant::now());
+    loop {
+        if answered.load(Ordering::Relaxed) != seen {
+            seen = answered.load(Ordering::Relaxed);
+            active = Instant::now();
+        }
         let mut taken = Outbox::default();
-        outbox.take(&mut taken);
-        closing = taken.closing;
+        let sleep = active.elapsed() >= POLL;
+        if !outbox.take(&mut taken, sleep) {
+            if sleep {
+                ready.notified().await;
+            } else {
+                // Any other thread that is ready to run here (the JS thread, the
+                // server) goes first; then the runtime checks the socket without
+                // blocking and polls this loop again.
+                std::thread::yield_now();
+                tokio::task::yield_now().await;
+            }
+            continue;
+        }
+        active = Instant::now();
+        let closing = taken.closing;
         if !taken.hits.is_empty() {
-            let (store, done, guard) = (Arc::clone(&store), Arc::clone(&done), in_flight.clone());
-            tokio::spawn(batch(store, done, taken, guard));
+            let (store, done, answered) =
+                (Arc::clone(&store), Arc::clone(&done), Arc::clone(&answered));
+            tokio::spawn(batch(store, done, answered, taken, in_flight.clone()));
+        }
+        if closing {
+            break;
         }
     }
     drop(in_flight);
@@ -207,6 +268,7 @@ async fn dispatch(
 async fn batch(
     store: Arc<Store>,
     done: Arc<Shared<Vec<Completion>>>,
+    answered: Arc<AtomicU64>,
     outbox: Outbox,
     _in_flight: mpsc::Sender<()>,
 ) {
@@ -232,5 +294,58 @@ async fn batch(
         .iter()
         .zip(results)
         .map(|(hit, result)| Completion { id: hit.id, result });
-    done.add(Vec::is_empty, |list| list.extend(completions));
+    done.push_all(completions);
+    answered.fetch_add(1, Ordering::Relaxed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn a_hit_wakes_the_dispatcher_only_once_it_sleeps() {
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&wakes);
+        let outbox = Shared {
+            list: Mutex::<Outbox>::default(),
+            wake: Box::new(move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }),
+        };
+        let queue = |id| {
+            outbox.push(|o| {
+                o.keys.push(b'k');
+                let key_end = o.keys.len();
+                o.hits.push(Queued {
+                    id,
+                    key_end,
+                    window_ms: 1_000,
+                    amount: 1,
+                })
+            })
+        };
+        let woken = || wakes.load(Ordering::Relaxed);
+
+        queue(1);
+        assert_eq!(woken(), 0, "a polling dispatcher needs no wake-up");
+        let mut taken = Outbox::default();
+        assert!(outbox.take(&mut taken, true));
+        assert_eq!((taken.hits.len(), taken.keys.len()), (1, 1));
+        assert!(!outbox.take(&mut Outbox::default(), false));
+        queue(2);
+        assert_eq!(woken(), 0, "still polling");
+        assert!(outbox.take(&mut Outbox::default(), true));
+
+        assert!(!outbox.take(&mut Outbox::default(), true));
+        queue(3);
+        queue(4);
+        assert_eq!(woken(), 1, "one wake-up for a sleeping dispatcher");
+        outbox.push(|o| o.closing = true);
+        assert_eq!(woken(), 1);
+        let mut taken = Outbox::default();
+        assert!(outbox.take(&mut taken, true));
+        assert_eq!(taken.hits.iter().map(|h| h.id).collect::<Vec<_>>(), [3, 4]);
+        assert!(taken.closing);
+    }
 }
