@@ -5,12 +5,14 @@
 
 use std::mem;
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Sleep;
 
 use super::config::{Config, Options};
 use super::runtime;
@@ -230,6 +232,7 @@ async fn dispatch(
     // Counts the batches answered, so that an answer counts as activity here.
     let answered = Arc::new(AtomicU64::new(0));
     let (mut seen, mut active) = (0, Instant::now());
+    let mut soon = None;
     loop {
         if answered.load(Ordering::Relaxed) != seen {
             seen = answered.load(Ordering::Relaxed);
@@ -239,8 +242,10 @@ async fn dispatch(
         let sleep = active.elapsed() >= POLL;
         if !outbox.take(&mut taken, sleep) {
             if sleep {
+                soon = None; // An idle thread keeps no timer.
                 ready.notified().await;
             } else {
+                keep_armed(&mut soon);
                 // Any other thread that is ready to run here (the JS thread, the
                 // server) goes first; then the runtime checks the socket without
                 // blocking and polls this loop again.
@@ -263,6 +268,24 @@ async fn dispatch(
     drop(in_flight);
     let _ = settled.recv().await;
     store.close();
+}
+
+/// Keeps a timer armed a millisecond ahead while the dispatcher polls. The
+/// runtime writes to its wake-up file descriptor whenever a timer due sooner
+/// than any it holds is added; with this one held, a batch's own timeout
+/// (due later) is added without that write.
+fn keep_armed(soon: &mut Option<Pin<Box<Sleep>>>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1);
+    let timer = match soon {
+        Some(timer) if !timer.is_elapsed() => return,
+        Some(timer) => {
+            timer.as_mut().reset(deadline);
+            timer
+        }
+        None => soon.insert(Box::pin(tokio::time::sleep_until(deadline))),
+    };
+    // A timer is added to the runtime when first polled.
+    let _ = timer.as_mut().now_or_never();
 }
 
 async fn batch(
