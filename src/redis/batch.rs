@@ -29,6 +29,9 @@ pub struct Completion {
 /// nearby server) then arrive while it polls: neither the hit's sender nor
 /// the socket has to wake a sleeping thread, which costs more than the poll.
 const POLL: Duration = Duration::from_micros(200);
+/// Batches larger than this don't start a poll: a wake-up is then shared by
+/// many hits, and the CPU a poll takes would slow the JS thread and the server.
+const POLL_BATCH: usize = 32;
 
 /// A list that two threads share: one adds, the other takes it all. `add`
 /// says whether the taker must be woken.
@@ -219,7 +222,8 @@ impl Drop for Batched {
 
 /// Sends the queued hits, all that are waiting at once as one batch; on
 /// close waits for the hits sent so far, then closes the connection. Polls
-/// for [`POLL`] after each send or answer, then sleeps until woken.
+/// for [`POLL`] after each small batch is sent or answered, then sleeps
+/// until woken.
 async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
     ready: Arc<Notify>,
@@ -229,7 +233,7 @@ async fn dispatch(
     let store = Arc::new(store);
     // Every batch holds a sender: `settled` ends once all of them have finished.
     let (in_flight, mut settled) = mpsc::channel::<()>(1);
-    // Counts the batches answered, so that an answer counts as activity here.
+    // Counts the small batches answered, so that their answers count as activity here.
     let answered = Arc::new(AtomicU64::new(0));
     let (mut seen, mut active) = (0, Instant::now());
     let mut soon = None;
@@ -254,7 +258,9 @@ async fn dispatch(
             }
             continue;
         }
-        active = Instant::now();
+        if taken.hits.len() <= POLL_BATCH {
+            active = Instant::now();
+        }
         let closing = taken.closing;
         if !taken.hits.is_empty() {
             let (store, done, answered) =
@@ -318,7 +324,9 @@ async fn batch(
         .zip(results)
         .map(|(hit, result)| Completion { id: hit.id, result });
     done.push_all(completions);
-    answered.fetch_add(1, Ordering::Relaxed);
+    if outbox.hits.len() <= POLL_BATCH {
+        answered.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 #[cfg(test)]
