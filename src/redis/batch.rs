@@ -29,9 +29,11 @@ pub struct Completion {
 /// nearby server) then arrive while it polls: neither the hit's sender nor
 /// the socket has to wake a sleeping thread, which costs more than the poll.
 const POLL: Duration = Duration::from_micros(200);
-/// Batches larger than this don't start a poll: a wake-up is then shared by
-/// many hits, and the CPU a poll takes would slow the JS thread and the server.
-const POLL_BATCH: usize = 32;
+/// With more hits than this in flight, the thread sleeps rather than polls:
+/// a wake-up is then shared by many hits, and the CPU a poll takes would slow
+/// the JS thread and the server. (Polling would also take hits one by one as
+/// they come, rather than let them gather into a batch.)
+const POLL_DEPTH: u64 = 32;
 
 /// A list that two threads share: one adds, the other takes it all. `add`
 /// says whether the taker must be woken.
@@ -221,9 +223,9 @@ impl Drop for Batched {
 }
 
 /// Sends the queued hits, all that are waiting at once as one batch; on
-/// close waits for the hits sent so far, then closes the connection. Polls
-/// for [`POLL`] after each small batch is sent or answered, then sleeps
-/// until woken.
+/// close waits for the hits sent so far, then closes the connection. With
+/// few hits in flight, polls for [`POLL`] after each send or answer before
+/// it sleeps until woken.
 async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
     ready: Arc<Notify>,
@@ -233,17 +235,18 @@ async fn dispatch(
     let store = Arc::new(store);
     // Every batch holds a sender: `settled` ends once all of them have finished.
     let (in_flight, mut settled) = mpsc::channel::<()>(1);
-    // Counts the small batches answered, so that their answers count as activity here.
-    let answered = Arc::new(AtomicU64::new(0));
+    // Hits sent and hits answered: an answer counts as activity here too.
+    let (mut sent, answered) = (0, Arc::new(AtomicU64::new(0)));
     let (mut seen, mut active) = (0, Instant::now());
     let mut soon = None;
     loop {
-        if answered.load(Ordering::Relaxed) != seen {
-            seen = answered.load(Ordering::Relaxed);
+        let now_answered = answered.load(Ordering::Relaxed);
+        if now_answered != seen {
+            seen = now_answered;
             active = Instant::now();
         }
         let mut taken = Outbox::default();
-        let sleep = active.elapsed() >= POLL;
+        let sleep = sent - seen > POLL_DEPTH || active.elapsed() >= POLL;
         if !outbox.take(&mut taken, sleep) {
             if sleep {
                 soon = None; // An idle thread keeps no timer.
@@ -258,9 +261,8 @@ async fn dispatch(
             }
             continue;
         }
-        if taken.hits.len() <= POLL_BATCH {
-            active = Instant::now();
-        }
+        active = Instant::now();
+        sent += taken.hits.len() as u64;
         let closing = taken.closing;
         if !taken.hits.is_empty() {
             let (store, done, answered) =
@@ -324,9 +326,7 @@ async fn batch(
         .zip(results)
         .map(|(hit, result)| Completion { id: hit.id, result });
     done.push_all(completions);
-    if outbox.hits.len() <= POLL_BATCH {
-        answered.fetch_add(1, Ordering::Relaxed);
-    }
+    answered.fetch_add(outbox.hits.len() as u64, Ordering::Relaxed);
 }
 
 #[cfg(test)]
