@@ -35,6 +35,12 @@ const POLL: Duration = Duration::from_micros(200);
 /// they come, rather than let them gather into a batch.)
 const POLL_DEPTH: u64 = 32;
 
+/// Hits sent as one pipeline at most. A larger batch goes out as several
+/// pipelines, written together; each one's answers go back to JavaScript as
+/// soon as they are in, so that JavaScript settles them and sends new hits
+/// while the server works through the rest, rather than both take turns.
+const PIPELINE: usize = 16;
+
 /// A list that two threads share: one adds, the other takes it all. `add`
 /// says whether the taker must be woken.
 struct Shared<T> {
@@ -316,17 +322,25 @@ async fn batch(
             }
         })
         .collect();
-    let results = AssertUnwindSafe(store.hits(&queries))
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|_| vec![Err(Error::Internal("a Rust panic was caught")); queries.len()]);
-    let completions = outbox
-        .hits
-        .iter()
-        .zip(results)
-        .map(|(hit, result)| Completion { id: hit.id, result });
-    done.push_all(completions);
-    answered.fetch_add(outbox.hits.len() as u64, Ordering::Relaxed);
+    let parts = queries.chunks(PIPELINE).zip(outbox.hits.chunks(PIPELINE));
+    let parts = parts.map(|(queries, hits)| {
+        let (store, done, answered) = (&store, &done, &answered);
+        async move {
+            let results = AssertUnwindSafe(store.hits(queries))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    vec![Err(Error::Internal("a Rust panic was caught")); queries.len()]
+                });
+            let completions = hits
+                .iter()
+                .zip(results)
+                .map(|(hit, result)| Completion { id: hit.id, result });
+            done.push_all(completions);
+            answered.fetch_add(hits.len() as u64, Ordering::Relaxed);
+        }
+    });
+    futures_util::future::join_all(parts).await;
 }
 
 #[cfg(test)]
