@@ -250,4 +250,11 @@ describe('redisStore', () => {
       expect(await runFixture(script, ['in-flight', server.url])).toBe('settled 1');
     });
   });
+
+  it('uses next to no CPU while idle after hits', async () => {
+    const report = await runFixture(join(__dirname, 'fixtures', 'redis-exits.js'), ['idle', server.url]);
+    const used = Number(/used (\d+) ms/.exec(report)?.[1]);
+    // An I/O thread that kept polling would use about 500 ms.
+    expect(used).toBeLessThan(150);
+  });
 });

@@ -17,11 +17,20 @@ class RedisStore {
   #rejecters = [];
   #freeSlots = [];
   #inFlight = 0;
+  /** Whether the native side keeps the process (and `#onBatch`) alive: while hits are in flight. */
+  #held = false;
   #opened = false;
   /** close() promises waiting for the hits in flight. */
   #drained = [];
   /** Called with each batch of results. The native side holds it only weakly while idle, so it lives here. */
   #onBatch = (n, errors) => this.#settle(n, errors);
+  /** Lets the process go once idle; queued as a microtask, so a caller that hits again at once keeps the hold. */
+  #release = () => {
+    if (this.#inFlight === 0 && this.#held) {
+      this.#held = false;
+      this.#native.unref();
+    }
+  };
   // One executor for every hit's promise: it hands over the settle functions without a closure per hit.
   #resolve;
   #reject;
@@ -67,7 +76,11 @@ class RedisStore {
       this.#freeSlots.push(slot);
       return Promise.reject(error);
     }
-    if (this.#inFlight++ === 0) store.ref();
+    this.#inFlight++;
+    if (!this.#held) {
+      this.#held = true;
+      store.ref();
+    }
     const promise = new Promise(this.#capture);
     this.#resolvers[slot] = this.#resolve;
     this.#rejecters[slot] = this.#reject;
@@ -99,8 +112,8 @@ class RedisStore {
       for (let i = 0; i < errors.length; i += 2) this.#take(this.#rejecters, errors[i])(errors[i + 1]);
     }
     if (this.#inFlight === 0) {
-      this.#native.unref();
-      for (const resolve of this.#drained.splice(0)) resolve();
+      queueMicrotask(this.#release);
+      if (this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();
     }
   }
 }

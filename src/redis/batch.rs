@@ -5,11 +5,14 @@
 
 use std::mem;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, Notify};
+use tokio::time::Sleep;
 
 use super::config::{Config, Options};
 use super::runtime;
@@ -21,8 +24,25 @@ pub struct Completion {
     pub result: Result<Hit>,
 }
 
-/// A list that two threads share: one adds, the other takes it all. `wake`
-/// is called when it stops being empty.
+/// How long the I/O thread keeps polling after its last send or answer
+/// before it sleeps. Hits that come at a steady pace (and answers from a
+/// nearby server) then arrive while it polls: neither the hit's sender nor
+/// the socket has to wake a sleeping thread, which costs more than the poll.
+const POLL: Duration = Duration::from_micros(200);
+/// With more hits than this in flight, the thread sleeps rather than polls:
+/// a wake-up is then shared by many hits, and the CPU a poll takes would slow
+/// the JS thread and the server. (Polling would also take hits one by one as
+/// they come, rather than let them gather into a batch.)
+const POLL_DEPTH: u64 = 32;
+
+/// Hits sent as one pipeline at most. A larger batch goes out as several
+/// pipelines, written together; each one's answers go back to JavaScript as
+/// soon as they are in, so that JavaScript settles them and sends new hits
+/// while the server works through the rest, rather than both take turns.
+const PIPELINE: usize = 16;
+
+/// A list that two threads share: one adds, the other takes it all. `add`
+/// says whether the taker must be woken.
 struct Shared<T> {
     list: Mutex<T>,
     wake: Box<dyn Fn() + Send + Sync>,
@@ -34,19 +54,24 @@ impl<T: Default> Shared<T> {
         self.list.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn add(&self, is_empty: impl Fn(&T) -> bool, add: impl FnOnce(&mut T)) {
-        let first = {
-            let mut list = self.lock();
-            let was_empty = is_empty(&list);
-            add(&mut list);
-            was_empty && !is_empty(&list)
-        };
-        if first {
+    fn add(&self, add: impl FnOnce(&mut T) -> bool) {
+        let wake = add(&mut self.lock());
+        if wake {
             (self.wake)();
         }
     }
+}
 
-    fn take(&self, into: &mut T) {
+impl<T> Shared<Vec<T>> {
+    fn push_all(&self, items: impl IntoIterator<Item = T>) {
+        self.add(|list| {
+            let was_empty = list.is_empty();
+            list.extend(items);
+            was_empty && !list.is_empty()
+        });
+    }
+
+    fn take(&self, into: &mut Vec<T>) {
         mem::swap(&mut *self.lock(), into);
     }
 }
@@ -57,6 +82,8 @@ struct Outbox {
     keys: Vec<u8>,
     hits: Vec<Queued>,
     closing: bool,
+    /// The dispatcher has stopped polling: the next change must wake it.
+    asleep: bool,
 }
 
 struct Queued {
@@ -69,6 +96,31 @@ struct Queued {
 impl Outbox {
     fn is_idle(&self) -> bool {
         self.hits.is_empty() && !self.closing
+    }
+}
+
+impl Shared<Outbox> {
+    /// Adds to the outbox, waking the dispatcher if it sleeps.
+    fn push(&self, add: impl FnOnce(&mut Outbox)) {
+        self.add(|outbox| {
+            add(outbox);
+            mem::take(&mut outbox.asleep)
+        });
+    }
+
+    /// Moves what is queued into `into` (which should be empty) and returns
+    /// true; if nothing is queued, returns false and, if `sleep`, marks the
+    /// dispatcher asleep.
+    fn take(&self, into: &mut Outbox, sleep: bool) -> bool {
+        let mut outbox = self.lock();
+        if outbox.is_idle() {
+            outbox.asleep = sleep;
+            return false;
+        }
+        mem::swap(&mut outbox.keys, &mut into.keys);
+        mem::swap(&mut outbox.hits, &mut into.hits);
+        into.closing = outbox.closing;
+        true
     }
 }
 
@@ -140,7 +192,7 @@ impl Batched {
             }
         };
         let prefix = self.options.prefix().as_bytes();
-        open.outbox.add(Outbox::is_idle, |outbox| {
+        open.outbox.push(|outbox| {
             outbox.keys.extend_from_slice(prefix);
             outbox.keys.extend_from_slice(key);
             outbox.hits.push(Queued {
@@ -164,8 +216,7 @@ impl Batched {
     pub fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
         if let Some(Ok(open)) = self.open.get() {
-            open.outbox
-                .add(Outbox::is_idle, |outbox| outbox.closing = true);
+            open.outbox.push(|outbox| outbox.closing = true);
         }
     }
 }
@@ -178,7 +229,9 @@ impl Drop for Batched {
 }
 
 /// Sends the queued hits, all that are waiting at once as one batch; on
-/// close waits for the hits sent so far, then closes the connection.
+/// close waits for the hits sent so far, then closes the connection. With
+/// few hits in flight, polls for [`POLL`] after each send or answer before
+/// it sleeps until woken.
 async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
     ready: Arc<Notify>,
@@ -188,15 +241,42 @@ async fn dispatch(
     let store = Arc::new(store);
     // Every batch holds a sender: `settled` ends once all of them have finished.
     let (in_flight, mut settled) = mpsc::channel::<()>(1);
-    let mut closing = false;
-    while !closing {
-        ready.notified().await;
+    // Hits sent and hits answered: an answer counts as activity here too.
+    let (mut sent, answered) = (0, Arc::new(AtomicU64::new(0)));
+    let (mut seen, mut active) = (0, Instant::now());
+    let mut soon = None;
+    loop {
+        let now_answered = answered.load(Ordering::Relaxed);
+        if now_answered != seen {
+            seen = now_answered;
+            active = Instant::now();
+        }
         let mut taken = Outbox::default();
-        outbox.take(&mut taken);
-        closing = taken.closing;
+        let sleep = sent - seen > POLL_DEPTH || active.elapsed() >= POLL;
+        if !outbox.take(&mut taken, sleep) {
+            if sleep {
+                soon = None; // An idle thread keeps no timer.
+                ready.notified().await;
+            } else {
+                keep_armed(&mut soon);
+                // Any other thread that is ready to run here (the JS thread, the
+                // server) goes first; then the runtime checks the socket without
+                // blocking and polls this loop again.
+                std::thread::yield_now();
+                tokio::task::yield_now().await;
+            }
+            continue;
+        }
+        active = Instant::now();
+        sent += taken.hits.len() as u64;
+        let closing = taken.closing;
         if !taken.hits.is_empty() {
-            let (store, done, guard) = (Arc::clone(&store), Arc::clone(&done), in_flight.clone());
-            tokio::spawn(batch(store, done, taken, guard));
+            let (store, done, answered) =
+                (Arc::clone(&store), Arc::clone(&done), Arc::clone(&answered));
+            tokio::spawn(batch(store, done, answered, taken, in_flight.clone()));
+        }
+        if closing {
+            break;
         }
     }
     drop(in_flight);
@@ -204,9 +284,28 @@ async fn dispatch(
     store.close();
 }
 
+/// Keeps a timer armed a millisecond ahead while the dispatcher polls. The
+/// runtime writes to its wake-up file descriptor whenever a timer due sooner
+/// than any it holds is added; with this one held, a batch's own timeout
+/// (due later) is added without that write.
+fn keep_armed(soon: &mut Option<Pin<Box<Sleep>>>) {
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(1);
+    let timer = match soon {
+        Some(timer) if !timer.is_elapsed() => return,
+        Some(timer) => {
+            timer.as_mut().reset(deadline);
+            timer
+        }
+        None => soon.insert(Box::pin(tokio::time::sleep_until(deadline))),
+    };
+    // A timer is added to the runtime when first polled.
+    let _ = timer.as_mut().now_or_never();
+}
+
 async fn batch(
     store: Arc<Store>,
     done: Arc<Shared<Vec<Completion>>>,
+    answered: Arc<AtomicU64>,
     outbox: Outbox,
     _in_flight: mpsc::Sender<()>,
 ) {
@@ -223,14 +322,75 @@ async fn batch(
             }
         })
         .collect();
-    let results = AssertUnwindSafe(store.hits(&queries))
-        .catch_unwind()
-        .await
-        .unwrap_or_else(|_| vec![Err(Error::Internal("a Rust panic was caught")); queries.len()]);
-    let completions = outbox
-        .hits
-        .iter()
-        .zip(results)
-        .map(|(hit, result)| Completion { id: hit.id, result });
-    done.add(Vec::is_empty, |list| list.extend(completions));
+    let parts = queries.chunks(PIPELINE).zip(outbox.hits.chunks(PIPELINE));
+    let parts = parts.map(|(queries, hits)| {
+        let (store, done, answered) = (&store, &done, &answered);
+        async move {
+            let results = AssertUnwindSafe(store.hits(queries))
+                .catch_unwind()
+                .await
+                .unwrap_or_else(|_| {
+                    vec![Err(Error::Internal("a Rust panic was caught")); queries.len()]
+                });
+            let completions = hits
+                .iter()
+                .zip(results)
+                .map(|(hit, result)| Completion { id: hit.id, result });
+            done.push_all(completions);
+            answered.fetch_add(hits.len() as u64, Ordering::Relaxed);
+        }
+    });
+    futures_util::future::join_all(parts).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    #[test]
+    fn a_hit_wakes_the_dispatcher_only_once_it_sleeps() {
+        let wakes = Arc::new(AtomicUsize::new(0));
+        let counter = Arc::clone(&wakes);
+        let outbox = Shared {
+            list: Mutex::<Outbox>::default(),
+            wake: Box::new(move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+            }),
+        };
+        let queue = |id| {
+            outbox.push(|o| {
+                o.keys.push(b'k');
+                let key_end = o.keys.len();
+                o.hits.push(Queued {
+                    id,
+                    key_end,
+                    window_ms: 1_000,
+                    amount: 1,
+                })
+            })
+        };
+        let woken = || wakes.load(Ordering::Relaxed);
+
+        queue(1);
+        assert_eq!(woken(), 0, "a polling dispatcher needs no wake-up");
+        let mut taken = Outbox::default();
+        assert!(outbox.take(&mut taken, true));
+        assert_eq!((taken.hits.len(), taken.keys.len()), (1, 1));
+        assert!(!outbox.take(&mut Outbox::default(), false));
+        queue(2);
+        assert_eq!(woken(), 0, "still polling");
+        assert!(outbox.take(&mut Outbox::default(), true));
+
+        assert!(!outbox.take(&mut Outbox::default(), true));
+        queue(3);
+        queue(4);
+        assert_eq!(woken(), 1, "one wake-up for a sleeping dispatcher");
+        outbox.push(|o| o.closing = true);
+        assert_eq!(woken(), 1);
+        let mut taken = Outbox::default();
+        assert!(outbox.take(&mut taken, true));
+        assert_eq!(taken.hits.iter().map(|h| h.id).collect::<Vec<_>>(), [3, 4]);
+        assert!(taken.closing);
+    }
 }
