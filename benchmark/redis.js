@@ -3,23 +3,13 @@
 // redis-benchmark's EVALSHA figure on it: the most the server does.
 
 const { execFile, spawn } = require('node:child_process');
-const { createConnection, createServer } = require('node:net');
+const { createConnection } = require('node:net');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { promisify } = require('node:util');
+const { freePort } = require('../scripts/free-port.js');
 
 const run = promisify(execFile);
 const INSTALL = 'install Redis 7 (Debian/Ubuntu: apt-get install redis-server; macOS: brew install redis)';
-
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 function answers(port) {
   return new Promise((resolve) => {

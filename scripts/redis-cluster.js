@@ -7,10 +7,10 @@
 
 const { execFile, spawn } = require('node:child_process');
 const { mkdtempSync, rmSync } = require('node:fs');
-const { createServer } = require('node:net');
 const { tmpdir } = require('node:os');
 const { join } = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
+const { freePort } = require('./free-port.js');
 
 const INSTALL =
   'redis-server and redis-cli were not found on PATH. The cluster tests run a real Redis Cluster: install Redis 7 ' +
@@ -20,18 +20,6 @@ const running = new Set();
 process.on('exit', () => {
   for (const child of running) child.kill('SIGKILL');
 });
-
-/** A port nothing listens on, on 127.0.0.1. */
-function freePort() {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const { port } = server.address();
-      server.close(() => resolve(port));
-    });
-  });
-}
 
 /** Runs redis-cli; resolves its output, trimmed. */
 function cli(args, timeout = 30_000) {

@@ -3,8 +3,8 @@
 // replaces the server of the plain suites (never of the fault suites).
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { join } from 'node:path';
+import { freePort } from '../../scripts/free-port.js';
 
 const INSTALL =
   'redis-server was not found on PATH. The redisStore tests run against a real Redis: install it with ' +
@@ -34,18 +34,7 @@ process.on('exit', () => {
   for (const child of running) child.kill('SIGKILL');
 });
 
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      server.close(() =>
-        typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port')),
-      );
-    });
-  });
-}
+export { freePort };
 
 function launch(port: number, options: ServerOptions): Promise<ChildProcess> {
   const args = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no'];
