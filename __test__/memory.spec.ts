@@ -1,9 +1,9 @@
 import { execFile } from 'node:child_process';
 import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
+import { hitFromWorkers } from './support/workers.js';
 
 rateLimitStoreContract('memoryStore', () => memoryStore());
 rateLimitStoreContract('memoryStore({ name })', () => memoryStore({ name: 'contract' }));
@@ -176,14 +176,7 @@ describe('memoryStore', () => {
   it('shares a named store across 4 worker threads, adding up exactly', async () => {
     const name = `workers-${process.pid}-${Date.now()}`;
     const hits = 2_500;
-    const runs = Array.from({ length: 4 }, () => {
-      const worker = new Worker(join(__dirname, 'fixtures', 'named-worker.js'), { workerData: { name, hits } });
-      return new Promise<number[]>((resolve, reject) => {
-        worker.once('message', resolve);
-        worker.once('error', reject);
-      }).finally(() => worker.terminate());
-    });
-    const counts = (await Promise.all(runs)).flat().sort((x, y) => x - y);
+    const counts = await hitFromWorkers(4, { factory: 'memoryStore', options: { name }, key: 'shared', hits });
     expect(counts).toEqual(Array.from({ length: 4 * hits }, (_, i) => i + 1));
     expect((await memoryStore({ name }).hit('shared', 60_000, 0)).count).toBe(4 * hits);
   });

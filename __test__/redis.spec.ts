@@ -1,10 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
 import { errorText, plainRedis, runFixture } from './support/redis.js';
+import { hitFromWorkers } from './support/workers.js';
 
 let server: Awaited<ReturnType<typeof plainRedis>>;
 beforeAll(async () => {
@@ -229,6 +232,39 @@ describe('redisStore', () => {
     for (const seen of counts.values()) {
       expect(seen.sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
     }
+  });
+
+  it('counts hits from 4 worker threads, each with its own store, exactly', async () => {
+    const key = `workers:${randomUUID()}`;
+    const hits = 500;
+    const counts = await hitFromWorkers(4, { factory: 'redisStore', options: { url: server.url, prefix }, key, hits });
+    expect(counts).toEqual(Array.from({ length: 4 * hits }, (_, i) => i + 1));
+    expect((await make().hit(key, 60_000, 0)).count).toBe(4 * hits);
+  });
+
+  it('closes the connection of a store nobody holds any more', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    // Every client but the redis-cli that asks.
+    const clients = async () =>
+      new Set(
+        (await server.cli('CLIENT', 'LIST'))
+          .split('\n')
+          .filter((line) => !line.includes('cmd=client'))
+          .map((line) => line.split(' ')[0]),
+      );
+    const before = await clients();
+    let store: ReturnType<typeof make> | undefined = make();
+    await store.hit(`gc:${randomUUID()}`, 60_000, 1);
+    const opened = [...(await clients())].filter((id) => !before.has(id));
+    expect(opened).toHaveLength(1);
+    store = undefined;
+    const deadline = Date.now() + 10_000;
+    while ((await clients()).has(opened[0]) && Date.now() < deadline) {
+      gc();
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    expect((await clients()).has(opened[0])).toBe(false);
   });
 
   describe('lets a process exit by itself', () => {
