@@ -1,4 +1,5 @@
 import { execFile } from 'node:child_process';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../index.js';
@@ -179,6 +180,24 @@ describe('memoryStore', () => {
     const counts = await hitFromWorkers(4, { factory: 'memoryStore', options: { name }, key: 'shared', hits });
     expect(counts).toEqual(Array.from({ length: 4 * hits }, (_, i) => i + 1));
     expect((await memoryStore({ name }).hit('shared', 60_000, 0)).count).toBe(4 * hits);
+  });
+
+  it('counts right in each copy of the package loaded on one thread (a cleared require cache)', async () => {
+    const load = createRequire(__filename);
+    const root = join(__dirname, '..');
+    const first = load('..') as typeof import('../index.js');
+    for (const id of Object.keys(load.cache)) {
+      if (id.startsWith(root) && !id.includes('node_modules')) delete load.cache[id];
+    }
+    const second = load('..') as typeof import('../index.js');
+    expect(second.memoryStore).not.toBe(first.memoryStore);
+    const fresh = second.memoryStore();
+    await fresh.hit('k', 60_000, 5);
+    // Made by the first copy after the second was loaded: it must still use its own copy's numbers.
+    const older = first.memoryStore();
+    expect(await older.hit('k', 60_000, 2)).toEqual({ count: 2, resetMs: 60_000 });
+    expect(await older.hit('k', 30_000, 1)).toMatchObject({ count: 3 });
+    expect(await fresh.hit('k', 60_000, 1)).toMatchObject({ count: 6 });
   });
 
   it('lets a script that used it exit by itself', async () => {

@@ -5,7 +5,6 @@
 //! `[count, resetMs]`, and JavaScript builds the result object. No JS value
 //! is read or made for a number (see "What a hit costs" in the README).
 
-use std::cell::Cell;
 use std::ptr;
 use std::sync::Arc;
 
@@ -16,11 +15,6 @@ use crate::clock;
 use crate::errors::Error;
 use crate::memory::{self, Table};
 use crate::window;
-
-thread_local! {
-    /// This thread's `hitIO` slots.
-    static IO: Cell<*mut f64> = const { Cell::new(ptr::null_mut()) };
-}
 
 struct Bound {
     table: Arc<Table>,
@@ -35,19 +29,22 @@ pub unsafe fn register(env: sys::napi_env, exports: sys::napi_value) -> Result<(
         c"hitIO".as_ptr(),
         array,
     ))?;
-    // Held for the life of this thread's environment: hit functions use it.
+    // Held for the life of this environment: hit functions use it. Each
+    // loaded copy of the module has its own array, passed to its functions
+    // as their data (never through a per-thread global, which a second copy
+    // loaded on the same thread would overwrite).
     let mut reference = ptr::null_mut();
     raw::check(sys::napi_create_reference(env, array, 1, &mut reference))?;
-    IO.with(|io| io.set(data));
-    raw::export(env, exports, "memoryStore", create, ptr::null_mut())?;
-    raw::export(env, exports, "noopHit", noop_hit, ptr::null_mut())?;
+    raw::export(env, exports, "memoryStore", create, data.cast())?;
+    raw::export(env, exports, "noopHit", noop_hit, data.cast())?;
     Ok(())
 }
 
 /// `memoryStore(maxKeys, name?)` → `{ hit, size }`, both bound to one table.
 unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     raw::guard(env, || {
-        let ([max_keys, name], _) = raw::args::<2>(env, info)?;
+        let ([max_keys, name], io) = raw::args::<2>(env, info)?;
+        let io = io.cast::<f64>();
         let max_keys = raw::number(env, max_keys, "maxKeys must be a number")?;
         if !window::is_positive_safe_integer(max_keys) {
             return Err(Error::InvalidRange(
@@ -58,8 +55,8 @@ unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -
         let table = memory::open(name.as_deref(), max_keys as usize)?;
         let mut store = ptr::null_mut();
         raw::check(sys::napi_create_object(env, &mut store))?;
-        bind(env, store, "hit", hit, &table)?;
-        bind(env, store, "size", size, &table)?;
+        bind(env, store, "hit", hit, &table, io)?;
+        bind(env, store, "size", size, &table, io)?;
         Ok(store)
     })
 }
@@ -71,10 +68,11 @@ unsafe fn bind(
     name: &str,
     cb: raw::Callback,
     table: &Arc<Table>,
+    io: *mut f64,
 ) -> Result<(), Error> {
     let bound = Bound {
         table: Arc::clone(table),
-        io: IO.with(Cell::get),
+        io,
     };
     raw::export_owned(env, store, name, cb, bound)
 }
@@ -110,9 +108,9 @@ unsafe extern "C" fn noop_hit(
     info: sys::napi_callback_info,
 ) -> sys::napi_value {
     raw::guard(env, || {
-        let ([key], _) = raw::args::<1>(env, info)?;
+        let ([key], io) = raw::args::<1>(env, info)?;
         raw::with_utf16(env, key, "key must be a string", |k| k.len())?;
-        let io = IO.with(Cell::get);
+        let io = io.cast::<f64>();
         std::hint::black_box((*io, *io.add(1)));
         Ok(ptr::null_mut())
     })
