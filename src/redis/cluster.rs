@@ -157,8 +157,9 @@ impl Cluster {
         self.link(host, port)
     }
 
-    /// The master of each key's slot, as the map says; waits for the first map.
-    pub async fn route(&self, keys: impl Iterator<Item = &[u8]>) -> Result<Vec<Arc<Link>>> {
+    /// The master of each key's slot, as the map says (`None` for a slot no
+    /// node serves); waits for the first map.
+    pub async fn route(&self, keys: impl Iterator<Item = &[u8]>) -> Result<Vec<Option<Arc<Link>>>> {
         let map = match self.current_map()? {
             Some(map) => map,
             None => {
@@ -167,14 +168,9 @@ impl Cluster {
                     .ok_or_else(|| Error::Redis("the cluster has no slot map".into()))?
             }
         };
-        keys.map(|key| {
-            map.slots[slot(key) as usize]
-                .map(|i| Arc::clone(&map.masters[i as usize]))
-                .ok_or_else(|| {
-                    Error::Redis("CLUSTERDOWN the key's slot is not served by any node".into())
-                })
-        })
-        .collect()
+        Ok(keys
+            .map(|key| map.slots[slot(key) as usize].map(|i| Arc::clone(&map.masters[i as usize])))
+            .collect())
     }
 
     fn current_map(&self) -> Result<Option<Arc<Map>>> {

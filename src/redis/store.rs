@@ -199,11 +199,19 @@ async fn routed(cluster: &Arc<Cluster>, queries: &[Query<'_>], deadline: Instant
         Err(_) => return all(&|| Answer::TimedOut),
     };
     let mut answers: Vec<Option<Answer>> = queries.iter().map(|_| None).collect();
-    let mut pending: Vec<(usize, Arc<Link>, bool)> = links
-        .into_iter()
-        .enumerate()
-        .map(|(i, link)| (i, link, false))
-        .collect();
+    let mut pending: Vec<(usize, Arc<Link>, bool)> = Vec::with_capacity(queries.len());
+    for (i, link) in links.into_iter().enumerate() {
+        match link {
+            Some(link) => pending.push((i, link, false)),
+            None => {
+                // Only this key fails; the map may have changed since it was read.
+                answers[i] = Some(Answer::Refused(Error::Redis(
+                    "CLUSTERDOWN the key's slot is not served by any node".into(),
+                )));
+                cluster.stale();
+            }
+        }
+    }
     for redirects_left in (0..=MAX_REDIRECTS).rev() {
         // One pipeline per node (and per ASK or not).
         let mut groups: Vec<(Arc<Link>, bool, Vec<usize>)> = Vec::new();
