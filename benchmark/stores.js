@@ -81,11 +81,7 @@ const redisStores = [
     peer: true,
     async create(port) {
       const client = await ioredis(port);
-      client.defineCommand('referenceHit', { numberOfKeys: 1, lua: REFERENCE_LUA });
-      return {
-        hit: (key, windowMs, amount) => client.referenceHit(`bench:ioredis:${key}`, windowMs, amount),
-        close: () => client.quit(),
-      };
+      return referenceStore(client);
     },
   },
   {
@@ -157,11 +153,7 @@ const clusterStores = [
       });
       const client = new Redis.Cluster(seeds, { enableAutoPipelining: true, lazyConnect: true });
       await client.connect();
-      client.defineCommand('referenceHit', { numberOfKeys: 1, lua: REFERENCE_LUA });
-      return {
-        hit: (key, windowMs, amount) => client.referenceHit(`bench:ioredis:${key}`, windowMs, amount),
-        close: () => client.quit(),
-      };
+      return referenceStore(client);
     },
   },
   {
@@ -174,6 +166,15 @@ const clusterStores = [
     },
   },
 ];
+
+/** An ioredis client (single or cluster) running the reference script, as a store. */
+function referenceStore(client) {
+  client.defineCommand('referenceHit', { numberOfKeys: 1, lua: REFERENCE_LUA });
+  return {
+    hit: (key, windowMs, amount) => client.referenceHit(`bench:ioredis:${key}`, windowMs, amount),
+    close: () => client.quit(),
+  };
+}
 
 /** An ioredis client with auto-pipelining (its fastest setting for many hits in flight), connected. */
 async function ioredis(port) {
