@@ -71,4 +71,20 @@ function checkOption(factory, name, value, type) {
   }
 }
 
-module.exports = { MAX_KEY_LENGTH, invalidHit, checkOptions, checkOption, typeError, rangeError };
+/** Checks an option that must be a positive safe integer (a count or a number of ms). */
+function checkPositiveInteger(factory, name, value) {
+  checkOption(factory, name, value, 'number');
+  if (!(value >= 1 && Number.isSafeInteger(value))) {
+    throw rangeError(`${factory}(options): ${name} must be a positive safe integer, got ${value}`);
+  }
+}
+
+module.exports = {
+  MAX_KEY_LENGTH,
+  invalidHit,
+  checkOptions,
+  checkOption,
+  checkPositiveInteger,
+  typeError,
+  rangeError,
+};

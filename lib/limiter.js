@@ -2,7 +2,7 @@
 // A fixed-window limiter over any RateLimitStore, for route handlers that
 // have no framework limiter: one hit per check, headers on every answer.
 
-const { checkOptions, checkOption, typeError, rangeError } = require('./check.js');
+const { checkOptions, checkOption, checkPositiveInteger, typeError, rangeError } = require('./check.js');
 
 const OPTIONS = ['store', 'limit', 'windowMs', 'failOpen'];
 
@@ -12,14 +12,11 @@ function createLimiter(options) {
     throw typeError('createLimiter(options): store must be a RateLimitStore (an object with a hit method)');
   }
   checkOption('createLimiter', 'limit', limit, 'number');
-  checkOption('createLimiter', 'windowMs', windowMs, 'number');
   checkOption('createLimiter', 'failOpen', failOpen, 'boolean');
   if (!(limit >= 0 && Number.isSafeInteger(limit))) {
     throw rangeError(`createLimiter(options): limit must be a non-negative safe integer, got ${limit}`);
   }
-  if (!(windowMs >= 1 && Number.isSafeInteger(windowMs))) {
-    throw rangeError(`createLimiter(options): windowMs must be a positive safe integer, got ${windowMs}`);
-  }
+  checkPositiveInteger('createLimiter', 'windowMs', windowMs);
 
   function answer(allowed, count, resetMs) {
     const remaining = Math.max(0, limit - count);

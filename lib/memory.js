@@ -3,7 +3,7 @@
 // Rust and hands back an already settled promise: no thread hop per hit.
 
 const native = require('./native.js');
-const { invalidHit, checkOptions, checkOption, rangeError } = require('./check.js');
+const { invalidHit, checkOptions, checkOption, checkPositiveInteger } = require('./check.js');
 
 const DEFAULT_MAX_KEYS = 1_000_000;
 const OPTIONS = ['maxKeys', 'name'];
@@ -16,11 +16,8 @@ class MemoryStore {
 
   constructor(options) {
     const { maxKeys = DEFAULT_MAX_KEYS, name } = checkOptions('memoryStore', options, OPTIONS);
-    checkOption('memoryStore', 'maxKeys', maxKeys, 'number');
+    checkPositiveInteger('memoryStore', 'maxKeys', maxKeys);
     checkOption('memoryStore', 'name', name, 'string');
-    if (!(maxKeys >= 1 && Number.isSafeInteger(maxKeys))) {
-      throw rangeError(`memoryStore(options): maxKeys must be a positive safe integer, got ${maxKeys}`);
-    }
     const table = native.memoryStore(maxKeys, name);
     this.#hit = table.hit;
     this.#size = table.size;

@@ -4,7 +4,7 @@
 // settled when its batch of results comes back (see "How a hit travels" in the README).
 
 const native = require('./native.js');
-const { invalidHit, checkOptions, checkOption, rangeError } = require('./check.js');
+const { invalidHit, checkOptions, checkOption, checkPositiveInteger } = require('./check.js');
 
 const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster'];
 
@@ -44,13 +44,10 @@ class RedisStore {
     checkOption('redisStore', 'url', url, 'string');
     checkOption('redisStore', 'token', token, 'string');
     checkOption('redisStore', 'prefix', prefix, 'string');
-    checkOption('redisStore', 'timeoutMs', timeoutMs, 'number');
     checkOption('redisStore', 'cluster', cluster, 'boolean');
     const { ca } = checkOptions('redisStore', tls, ['ca'], 'tls');
     checkOption('redisStore', 'tls.ca', ca, 'string');
-    if (timeoutMs !== undefined && !(timeoutMs >= 1 && Number.isSafeInteger(timeoutMs))) {
-      throw rangeError(`redisStore(options): timeoutMs must be a positive safe integer (ms), got ${timeoutMs}`);
-    }
+    if (timeoutMs !== undefined) checkPositiveInteger('redisStore', 'timeoutMs', timeoutMs);
     this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, cluster, this.#onBatch);
     this.#results = this.#native.results;
   }
