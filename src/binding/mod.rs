@@ -16,3 +16,10 @@ pub fn exports(exports: Object, env: Env) -> Result<()> {
             .map_err(|e| Error::from_reason(e.to_string()))
     }
 }
+
+/// The version of the crate this binary was built from; the loader refuses a
+/// binary whose version differs from the JS package's.
+#[napi]
+pub fn version() -> &'static str {
+    env!("CARGO_PKG_VERSION")
+}
