@@ -7,7 +7,7 @@
 const { readFileSync } = require('node:fs');
 const { join } = require('node:path');
 const ratestore = require('..');
-const { noopHit, hitIO } = require('../lib/native.js');
+const { noopHitForBenchmark } = require('../lib/native.js');
 const { MapStore } = require('./map-store.js');
 
 /** Every window in the benchmark: long enough that none ends during a run. */
@@ -56,19 +56,33 @@ const memoryStores = [
 ];
 
 /** The floor for memoryStore: a native call that takes a hit's arguments and does nothing, answered the same way. */
+class NoopStore {
+  #hit;
+  #io;
+
+  constructor() {
+    const { hit, io } = noopHitForBenchmark();
+    this.#hit = hit;
+    this.#io = io;
+  }
+
+  hit(key, windowMs, amount) {
+    const io = this.#io;
+    io[0] = windowMs;
+    io[1] = amount;
+    const count = this.#hit(key);
+    if (count === undefined) return Promise.reject(new Error('no answer'));
+    return Promise.resolve({ count, resetMs: io[0] });
+  }
+}
+
 const floor = {
   name: 'floor: no-op native call',
   about:
-    "`noopHit(key)`: a native call that takes a hit's arguments as memoryStore's does (the key, and the two " +
-    'numbers in the shared `hitIO` array) and does nothing, answered with a settled promise of the same object',
-  create: () => ({
-    hit(key, windowMs, amount) {
-      hitIO[0] = windowMs;
-      hitIO[1] = amount;
-      noopHit(key);
-      return Promise.resolve({ count: hitIO[0], resetMs: hitIO[1] });
-    },
-  }),
+    "`noopHitForBenchmark().hit(key)` (a benchmark-only export): a native call that takes a hit's arguments as " +
+    "memoryStore's does (the key, and the two numbers in the store's `io` array) and does nothing, answered with a " +
+    'settled promise of the same object',
+  create: () => new NoopStore(),
 };
 
 /** Redis stores: `create(port)` resolves a connected store with `hit` and `close`. */

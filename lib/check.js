@@ -71,6 +71,25 @@ function checkOption(factory, name, value, type) {
   }
 }
 
+/**
+ * Checks a string option that names something (a store's name, a key prefix):
+ * it must be well-formed UTF-16, since a lone surrogate could not be told
+ * apart from U+FFFD once converted.
+ */
+function checkWellFormed(factory, name, value) {
+  checkOption(factory, name, value, 'string');
+  if (value !== undefined && !value.isWellFormed()) {
+    throw typeError(`${factory}(options): ${name} must be a well-formed string (it holds a lone surrogate)`);
+  }
+}
+
+/** The error of a native call that failed without being able to throw (its environment is ending). */
+function notAnswered() {
+  const error = new Error('ratestore: the store could not answer this hit (is the Node.js environment shutting down?)');
+  error.code = 'ERR_INTERNAL';
+  return error;
+}
+
 /** Checks an option that must be a positive safe integer (a count or a number of ms). */
 function checkPositiveInteger(factory, name, value) {
   checkOption(factory, name, value, 'number');
@@ -84,7 +103,9 @@ module.exports = {
   invalidHit,
   checkOptions,
   checkOption,
+  checkWellFormed,
   checkPositiveInteger,
+  notAnswered,
   typeError,
   rangeError,
 };

@@ -3,24 +3,25 @@
 // Rust and hands back an already settled promise: no thread hop per hit.
 
 const native = require('./native.js');
-const { invalidHit, checkOptions, checkOption, checkPositiveInteger } = require('./check.js');
+const { invalidHit, checkOptions, checkWellFormed, checkPositiveInteger, notAnswered } = require('./check.js');
 
 const DEFAULT_MAX_KEYS = 1_000_000;
 const OPTIONS = ['maxKeys', 'name'];
-// [windowMs, amount] in, [count, resetMs] out: numbers cross without JS values.
-const io = native.hitIO;
 
 class MemoryStore {
   #hit;
   #size;
+  /** The table's numbers, in memory the addon owns: [windowMs, amount] in, resetMs out in [0]. */
+  #io;
 
   constructor(options) {
     const { maxKeys = DEFAULT_MAX_KEYS, name } = checkOptions('memoryStore', options, OPTIONS);
     checkPositiveInteger('memoryStore', 'maxKeys', maxKeys);
-    checkOption('memoryStore', 'name', name, 'string');
+    checkWellFormed('memoryStore', 'name', name);
     const table = native.memoryStore(maxKeys, name);
     this.#hit = table.hit;
     this.#size = table.size;
+    this.#io = table.io;
   }
 
   /** Always false: the counters live in this process. */
@@ -36,14 +37,18 @@ class MemoryStore {
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
     if (invalid !== undefined) return Promise.reject(invalid);
+    const io = this.#io;
     io[0] = windowMs;
     io[1] = amount;
+    let count;
     try {
-      this.#hit(key);
+      count = this.#hit(key);
     } catch (error) {
       return Promise.reject(error);
     }
-    return Promise.resolve({ count: io[0], resetMs: io[1] });
+    // A number is the only success: undefined means the hit failed and its error could not be thrown.
+    if (count === undefined) return Promise.reject(notAnswered());
+    return Promise.resolve({ count, resetMs: io[0] });
   }
 }
 

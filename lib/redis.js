@@ -4,7 +4,14 @@
 // settled when its batch of results comes back (see "How a hit travels" in the README).
 
 const native = require('./native.js');
-const { invalidHit, checkOptions, checkOption, checkPositiveInteger } = require('./check.js');
+const {
+  invalidHit,
+  checkOptions,
+  checkOption,
+  checkWellFormed,
+  checkPositiveInteger,
+  notAnswered,
+} = require('./check.js');
 
 const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster'];
 
@@ -43,7 +50,7 @@ class RedisStore {
     const { url, token, prefix, timeoutMs, tls, cluster } = checkOptions('redisStore', options, OPTIONS);
     checkOption('redisStore', 'url', url, 'string');
     checkOption('redisStore', 'token', token, 'string');
-    checkOption('redisStore', 'prefix', prefix, 'string');
+    checkWellFormed('redisStore', 'prefix', prefix);
     checkOption('redisStore', 'cluster', cluster, 'boolean');
     const { ca } = checkOptions('redisStore', tls, ['ca'], 'tls');
     checkOption('redisStore', 'tls.ca', ca, 'string');
@@ -68,7 +75,8 @@ class RedisStore {
         this.#opened = true;
         store.open(process.env);
       }
-      store.send(slot, key, windowMs, amount);
+      // true is the only success: undefined means it failed and its error could not be thrown.
+      if (store.send(slot, key, windowMs, amount) !== true) throw notAnswered();
     } catch (error) {
       this.#freeSlots.push(slot);
       return Promise.reject(error);

@@ -47,6 +47,12 @@ pub enum Error {
     /// The store was closed by `close()`.
     #[error("redisStore: the store is closed; hits after close() are refused")]
     Closed,
+    /// A Node-API call failed, with Node-API's own message for it.
+    #[error("a Node-API call failed: {0}")]
+    NodeApi(String),
+    /// The JavaScript runtime lacks something the binding needs.
+    #[error("{0}")]
+    Unsupported(&'static str),
     /// Something the store can't explain: a bug, reported instead of a count.
     #[error("internal error in ratestore: {0}")]
     Internal(&'static str),
@@ -66,7 +72,8 @@ impl Error {
             Error::Auth(_) => "ERR_AUTH",
             Error::Redis(_) => "ERR_REDIS",
             Error::Closed => "ERR_CLOSED",
-            Error::Internal(_) => "ERR_INTERNAL",
+            Error::NodeApi(_) | Error::Internal(_) => "ERR_INTERNAL",
+            Error::Unsupported(_) => "ERR_UNSUPPORTED",
         }
     }
 

@@ -3,11 +3,15 @@
 //! The core (`window`, `memory`, `redis`, `errors`, `clock`) knows nothing of N-API;
 //! `binding` is the thin layer that converts to and from JavaScript.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod clock;
 pub mod errors;
 pub mod memory;
 pub mod redis;
 pub mod window;
+pub mod wtf8;
 
 // napi-derive registers nothing in test builds, so the binding is left out there.
 #[cfg(not(test))]

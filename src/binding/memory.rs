@@ -1,117 +1,146 @@
 //! memoryStore's binding. The hit runs on every request, so it is a raw
 //! Node-API callback that takes one argument, the key, read into a stack
-//! buffer. The numbers go both ways through a shared Float64Array, `hitIO`:
-//! JavaScript leaves `[windowMs, amount]` there, the hit replaces them with
-//! `[count, resetMs]`, and JavaScript builds the result object. No JS value
-//! is read or made for a number (see "What a hit costs" in the README).
+//! buffer. The numbers go both ways through the store's own `io` array
+//! (memory Rust owns, see [`raw::Numbers`]): JavaScript leaves
+//! `[windowMs, amount]` there, the hit takes them (leaving NaN), answers the
+//! count, and leaves resetMs in `io[0]`. No JS value is read or made for a
+//! number but the count (see "What a hit costs" in the README).
 
-use std::ptr;
 use std::sync::Arc;
 
-use napi::sys;
+use napi::bindgen_prelude::*;
+use napi::{sys, JsString};
+use napi_derive::napi;
 
-use super::raw;
+use super::{raw, throw_core};
 use crate::clock;
 use crate::errors::Error;
 use crate::memory::{self, Table};
 use crate::window;
 
-struct Bound {
+/// What a hit function holds: its table and its numbers.
+struct HitData {
     table: Arc<Table>,
-    io: *mut f64,
+    io: Arc<raw::Numbers>,
 }
 
-pub unsafe fn register(env: sys::napi_env, exports: sys::napi_value) -> Result<(), Error> {
-    let (array, data) = raw::float64_array(env, 2)?;
-    raw::check(sys::napi_set_named_property(
-        env,
-        exports,
-        c"hitIO".as_ptr(),
-        array,
-    ))?;
-    // Held for the life of this environment: hit functions use it. Each
-    // loaded copy of the module has its own array, passed to its functions
-    // as their data (never through a per-thread global, which a second copy
-    // loaded on the same thread would overwrite).
-    let mut reference = ptr::null_mut();
-    raw::check(sys::napi_create_reference(env, array, 1, &mut reference))?;
-    raw::export(env, exports, "memoryStore", create, data.cast())?;
-    raw::export(env, exports, "noopHit", noop_hit, data.cast())?;
-    Ok(())
-}
-
-/// `memoryStore(maxKeys, name?)` → `{ hit, size }`, both bound to one table.
-unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    raw::guard(env, || {
-        let ([max_keys, name], io) = raw::args::<2>(env, info)?;
-        let io = io.cast::<f64>();
-        let max_keys = raw::number(env, max_keys, "maxKeys must be a number")?;
+/// `memoryStore(maxKeys, name?)` → `{ hit(key): count, size(): number, io }`.
+#[napi(
+    js_name = "memoryStore",
+    ts_return_type = "{ hit(key: string): number | undefined; size(): number; io: Float64Array }"
+)]
+pub fn memory_store<'e>(
+    env: &'e Env,
+    max_keys: f64,
+    name: Option<JsString<'e>>,
+) -> Result<Object<'e>> {
+    let open = || -> std::result::Result<Arc<Table>, Error> {
         if !window::is_positive_safe_integer(max_keys) {
             return Err(Error::InvalidRange(
                 "maxKeys must be a positive safe integer",
             ));
         }
-        let name = raw::optional_string(env, name, "name must be a string")?;
-        let table = memory::open(name.as_deref(), max_keys as usize)?;
-        let mut store = ptr::null_mut();
-        raw::check(sys::napi_create_object(env, &mut store))?;
-        bind(env, store, "hit", hit, &table, io)?;
-        bind(env, store, "size", size, &table, io)?;
-        Ok(store)
-    })
-}
-
-/// Adds `store[name]`, a function that owns a handle on the table.
-unsafe fn bind(
-    env: sys::napi_env,
-    store: sys::napi_value,
-    name: &str,
-    cb: raw::Callback,
-    table: &Arc<Table>,
-    io: *mut f64,
-) -> Result<(), Error> {
-    let bound = Bound {
-        table: Arc::clone(table),
-        io,
+        let name = match name {
+            None => None,
+            Some(name) => Some(super::well_formed(
+                name,
+                "name must be a well-formed string (no lone surrogates)",
+            )?),
+        };
+        memory::open(name.as_deref(), max_keys as usize)
     };
-    raw::export_owned(env, store, name, cb, bound)
+    let table = open().map_err(|e| throw_core(env, e))?;
+    let io = raw::Numbers::new(2);
+    let size_of = Arc::clone(&table);
+    let size =
+        env.create_function_from_closure::<(), _, _>("size", move |_| Ok(size_of.len() as f64))?;
+    let data = HitData {
+        table,
+        io: Arc::clone(&io),
+    };
+    // SAFETY: called on the JS thread inside this #[napi] callback; `hit`
+    // reads its data as the `HitData` given here.
+    let made = unsafe {
+        raw::function(env.raw(), "hit", hit, data).and_then(|hit| Ok((hit, io.array(env.raw())?)))
+    };
+    let (hit, io) = made.map_err(|e| throw_core(env, e))?;
+    let mut store = Object::new(env)?;
+    store.set("size", size)?;
+    // SAFETY: live values of this callback's scope.
+    unsafe {
+        store.set("hit", Unknown::from_raw_unchecked(env.raw(), hit))?;
+        store.set("io", Unknown::from_raw_unchecked(env.raw(), io))?;
+    }
+    Ok(store)
 }
 
-/// `hit(key)` with `hitIO = [windowMs, amount]` → undefined, `hitIO = [count, resetMs]`.
+/// `hit(key)` with `io = [windowMs, amount]` → the count, `io[0] = resetMs`.
+/// Returns undefined only on failure, having thrown if it could.
 unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    raw::guard(env, || {
-        let ([key], data) = raw::args::<1>(env, info)?;
-        let bound = &*data.cast::<Bound>();
-        let (window_ms, amount) = window::check(*bound.io, *bound.io.add(1))?;
-        let table = &bound.table;
-        let key = raw::with_utf16(env, key, "key must be a string", |k| table.key(k))?;
-        let outcome = table.hit(key, clock::now_us(), window_ms, amount)?;
-        *bound.io = outcome.count as f64;
-        *bound.io.add(1) = outcome.reset_ms as f64;
-        Ok(ptr::null_mut())
-    })
+    // SAFETY: Node-API calls this on the JS thread with its own env and info.
+    unsafe {
+        raw::guard(env, || {
+            let ([key], data) = raw::args::<1>(env, info)?;
+            // SAFETY: `data` is the HitData this function was made with,
+            // owned by the function and freed only after it is collected.
+            let HitData { table, io } = &*data.cast::<HitData>();
+            let (window_ms, amount) = take_numbers(io)?;
+            let key = raw::with_utf16(env, key, "key must be a string", |k| table.key(k))?;
+            let outcome = table.hit(key, clock::now_us(), window_ms, amount)?;
+            io.set(0, outcome.reset_ms as f64);
+            raw::double(env, outcome.count as f64)
+        })
+    }
 }
 
-/// `size()` → counters held now.
-unsafe extern "C" fn size(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    raw::guard(env, || {
-        let (_, data) = raw::args::<0>(env, info)?;
-        raw::double(env, (*data.cast::<Bound>()).table.len() as f64)
-    })
+/// A hit's numbers from its `io`. Each is taken once, so a hit whose
+/// numbers never arrived (the array was detached or replaced) fails rather
+/// than count with the last hit's.
+fn take_numbers(io: &raw::Numbers) -> std::result::Result<(u64, i64), Error> {
+    let (window_ms, amount) = (io.take(0), io.take(1));
+    if amount.is_nan() {
+        return Err(Error::Internal(
+            "the hit's numbers did not reach the store (its io array is detached?)",
+        ));
+    }
+    window::check(window_ms, amount)
 }
 
-/// The floor the benchmark reports: a native call that takes a hit's
-/// arguments the same way (the key, and two numbers in `hitIO`) and does
-/// nothing with them.
-unsafe extern "C" fn noop_hit(
-    env: sys::napi_env,
-    info: sys::napi_callback_info,
-) -> sys::napi_value {
-    raw::guard(env, || {
-        let ([key], io) = raw::args::<1>(env, info)?;
-        raw::with_utf16(env, key, "key must be a string", |k| k.len())?;
-        let io = io.cast::<f64>();
-        std::hint::black_box((*io, *io.add(1)));
-        Ok(ptr::null_mut())
-    })
+/// `noopHitForBenchmark()` → `{ hit, io }`: for the benchmark's floor, a
+/// native call that takes a hit's arguments the way memoryStore's does (the
+/// key, and two numbers in its io) and does nothing with them.
+#[napi(
+    js_name = "noopHitForBenchmark",
+    ts_return_type = "{ hit(key: string): number | undefined; io: Float64Array }"
+)]
+pub fn noop_hit_for_benchmark(env: &Env) -> Result<Object<'_>> {
+    let io = raw::Numbers::new(2);
+    // SAFETY: called on the JS thread inside this #[napi] callback; `noop`
+    // reads its data as the `Arc<Numbers>` given here.
+    let made = unsafe {
+        raw::function(env.raw(), "hit", noop, Arc::clone(&io))
+            .and_then(|hit| Ok((hit, io.array(env.raw())?)))
+    };
+    let (hit, io) = made.map_err(|e| throw_core(env, e))?;
+    let mut object = Object::new(env)?;
+    // SAFETY: live values of this callback's scope.
+    unsafe {
+        object.set("hit", Unknown::from_raw_unchecked(env.raw(), hit))?;
+        object.set("io", Unknown::from_raw_unchecked(env.raw(), io))?;
+    }
+    Ok(object)
+}
+
+unsafe extern "C" fn noop(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node-API calls this on the JS thread with its own env and info.
+    unsafe {
+        raw::guard(env, || {
+            let ([key], data) = raw::args::<1>(env, info)?;
+            // SAFETY: `data` is the Arc<Numbers> this function was made with.
+            let io = &*data.cast::<Arc<raw::Numbers>>();
+            raw::with_utf16(env, key, "key must be a string", |k| k.len())?;
+            let numbers = std::hint::black_box((io.take(0), io.take(1)));
+            raw::double(env, numbers.1)
+        })
+    }
 }

@@ -1,10 +1,18 @@
-//! Small helpers over raw N-API calls, for the functions that skip the
-//! `#[napi]` wrapper because they run on every hit.
+//! Raw Node-API for the calls the benchmark shows are worth it: the ones
+//! made on every hit (memoryStore's `hit`, redisStore's `send`) and the
+//! delivery of Redis results. Everything called rarely goes through napi-rs.
+//!
+//! Every function here takes the `napi_env` of the JavaScript thread it is
+//! called on, from inside a Node-API callback (or a threadsafe function's
+//! JS-thread callback), which is what Node-API requires of each call made
+//! with it.
 
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::mem::MaybeUninit;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 use napi::sys;
 
@@ -15,15 +23,37 @@ const STACK_KEY: usize = 512;
 
 pub type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info) -> sys::napi_value;
 
-pub fn check(status: sys::napi_status) -> Result<(), Error> {
+/// `Ok` for `napi_ok`; otherwise the error Node-API reports for the call,
+/// with its own message.
+pub fn check(env: sys::napi_env, status: sys::napi_status) -> Result<(), Error> {
     if status == sys::Status::napi_ok {
-        Ok(())
-    } else {
-        Err(Error::Internal("a Node-API call failed"))
+        return Ok(());
     }
+    let mut info: *const sys::napi_extended_error_info = ptr::null();
+    // SAFETY: `env` is the calling thread's environment (see the module
+    // note) and `info` is a valid place for the pointer.
+    let got = unsafe { sys::napi_get_last_error_info(env, &mut info) };
+    // SAFETY: on success `info` points to a struct Node-API keeps until the
+    // next call on this env; its message, if any, is a NUL-terminated string.
+    // Both are read (and copied) before any other call.
+    let message = unsafe {
+        match (got, info.as_ref()) {
+            (sys::Status::napi_ok, Some(info)) if !info.error_message.is_null() => {
+                CStr::from_ptr(info.error_message)
+                    .to_string_lossy()
+                    .into_owned()
+            }
+            _ => format!("status {status}"),
+        }
+    };
+    Err(Error::NodeApi(message))
 }
 
-/// The arguments and the function's data pointer.
+/// A callback's first `N` arguments (missing ones read as undefined) and the data
+/// pointer its function was created with.
+///
+/// # Safety
+/// `env` and `info` are those Node-API passed to the running callback.
 pub unsafe fn args<const N: usize>(
     env: sys::napi_env,
     info: sys::napi_callback_info,
@@ -31,214 +61,169 @@ pub unsafe fn args<const N: usize>(
     let mut argv = [ptr::null_mut(); N];
     let mut argc = N;
     let mut data = ptr::null_mut();
-    check(sys::napi_get_cb_info(
-        env,
-        info,
-        &mut argc,
-        argv.as_mut_ptr(),
-        ptr::null_mut(),
-        &mut data,
-    ))?;
-    if argc < N {
-        // Missing arguments read as undefined, which the type checks refuse.
-        let mut undefined = ptr::null_mut();
-        check(sys::napi_get_undefined(env, &mut undefined))?;
-        argv[argc..].fill(undefined);
-    }
+    // SAFETY: `argv` has room for `argc` values; the rest are valid out-pointers.
+    let status = unsafe {
+        sys::napi_get_cb_info(
+            env,
+            info,
+            &mut argc,
+            argv.as_mut_ptr(),
+            ptr::null_mut(),
+            &mut data,
+        )
+    };
+    // Node-API fills the places of missing arguments with undefined.
+    check(env, status)?;
     Ok((argv, data))
 }
 
+/// A JS number as f64.
+///
+/// # Safety
+/// `value` is a live handle of `env`'s current scope.
 pub unsafe fn number(
     env: sys::napi_env,
     value: sys::napi_value,
     what: &'static str,
 ) -> Result<f64, Error> {
     let mut n = 0.0;
-    match sys::napi_get_value_double(env, value, &mut n) {
+    // SAFETY: as the caller promises; `n` is a valid out-pointer.
+    match unsafe { sys::napi_get_value_double(env, value, &mut n) } {
         sys::Status::napi_ok => Ok(n),
         _ => Err(Error::InvalidType(what)),
     }
 }
 
-/// Reads a string into a buffer the way `napi_get_value_string_utf8/16` do.
-type Read<T> =
-    unsafe fn(sys::napi_env, sys::napi_value, *mut T, usize, *mut usize) -> sys::napi_status;
-
-/// Calls `f` with the string as read by `read`, without a heap allocation
-/// for strings that fit in `STACK` units with `margin` to spare (a read that
-/// fills the buffer may have been cut short).
-unsafe fn with_string<T: Copy + Default, const STACK: usize, R>(
-    env: sys::napi_env,
-    value: sys::napi_value,
-    what: &'static str,
-    read: Read<T>,
-    margin: usize,
-    f: impl FnOnce(&[T]) -> R,
-) -> Result<R, Error> {
-    // Left uninitialised: zeroing the buffer on every hit shows in a profile.
-    let mut stack = [MaybeUninit::<T>::uninit(); STACK];
-    let mut len = 0;
-    if read(env, value, stack.as_mut_ptr().cast(), STACK, &mut len) != sys::Status::napi_ok {
-        return Err(Error::InvalidType(what));
-    }
-    if len + margin < STACK {
-        // SAFETY: Node-API wrote the first `len` units.
-        return Ok(f(std::slice::from_raw_parts(stack.as_ptr().cast(), len)));
-    }
-    check(read(env, value, ptr::null_mut(), 0, &mut len))?;
-    let mut heap = vec![T::default(); len + 1];
-    check(read(env, value, heap.as_mut_ptr(), len + 1, &mut len))?;
-    Ok(f(&heap[..len]))
-}
-
-/// Calls `f` with the string's UTF-16 units, without a heap allocation for
-/// keys of ordinary length. UTF-16 is how V8 holds strings: no transcoding.
+/// Calls `f` with the string's UTF-16 code units, exactly as V8 holds them
+/// (lone surrogates included: nothing is lost), without a heap allocation for
+/// keys of ordinary length.
+///
+/// # Safety
+/// `value` is a live handle of `env`'s current scope.
 pub unsafe fn with_utf16<R>(
     env: sys::napi_env,
     value: sys::napi_value,
     what: &'static str,
     f: impl FnOnce(&[u16]) -> R,
 ) -> Result<R, Error> {
-    unsafe fn read(
-        e: sys::napi_env,
-        v: sys::napi_value,
-        b: *mut u16,
-        n: usize,
-        l: *mut usize,
-    ) -> sys::napi_status {
-        sys::napi_get_value_string_utf16(e, v, b, n, l)
+    // Left uninitialised: zeroing the buffer on every hit shows in a profile.
+    let mut stack = [MaybeUninit::<u16>::uninit(); STACK_KEY];
+    let mut len = 0;
+    // SAFETY: the buffer has room for STACK_KEY units, terminator included.
+    let read = unsafe {
+        sys::napi_get_value_string_utf16(env, value, stack.as_mut_ptr().cast(), STACK_KEY, &mut len)
+    };
+    if read != sys::Status::napi_ok {
+        return Err(Error::InvalidType(what));
     }
-    with_string::<u16, STACK_KEY, R>(env, value, what, read, 1, f)
-}
-
-pub unsafe fn string(
-    env: sys::napi_env,
-    value: sys::napi_value,
-    what: &'static str,
-) -> Result<String, Error> {
-    with_utf16(env, value, what, String::from_utf16_lossy)
-}
-
-pub unsafe fn is_undefined(env: sys::napi_env, value: sys::napi_value) -> Result<bool, Error> {
-    let mut kind = sys::ValueType::napi_undefined;
-    check(sys::napi_typeof(env, value, &mut kind))?;
-    Ok(kind == sys::ValueType::napi_undefined)
-}
-
-/// A string, or `None` for undefined.
-pub unsafe fn optional_string(
-    env: sys::napi_env,
-    value: sys::napi_value,
-    what: &'static str,
-) -> Result<Option<String>, Error> {
-    if is_undefined(env, value)? {
-        return Ok(None);
+    if len + 1 < STACK_KEY {
+        // SAFETY: Node-API wrote the first `len` units (the string was not
+        // cut: it left room to spare), so they are initialised.
+        let units = unsafe { std::slice::from_raw_parts(stack.as_ptr().cast::<u16>(), len) };
+        return Ok(f(units));
     }
-    string(env, value, what).map(Some)
+    // SAFETY: a null buffer asks for the length alone.
+    check(env, unsafe {
+        sys::napi_get_value_string_utf16(env, value, ptr::null_mut(), 0, &mut len)
+    })?;
+    let mut heap = vec![0u16; len + 1];
+    // SAFETY: `heap` has room for `len + 1` units.
+    check(env, unsafe {
+        sys::napi_get_value_string_utf16(env, value, heap.as_mut_ptr(), len + 1, &mut len)
+    })?;
+    Ok(f(&heap[..len]))
 }
 
-/// A boolean, or `None` for undefined.
-pub unsafe fn optional_bool(
-    env: sys::napi_env,
-    value: sys::napi_value,
-    what: &'static str,
-) -> Result<Option<bool>, Error> {
-    if is_undefined(env, value)? {
-        return Ok(None);
-    }
-    let mut b = false;
-    match sys::napi_get_value_bool(env, value, &mut b) {
-        sys::Status::napi_ok => Ok(Some(b)),
-        _ => Err(Error::InvalidType(what)),
-    }
-}
-
-/// Calls `f` with the string as UTF-8 (lone surrogates become U+FFFD), without
-/// a heap allocation for strings of ordinary length.
-pub unsafe fn with_utf8<R>(
-    env: sys::napi_env,
-    value: sys::napi_value,
-    what: &'static str,
-    f: impl FnOnce(&[u8]) -> R,
-) -> Result<R, Error> {
-    unsafe fn read(
-        e: sys::napi_env,
-        v: sys::napi_value,
-        b: *mut u8,
-        n: usize,
-        l: *mut usize,
-    ) -> sys::napi_status {
-        sys::napi_get_value_string_utf8(e, v, b.cast(), n, l)
-    }
-    // A UTF-8 character takes up to 4 bytes: a cut one leaves up to 3 free.
-    with_string::<u8, { 3 * STACK_KEY }, R>(env, value, what, read, 4, f)
-}
-
+/// A new JS number.
+///
+/// # Safety
+/// Called inside a callback of `env` (a handle scope is open).
 pub unsafe fn double(env: sys::napi_env, n: f64) -> Result<sys::napi_value, Error> {
     let mut value = ptr::null_mut();
-    check(sys::napi_create_double(env, n, &mut value))?;
+    // SAFETY: as the caller promises; `value` is a valid out-pointer.
+    check(env, unsafe { sys::napi_create_double(env, n, &mut value) })?;
     Ok(value)
 }
 
+/// A JS boolean.
+///
+/// # Safety
+/// Called inside a callback of `env`.
+pub unsafe fn boolean(env: sys::napi_env, b: bool) -> Result<sys::napi_value, Error> {
+    let mut value = ptr::null_mut();
+    // SAFETY: as the caller promises; `value` is a valid out-pointer.
+    check(env, unsafe { sys::napi_get_boolean(env, b, &mut value) })?;
+    Ok(value)
+}
+
+/// # Safety
+/// Called inside a callback of `env`.
 pub unsafe fn undefined(env: sys::napi_env) -> Result<sys::napi_value, Error> {
     let mut value = ptr::null_mut();
-    check(sys::napi_get_undefined(env, &mut value))?;
+    // SAFETY: as the caller promises; `value` is a valid out-pointer.
+    check(env, unsafe { sys::napi_get_undefined(env, &mut value) })?;
     Ok(value)
 }
 
-/// A `Float64Array` of `len` numbers, and where its data lives. The caller
-/// keeps the data alive by holding a reference to the array.
-pub unsafe fn float64_array(
-    env: sys::napi_env,
-    len: usize,
-) -> Result<(sys::napi_value, *mut f64), Error> {
-    let mut data = ptr::null_mut();
-    let mut buffer = ptr::null_mut();
-    check(sys::napi_create_arraybuffer(
-        env,
-        len * 8,
-        &mut data,
-        &mut buffer,
-    ))?;
-    let mut array = ptr::null_mut();
-    check(sys::napi_create_typedarray(
-        env,
-        sys::TypedarrayType::float64_array,
-        len,
-        buffer,
-        0,
-        &mut array,
-    ))?;
-    Ok((array, data.cast()))
-}
-
-pub unsafe fn js_string(env: sys::napi_env, s: &str) -> sys::napi_value {
+/// # Safety
+/// Called inside a callback of `env`.
+unsafe fn js_string(env: sys::napi_env, s: &str) -> Result<sys::napi_value, Error> {
     let mut value = ptr::null_mut();
-    sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value);
-    value
+    // SAFETY: `s` is valid UTF-8 of the length given; `value` is a valid out-pointer.
+    check(env, unsafe {
+        sys::napi_create_string_utf8(env, s.as_ptr().cast(), s.len() as isize, &mut value)
+    })?;
+    Ok(value)
 }
 
 /// The JS error for `err`: its class, `code` and message. The one place a
 /// core error becomes a JavaScript one.
-pub unsafe fn error(env: sys::napi_env, err: &Error) -> sys::napi_value {
-    let code = js_string(env, err.code());
-    let message = js_string(env, &format!("ratestore: {err}"));
-    let mut error = ptr::null_mut();
-    match err.js_class() {
-        JsClass::Error => sys::napi_create_error(env, code, message, &mut error),
-        JsClass::TypeError => sys::napi_create_type_error(env, code, message, &mut error),
-        JsClass::RangeError => sys::napi_create_range_error(env, code, message, &mut error),
+///
+/// # Safety
+/// Called inside a callback of `env`.
+pub unsafe fn error(env: sys::napi_env, err: &Error) -> Result<sys::napi_value, Error> {
+    // SAFETY: as the caller promises.
+    let (code, message) = unsafe {
+        (
+            js_string(env, err.code())?,
+            js_string(env, &format!("ratestore: {err}"))?,
+        )
     };
-    error
+    let mut error = ptr::null_mut();
+    // SAFETY: `code` and `message` are strings of this scope; `error` is a valid out-pointer.
+    let status = unsafe {
+        match err.js_class() {
+            JsClass::Error => sys::napi_create_error(env, code, message, &mut error),
+            JsClass::TypeError => sys::napi_create_type_error(env, code, message, &mut error),
+            JsClass::RangeError => sys::napi_create_range_error(env, code, message, &mut error),
+        }
+    };
+    check(env, status)?;
+    Ok(error)
 }
 
-/// Throws the JS error for `err`.
-pub unsafe fn throw(env: sys::napi_env, err: &Error) {
-    sys::napi_throw(env, error(env, err));
+/// Throws the JS error for `err`. Returns false if it could not be thrown
+/// (the environment is being torn down): the caller must then not answer
+/// as if it had succeeded.
+///
+/// # Safety
+/// Called inside a callback of `env`.
+pub unsafe fn throw(env: sys::napi_env, err: &Error) -> bool {
+    // SAFETY: as the caller promises.
+    match unsafe { error(env, err) } {
+        // SAFETY: `error` is a live handle of this scope.
+        Ok(error) => unsafe { sys::napi_throw(env, error) == sys::Status::napi_ok },
+        Err(_) => false,
+    }
 }
 
-/// Runs a callback's body, turning an error or a panic into a thrown JS error:
-/// no panic crosses into JavaScript.
+/// Runs a callback's body, turning an error or a panic into a thrown JS
+/// error: no panic crosses into JavaScript. A failed body returns null to
+/// JavaScript (read there as undefined), so a callback whose success value
+/// is never undefined tells failure from success even when the throw failed.
+///
+/// # Safety
+/// Called inside a callback of `env`.
 pub unsafe fn guard(
     env: sys::napi_env,
     body: impl FnOnce() -> Result<sys::napi_value, Error>,
@@ -248,64 +233,140 @@ pub unsafe fn guard(
         Ok(Err(err)) => err,
         Err(_) => Error::Internal("a Rust panic was caught"),
     };
-    throw(env, &err);
+    // SAFETY: as the caller promises.
+    unsafe { throw(env, &err) };
     ptr::null_mut()
 }
 
-/// Sets `target[name]` to a native function that owns `data` until the
-/// function is garbage-collected.
-pub unsafe fn export_owned<T>(
+/// A native function that owns `data` until the function is
+/// garbage-collected; `cb` receives it as its data pointer, a `*const T`.
+///
+/// # Safety
+/// Called inside a callback of `env`; `cb` reads its data as a `T`.
+pub unsafe fn function<T: 'static>(
     env: sys::napi_env,
-    target: sys::napi_value,
     name: &str,
     cb: Callback,
     data: T,
-) -> Result<(), Error> {
+) -> Result<sys::napi_value, Error> {
     unsafe extern "C" fn drop_data<T>(_env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-        drop(Box::from_raw(data.cast::<T>()));
+        // SAFETY: `data` is the Box made below, handed to this finalizer
+        // alone, which Node-API runs once, after the function is unreachable.
+        drop(unsafe { Box::from_raw(data.cast::<T>()) });
     }
     let data = Box::into_raw(Box::new(data));
-    let func = match export(env, target, name, cb, data.cast()) {
-        Ok(func) => func,
-        Err(e) => {
-            drop(Box::from_raw(data));
-            return Err(e);
-        }
-    };
-    check(sys::napi_add_finalizer(
-        env,
-        func,
-        data.cast(),
-        Some(drop_data::<T>),
-        ptr::null_mut(),
-        ptr::null_mut(),
-    ))
-}
-
-/// Sets `exports[name]` to a native function with `data` as its data.
-pub unsafe fn export(
-    env: sys::napi_env,
-    exports: sys::napi_value,
-    name: &str,
-    cb: Callback,
-    data: *mut c_void,
-) -> Result<sys::napi_value, Error> {
     let mut func = ptr::null_mut();
-    check(sys::napi_create_function(
-        env,
-        name.as_ptr().cast(),
-        name.len() as isize,
-        Some(cb),
-        data,
-        &mut func,
-    ))?;
-    if !exports.is_null() {
-        check(sys::napi_set_named_property(
+    // SAFETY: `name` is valid UTF-8 of the length given; `data` stays valid
+    // until the finalizer added next frees it.
+    let created = check(env, unsafe {
+        sys::napi_create_function(
             env,
-            exports,
-            format!("{name}\0").as_ptr().cast(),
-            func,
-        ))?;
+            name.as_ptr().cast(),
+            name.len() as isize,
+            Some(cb),
+            data.cast(),
+            &mut func,
+        )
+    })
+    .and_then(|()| {
+        // SAFETY: `func` is the function just made; the finalizer owns `data` from here.
+        check(env, unsafe {
+            sys::napi_add_finalizer(
+                env,
+                func,
+                data.cast(),
+                Some(drop_data::<T>),
+                ptr::null_mut(),
+                ptr::null_mut(),
+            )
+        })
+    });
+    if let Err(e) = created {
+        // SAFETY: no finalizer took `data`, so it is still ours alone. (A
+        // function made without its finalizer is never called: it is not
+        // handed to JavaScript.)
+        drop(unsafe { Box::from_raw(data) });
+        return Err(e);
     }
     Ok(func)
+}
+
+/// Numbers that JavaScript and Rust exchange without a JS value per number:
+/// a `Float64Array` over memory that Rust owns.
+///
+/// The memory is freed only when both sides are done with it: Rust holds it
+/// by this `Arc`, and the ArrayBuffer's finalizer holds another. So whatever
+/// JavaScript does with the buffer (transfer it, detach it, let it be
+/// collected), Rust never reads or writes freed memory. Rust reaches the
+/// numbers only through atomics, so even a buffer transferred to another
+/// thread races with no undefined behaviour on the Rust side; a detached
+/// array only stops JavaScript seeing the numbers.
+pub struct Numbers(Box<[AtomicU64]>);
+
+impl Numbers {
+    pub fn new(len: usize) -> Arc<Numbers> {
+        Arc::new(Numbers((0..len).map(|_| AtomicU64::new(0)).collect()))
+    }
+
+    pub fn set(&self, i: usize, n: f64) {
+        self.0[i].store(n.to_bits(), Ordering::Relaxed);
+    }
+
+    /// Reads a number and leaves NaN in its place, so a number is never read
+    /// twice: a caller that could not write (a detached array) is noticed.
+    pub fn take(&self, i: usize) -> f64 {
+        f64::from_bits(self.0[i].swap(f64::NAN.to_bits(), Ordering::Relaxed))
+    }
+
+    /// The numbers as a `Float64Array` for JavaScript.
+    ///
+    /// # Safety
+    /// Called inside a callback of `env`.
+    pub unsafe fn array(self: &Arc<Self>, env: sys::napi_env) -> Result<sys::napi_value, Error> {
+        unsafe extern "C" fn release(_env: sys::napi_env, _data: *mut c_void, hint: *mut c_void) {
+            // SAFETY: `hint` is the Box made below, given to this finalizer alone.
+            drop(unsafe { Box::from_raw(hint.cast::<Arc<Numbers>>()) });
+        }
+        let len = self.0.len();
+        // AtomicU64 has u64's size and alignment, so the memory is `len` f64s
+        // as a Float64Array reads them.
+        let data = self.0.as_ptr().cast_mut().cast::<c_void>();
+        let hint = Box::into_raw(Box::new(Arc::clone(self)));
+        let mut buffer = ptr::null_mut();
+        // SAFETY: `data` stays valid while `hint`'s Arc lives, which the
+        // finalizer drops only once V8 is done with the buffer.
+        let status = unsafe {
+            sys::napi_create_external_arraybuffer(
+                env,
+                data,
+                len * 8,
+                Some(release),
+                hint.cast(),
+                &mut buffer,
+            )
+        };
+        if status != sys::Status::napi_ok {
+            // SAFETY: no finalizer took `hint`.
+            drop(unsafe { Box::from_raw(hint) });
+            if status == sys::Status::napi_no_external_buffers_allowed {
+                return Err(Error::Unsupported(
+                    "this JavaScript runtime does not allow external ArrayBuffers",
+                ));
+            }
+            return check(env, status).map(|()| ptr::null_mut());
+        }
+        let mut array = ptr::null_mut();
+        // SAFETY: `buffer` is the ArrayBuffer just made, `len * 8` bytes long.
+        check(env, unsafe {
+            sys::napi_create_typedarray(
+                env,
+                sys::TypedarrayType::float64_array,
+                len,
+                buffer,
+                0,
+                &mut array,
+            )
+        })?;
+        Ok(array)
+    }
 }

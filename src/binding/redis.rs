@@ -1,54 +1,57 @@
-//! redisStore's binding. `send` queues a hit and returns at once; finished
-//! hits come back in batches through one threadsafe function per store:
-//! counts and resetMs in a shared Float64Array as `[id, count, resetMs, …]`,
-//! errors (the slow path) as `[id, error, …]`.
+//! redisStore's binding. `send` (raw Node-API: it runs on every hit) queues
+//! a hit and returns at once; finished hits come back in batches through one
+//! threadsafe function per store: counts and resetMs in the store's
+//! `results` array (memory Rust owns, see [`raw::Numbers`]) as
+//! `[id, count, resetMs, …]`, errors (the slow path) as `[id, error, …]`.
 //!
 //! The threadsafe function is referenced only while hits are in flight (JS
 //! calls `ref`/`unref`), so an idle store never keeps Node.js alive and a
 //! pending hit always does. The JS callback is held the same way: weakly when
-//! idle, so a store nobody holds can be collected.
+//! idle, so a store nobody holds can be collected. napi-rs' own threadsafe
+//! function holds its callback strongly for its whole life, and the callback
+//! holds the store: a store nobody holds would never be collected and never
+//! close its connection, so this one threadsafe function is wired by hand.
 
-use std::ffi::{c_void, CString};
+use std::collections::VecDeque;
+use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use napi::sys;
+use napi::bindgen_prelude::*;
+use napi::{sys, JsString};
+use napi_derive::napi;
 
-use super::raw;
-use crate::errors::Error;
+use super::{raw, throw_core};
+use crate::errors::Error as CoreError;
 use crate::redis::{Batched, Completion, Options};
 use crate::window;
 
 /// Hits one call of the JS callback hands over at most.
 const BATCH: usize = 1024;
-
-pub unsafe fn register(env: sys::napi_env, exports: sys::napi_value) -> Result<(), Error> {
-    raw::export(env, exports, "redisStore", create, ptr::null_mut())?;
-    Ok(())
-}
+/// Deliveries in a row that may fail before the rest is given up (the
+/// environment is then ending): each failure schedules another try.
+const DELIVERY_TRIES: u32 = 8;
 
 /// The threadsafe function, until it is released or finalized: never called after.
 struct Slot(Mutex<Option<Tsfn>>);
 
 struct Tsfn(sys::napi_threadsafe_function);
 
-// SAFETY: Node-API allows calling and releasing a threadsafe function from any thread.
+// SAFETY: Node-API allows calling and releasing a threadsafe function from
+// any thread; the handle is only an opaque pointer to Node's own object.
 unsafe impl Send for Tsfn {}
 
 impl Slot {
     fn lock(&self) -> MutexGuard<'_, Option<Tsfn>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
-}
 
-/// The store's wake-up, owned by the core: released when the core drops it.
-struct Wake(Arc<Slot>);
-
-impl Wake {
-    fn wake(&self) {
-        if let Some(tsfn) = &*self.0.lock() {
-            // SAFETY: the slot holds the function only while it is alive.
+    /// Asks for `deliver` to run on the JS thread, if the function is alive.
+    fn call(&self) {
+        if let Some(tsfn) = &*self.lock() {
+            // SAFETY: the slot holds the function only until it is released
+            // (`Wake::drop`) or finalized (`finalize`), both under this lock.
             unsafe {
                 sys::napi_call_threadsafe_function(
                     tsfn.0,
@@ -60,10 +63,14 @@ impl Wake {
     }
 }
 
+/// The store's wake-up, owned by the core: releases the function when the
+/// core drops it.
+struct Wake(Arc<Slot>);
+
 impl Drop for Wake {
     fn drop(&mut self) {
         if let Some(tsfn) = self.0.lock().take() {
-            // SAFETY: as above; taken out of the slot, so released once.
+            // SAFETY: as in `Slot::call`; taken out of the slot, so released once.
             unsafe {
                 sys::napi_release_threadsafe_function(
                     tsfn.0,
@@ -79,195 +86,272 @@ struct Context {
     batched: Weak<Batched>,
     slot: Arc<Slot>,
     settle: sys::napi_ref,
-    results_ref: sys::napi_ref,
-    results: *mut f64,
+    results: Arc<raw::Numbers>,
     scratch: Vec<Completion>,
+    /// Finished hits not yet handed to JavaScript.
+    pending: VecDeque<Completion>,
+    failures: u32,
 }
 
-/// What each of the store's functions holds.
-struct Bound {
+/// What `send` holds.
+struct SendData {
     batched: Arc<Batched>,
-    tsfn: sys::napi_threadsafe_function,
-    settle: sys::napi_ref,
 }
 
 /// `redisStore(url, token, prefix, timeoutMs, ca, cluster, settle)` →
 /// `{ results, open, send, ref, unref, close }`. `settle(n, errors)` is
 /// called with `n` results in `results` and `errors` (or undefined).
-unsafe extern "C" fn create(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    raw::guard(env, || {
-        let ([url, token, prefix, timeout_ms, ca, cluster, settle], _) = raw::args::<7>(env, info)?;
-        let timeout_ms = match raw::is_undefined(env, timeout_ms)? {
-            true => None,
-            false => {
-                let ms = raw::number(env, timeout_ms, "timeoutMs must be a number")?;
-                if !window::is_positive_safe_integer(ms) {
-                    return Err(Error::InvalidRange(
-                        "timeoutMs must be a positive safe integer",
-                    ));
-                }
-                Some(ms as u64)
+#[napi(
+    js_name = "redisStore",
+    ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, settle: (n: number, errors: unknown[] | undefined) => void",
+    ts_return_type = "{ results: Float64Array; open(env: object): void; send(id: number, key: string, windowMs: number, amount: number): true | undefined; ref(): void; unref(): void; close(): void }"
+)]
+#[allow(clippy::too_many_arguments)]
+pub fn redis_store<'e>(
+    env: &'e Env,
+    url: Option<String>,
+    token: Option<String>,
+    prefix: Option<JsString<'e>>,
+    timeout_ms: Option<f64>,
+    ca: Option<String>,
+    cluster: Option<bool>,
+    settle: Unknown<'e>,
+) -> Result<Object<'e>> {
+    let options = (|| -> std::result::Result<Options, CoreError> {
+        let timeout_ms = match timeout_ms {
+            Some(ms) if !window::is_positive_safe_integer(ms) => {
+                return Err(CoreError::InvalidRange(
+                    "timeoutMs must be a positive safe integer",
+                ))
             }
+            ms => ms.map(|ms| ms as u64),
         };
-        let options = Options {
-            url: raw::optional_string(env, url, "url must be a string")?,
-            token: raw::optional_string(env, token, "token must be a string")?,
-            prefix: raw::optional_string(env, prefix, "prefix must be a string")?,
+        let prefix = match prefix {
+            None => None,
+            Some(p) => Some(super::well_formed(
+                p,
+                "prefix must be a well-formed string (no lone surrogates)",
+            )?),
+        };
+        Ok(Options {
+            url,
+            token,
+            prefix,
             timeout_ms,
-            tls_ca: raw::optional_string(env, ca, "tls.ca must be a string")?,
-            cluster: raw::optional_bool(env, cluster, "cluster must be a boolean")?,
-        };
-        let slot = Arc::new(Slot(Mutex::new(None)));
-        let wake = Wake(Arc::clone(&slot));
-        let batched = Arc::new(Batched::new(options, Box::new(move || wake.wake())));
-
-        let (results_array, results) = raw::float64_array(env, 3 * BATCH)?;
-        let mut results_ref = ptr::null_mut();
-        raw::check(sys::napi_create_reference(
+            tls_ca: ca,
+            cluster,
+        })
+    })()
+    .map_err(|e| throw_core(env, e))?;
+    if settle.get_type()? != ValueType::Function {
+        return Err(throw_core(
             env,
-            results_array,
-            1,
-            &mut results_ref,
-        ))?;
-        let mut settle_ref = ptr::null_mut();
-        raw::check(sys::napi_create_reference(env, settle, 0, &mut settle_ref))?;
-        let context = Box::into_raw(Box::new(Context {
-            batched: Arc::downgrade(&batched),
-            slot: Arc::clone(&slot),
-            settle: settle_ref,
-            results_ref,
-            results,
-            scratch: Vec::new(),
-        }));
-        let mut tsfn = ptr::null_mut();
-        let created = sys::napi_create_threadsafe_function(
-            env,
-            ptr::null_mut(),
-            ptr::null_mut(),
-            raw::js_string(env, "ratestore.redisStore"),
-            0,
-            1,
-            context.cast(),
-            Some(finalize),
-            context.cast(),
-            Some(deliver),
-            &mut tsfn,
-        );
-        if let Err(e) = raw::check(created) {
-            finalize(env, context.cast(), ptr::null_mut());
-            return Err(e);
-        }
-        *slot.lock() = Some(Tsfn(tsfn));
-        // Idle until a hit is in flight.
-        raw::check(sys::napi_unref_threadsafe_function(env, tsfn))?;
-
-        let mut store = ptr::null_mut();
-        raw::check(sys::napi_create_object(env, &mut store))?;
-        raw::check(sys::napi_set_named_property(
-            env,
-            store,
-            c"results".as_ptr(),
-            results_array,
-        ))?;
-        let functions: [(&str, raw::Callback); 5] = [
-            ("open", open),
-            ("send", send),
-            ("ref", hold),
-            ("unref", release),
-            ("close", close),
-        ];
-        for (name, cb) in functions {
-            let bound = Bound {
-                batched: Arc::clone(&batched),
-                tsfn,
-                settle: settle_ref,
-            };
-            raw::export_owned(env, store, name, cb, bound)?;
-        }
-        Ok(store)
-    })
-}
-
-/// `open(env)`: resolves the settings against `env` (`process.env`), once.
-unsafe extern "C" fn open(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    raw::guard(env, || {
-        let ([vars], data) = raw::args::<1>(env, info)?;
-        let bound = &*data.cast::<Bound>();
-        bound.batched.open(|name| read_var(env, vars, name));
-        raw::undefined(env)
-    })
-}
-
-/// One variable of `vars`, if it is a non-empty string.
-unsafe fn read_var(env: sys::napi_env, vars: sys::napi_value, name: &str) -> Option<String> {
-    let name = CString::new(name).ok()?;
-    let mut value = ptr::null_mut();
-    if sys::napi_get_named_property(env, vars, name.as_ptr(), &mut value) != sys::Status::napi_ok {
-        return None;
+            CoreError::InvalidType("settle must be a function"),
+        ));
     }
-    let mut kind = sys::ValueType::napi_undefined;
-    sys::napi_typeof(env, value, &mut kind);
-    if kind != sys::ValueType::napi_string {
-        return None;
-    }
-    raw::string(env, value, "").ok().filter(|s| !s.is_empty())
-}
 
-/// `send(id, key, windowMs, amount)`: queues a hit; throws if the store
-/// can't take it (closed, or its settings failed).
-unsafe extern "C" fn send(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    raw::guard(env, || {
-        let ([id, key, window_ms, amount], data) = raw::args::<4>(env, info)?;
-        let bound = &*data.cast::<Bound>();
-        let id = raw::number(env, id, "id must be a number")? as u32;
-        let (window_ms, amount) = window::check(
-            raw::number(env, window_ms, "windowMs must be a number")?,
-            raw::number(env, amount, "amount must be a number")?,
+    let slot = Arc::new(Slot(Mutex::new(None)));
+    let wake = Wake(Arc::clone(&slot));
+    let batched = Arc::new(Batched::new(options, Box::new(move || wake.0.call())));
+    let results = raw::Numbers::new(3 * BATCH);
+    // SAFETY: on the JS thread inside this #[napi] callback; every handle
+    // used is of this scope, and `Context` is owned by the threadsafe
+    // function from its creation on (see `finalize`).
+    let (tsfn, settle_ref, results_array, send) = unsafe {
+        threadsafe_function(env.raw(), &batched, &slot, &results, settle.raw()).and_then(
+            |(tsfn, settle_ref)| {
+                let send_data = SendData {
+                    batched: Arc::clone(&batched),
+                };
+                let send = raw::function(env.raw(), "send", send, send_data)?;
+                Ok((tsfn, settle_ref, results.array(env.raw())?, send))
+            },
+        )
+    }
+    .map_err(|e| throw_core(env, e))?;
+
+    let mut store = Object::new(env)?;
+    // SAFETY: live values of this callback's scope.
+    unsafe {
+        store.set(
+            "results",
+            Unknown::from_raw_unchecked(env.raw(), results_array),
         )?;
-        raw::with_utf8(env, key, "key must be a string", |key| {
-            bound.batched.send(id, key, window_ms, amount)
-        })??;
-        raw::undefined(env)
-    })
+        store.set("send", Unknown::from_raw_unchecked(env.raw(), send))?;
+    }
+    let held = Held { tsfn, settle_ref };
+    let opened = Arc::clone(&batched);
+    store.set(
+        "open",
+        env.create_function_from_closure::<(), _, _>("open", move |ctx| {
+            let vars: Object = ctx.get(0)?;
+            opened.open(|name| {
+                let value: Option<String> = vars.get(name).ok().flatten();
+                value.filter(|s| !s.is_empty())
+            });
+            Ok(())
+        })?,
+    )?;
+    store.set(
+        "ref",
+        env.create_function_from_closure::<(), _, _>("ref", move |ctx| held.set(ctx.env, true))?,
+    )?;
+    store.set(
+        "unref",
+        env.create_function_from_closure::<(), _, _>("unref", move |ctx| held.set(ctx.env, false))?,
+    )?;
+    let closing = batched;
+    store.set(
+        "close",
+        env.create_function_from_closure::<(), _, _>("close", move |_| {
+            closing.close();
+            Ok(())
+        })?,
+    )?;
+    Ok(store)
 }
 
-/// `ref()`: a hit is in flight; keep the process and the callback alive.
-unsafe extern "C" fn hold(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    set_held(env, info, true)
-}
-
-/// `unref()`: no hit is in flight any more.
-unsafe extern "C" fn release(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    set_held(env, info, false)
-}
-
-unsafe fn set_held(
+/// Creates the store's threadsafe function, idle (unreferenced), with a weak
+/// reference to `settle`.
+///
+/// # Safety
+/// Called on the JS thread inside a callback of `env`; `settle` is a live
+/// handle of its scope.
+unsafe fn threadsafe_function(
     env: sys::napi_env,
-    info: sys::napi_callback_info,
-    held: bool,
-) -> sys::napi_value {
-    raw::guard(env, || {
-        let (_, data) = raw::args::<0>(env, info)?;
-        let bound = &*data.cast::<Bound>();
-        let (tsfn, settle) = (bound.tsfn, bound.settle);
-        if held {
-            raw::check(sys::napi_ref_threadsafe_function(env, tsfn))?;
-            raw::check(sys::napi_reference_ref(env, settle, ptr::null_mut()))?;
-        } else {
-            raw::check(sys::napi_unref_threadsafe_function(env, tsfn))?;
-            raw::check(sys::napi_reference_unref(env, settle, ptr::null_mut()))?;
-        }
-        raw::undefined(env)
-    })
+    batched: &Arc<Batched>,
+    slot: &Arc<Slot>,
+    results: &Arc<raw::Numbers>,
+    settle: sys::napi_value,
+) -> std::result::Result<(sys::napi_threadsafe_function, sys::napi_ref), CoreError> {
+    let mut settle_ref = ptr::null_mut();
+    // SAFETY: as the caller promises; a count of 0 makes the reference weak.
+    raw::check(env, unsafe {
+        sys::napi_create_reference(env, settle, 0, &mut settle_ref)
+    })?;
+    let context = Box::into_raw(Box::new(Context {
+        batched: Arc::downgrade(batched),
+        slot: Arc::clone(slot),
+        settle: settle_ref,
+        results: Arc::clone(results),
+        scratch: Vec::new(),
+        pending: VecDeque::new(),
+        failures: 0,
+    }));
+    let mut name = ptr::null_mut();
+    let mut tsfn = ptr::null_mut();
+    // SAFETY: the name is valid UTF-8 of the length given; `context` is
+    // handed to the threadsafe function, which frees it in `finalize`.
+    let created = unsafe {
+        let label = "ratestore.redisStore";
+        raw::check(
+            env,
+            sys::napi_create_string_utf8(
+                env,
+                label.as_ptr().cast(),
+                label.len() as isize,
+                &mut name,
+            ),
+        )
+        .and_then(|()| {
+            raw::check(
+                env,
+                sys::napi_create_threadsafe_function(
+                    env,
+                    ptr::null_mut(),
+                    ptr::null_mut(),
+                    name,
+                    0,
+                    1,
+                    context.cast(),
+                    Some(finalize),
+                    context.cast(),
+                    Some(deliver),
+                    &mut tsfn,
+                ),
+            )
+        })
+    };
+    if let Err(e) = created {
+        // SAFETY: no threadsafe function took `context`; `finalize` frees it
+        // and the reference made above, exactly as it would have.
+        unsafe { finalize(env, context.cast(), ptr::null_mut()) };
+        return Err(e);
+    }
+    *slot.lock() = Some(Tsfn(tsfn));
+    // Idle until a hit is in flight.
+    // SAFETY: `tsfn` was just made on this thread.
+    raw::check(env, unsafe {
+        sys::napi_unref_threadsafe_function(env, tsfn)
+    })?;
+    Ok((tsfn, settle_ref))
 }
 
-/// `close()`: later hits are refused; the connection ends.
-unsafe extern "C" fn close(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
-    raw::guard(env, || {
-        let (_, data) = raw::args::<0>(env, info)?;
-        (*data.cast::<Bound>()).batched.close();
-        raw::undefined(env)
-    })
+/// What `ref`/`unref` switch: the threadsafe function and the callback.
+///
+/// Both handles live as long as the store's functions: the threadsafe
+/// function is released only when the core drops its `Wake`, after every
+/// `SendData` and closure holding the `Batched` is gone, and the reference
+/// is deleted only in `finalize`, after that release (or at the
+/// environment's teardown, when no JavaScript runs any more).
+#[derive(Clone, Copy)]
+struct Held {
+    tsfn: sys::napi_threadsafe_function,
+    settle_ref: sys::napi_ref,
+}
+
+impl Held {
+    /// `ref()` (a hit is in flight: keep the process and the callback alive)
+    /// or `unref()` (none is any more).
+    fn set(&self, env: &Env, held: bool) -> Result<()> {
+        let env = env.raw();
+        // SAFETY: called on the JS thread from a JS call of `env`; both
+        // handles are alive (see `Held`).
+        let status = unsafe {
+            raw::check(
+                env,
+                match held {
+                    true => sys::napi_ref_threadsafe_function(env, self.tsfn),
+                    false => sys::napi_unref_threadsafe_function(env, self.tsfn),
+                },
+            )
+            .and_then(|()| {
+                let mut count = 0;
+                raw::check(
+                    env,
+                    match held {
+                        true => sys::napi_reference_ref(env, self.settle_ref, &mut count),
+                        false => sys::napi_reference_unref(env, self.settle_ref, &mut count),
+                    },
+                )
+            })
+        };
+        status.map_err(|e| Error::from_reason(format!("ratestore: {e}")))
+    }
+}
+
+/// `send(id, key, windowMs, amount)` → true: queues a hit; throws if the
+/// store can't take it (closed, or its settings failed). Returns undefined
+/// only on failure.
+unsafe extern "C" fn send(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node-API calls this on the JS thread with its own env and info.
+    unsafe {
+        raw::guard(env, || {
+            let ([id, key, window_ms, amount], data) = raw::args::<4>(env, info)?;
+            // SAFETY: `data` is the SendData this function was made with,
+            // owned by the function and freed only after it is collected.
+            let SendData { batched } = &*data.cast::<SendData>();
+            let id = raw::number(env, id, "id must be a number")? as u32;
+            let (window_ms, amount) = window::check(
+                raw::number(env, window_ms, "windowMs must be a number")?,
+                raw::number(env, amount, "amount must be a number")?,
+            )?;
+            raw::with_utf16(env, key, "key must be a string", |key| {
+                batched.send(id, key, window_ms, amount)
+            })??;
+            raw::boolean(env, true)
+        })
+    }
 }
 
 /// Runs on the JS thread when a batch is ready: hands it to `settle`.
@@ -280,96 +364,136 @@ unsafe extern "C" fn deliver(
     if env.is_null() {
         return; // The environment is being torn down.
     }
-    let context = &mut *context.cast::<Context>();
-    // No panic may cross into Node; a failed delivery leaves nothing to report to.
-    let _ = catch_unwind(AssertUnwindSafe(|| deliver_batch(env, context)));
+    // SAFETY: `context` is the Context given at creation, freed only by
+    // `finalize`, which Node-API runs after the last call of this function;
+    // only the JS thread touches it.
+    let context = unsafe { &mut *context.cast::<Context>() };
+    // No panic may cross into Node.
+    // SAFETY: Node-API calls this on the JS thread with its env.
+    let delivered = catch_unwind(AssertUnwindSafe(|| unsafe { deliver_all(env, context) }));
+    if let Ok(Ok(true)) = delivered {
+        context.failures = 0;
+        return;
+    }
+    // Some results are still waiting: try again in a fresh callback, where
+    // an exception JavaScript threw in this one is no longer pending.
+    context.failures += 1;
+    if context.failures <= DELIVERY_TRIES {
+        context.slot.call();
+    } else {
+        context.pending.clear();
+    }
 }
 
-unsafe fn deliver_batch(env: sys::napi_env, context: &mut Context) -> Result<(), Error> {
+/// Hands every finished hit to `settle`, at most [`BATCH`] per call; false
+/// if some are left for another try.
+///
+/// # Safety
+/// Called on the JS thread inside the threadsafe function's callback.
+unsafe fn deliver_all(
+    env: sys::napi_env,
+    context: &mut Context,
+) -> std::result::Result<bool, CoreError> {
     let Some(batched) = context.batched.upgrade() else {
-        return Ok(());
+        context.pending.clear();
+        return Ok(true);
     };
     batched.take(&mut context.scratch);
+    context.pending.extend(context.scratch.drain(..));
     let mut settle = ptr::null_mut();
-    raw::check(sys::napi_get_reference_value(
-        env,
-        context.settle,
-        &mut settle,
-    ))?;
+    // SAFETY: the reference lives until `finalize`.
+    raw::check(env, unsafe {
+        sys::napi_get_reference_value(env, context.settle, &mut settle)
+    })?;
     if settle.is_null() {
-        context.scratch.clear();
-        return Ok(());
+        // The store was collected: nobody waits for these.
+        context.pending.clear();
+        return Ok(true);
     }
-    let results = std::slice::from_raw_parts_mut(context.results, 3 * BATCH);
+    while !context.pending.is_empty() {
+        let mut pending = false;
+        // SAFETY: a valid out-pointer.
+        raw::check(env, unsafe {
+            sys::napi_is_exception_pending(env, &mut pending)
+        })?;
+        if pending {
+            // `settle` threw: nothing more can be called in this callback.
+            return Ok(false);
+        }
+        let count = context.pending.len().min(BATCH);
+        // SAFETY: as the caller promises.
+        let (argv, this) = unsafe {
+            (
+                settle_args(env, &context.pending, count, &context.results)?,
+                raw::undefined(env)?,
+            )
+        };
+        // Handed over from here: JavaScript settles them, or throws trying.
+        context.pending.drain(..count);
+        let mut ignored = ptr::null_mut();
+        // SAFETY: `settle` and `argv` are live handles of this scope. An
+        // error means `settle` threw; the next turn of the loop sees it.
+        unsafe {
+            sys::napi_call_function(env, this, settle, argv.len(), argv.as_ptr(), &mut ignored)
+        };
+    }
+    Ok(true)
+}
+
+/// The arguments of one `settle(n, errors)` call for the first `count`
+/// completions, with the numbers written into `results`.
+///
+/// # Safety
+/// Called on the JS thread inside a callback of `env`.
+unsafe fn settle_args(
+    env: sys::napi_env,
+    completions: &VecDeque<Completion>,
+    count: usize,
+    results: &raw::Numbers,
+) -> std::result::Result<[sys::napi_value; 2], CoreError> {
     let mut n = 0;
     let mut errors: sys::napi_value = ptr::null_mut();
     let mut error_count = 0;
-    for completion in context.scratch.drain(..) {
-        match completion.result {
+    for completion in completions.iter().take(count) {
+        match &completion.result {
             Ok(hit) => {
-                results[3 * n] = completion.id as f64;
-                results[3 * n + 1] = hit.count as f64;
-                results[3 * n + 2] = hit.reset_ms as f64;
+                results.set(3 * n, f64::from(completion.id));
+                results.set(3 * n + 1, hit.count as f64);
+                results.set(3 * n + 2, hit.reset_ms as f64);
                 n += 1;
             }
-            Err(e) => {
+            // SAFETY: as the caller promises; every handle is of this scope.
+            Err(e) => unsafe {
                 if errors.is_null() {
-                    raw::check(sys::napi_create_array(env, &mut errors))?;
+                    raw::check(env, sys::napi_create_array(env, &mut errors))?;
                 }
-                raw::check(sys::napi_set_element(
+                let id = raw::double(env, f64::from(completion.id))?;
+                raw::check(env, sys::napi_set_element(env, errors, error_count, id))?;
+                let error = raw::error(env, e)?;
+                raw::check(
                     env,
-                    errors,
-                    error_count,
-                    raw::double(env, completion.id as f64)?,
-                ))?;
-                raw::check(sys::napi_set_element(
-                    env,
-                    errors,
-                    error_count + 1,
-                    raw::error(env, &e),
-                ))?;
+                    sys::napi_set_element(env, errors, error_count + 1, error),
+                )?;
                 error_count += 2;
-            }
-        }
-        if n == BATCH {
-            call_settle(env, settle, n, &mut errors)?;
-            n = 0;
-            error_count = 0;
+            },
         }
     }
-    if n > 0 || !errors.is_null() {
-        call_settle(env, settle, n, &mut errors)?;
+    // SAFETY: as the caller promises.
+    unsafe {
+        let errors = match errors.is_null() {
+            true => raw::undefined(env)?,
+            false => errors,
+        };
+        Ok([raw::double(env, n as f64)?, errors])
     }
-    Ok(())
-}
-
-unsafe fn call_settle(
-    env: sys::napi_env,
-    settle: sys::napi_value,
-    n: usize,
-    errors: &mut sys::napi_value,
-) -> Result<(), Error> {
-    let undefined = raw::undefined(env)?;
-    let argv = [
-        raw::double(env, n as f64)?,
-        if errors.is_null() { undefined } else { *errors },
-    ];
-    *errors = ptr::null_mut();
-    let mut ignored = ptr::null_mut();
-    raw::check(sys::napi_call_function(
-        env,
-        undefined,
-        settle,
-        argv.len(),
-        argv.as_ptr(),
-        &mut ignored,
-    ))
 }
 
 /// The threadsafe function is gone (released, or the environment is ending).
 unsafe extern "C" fn finalize(env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    let context = Box::from_raw(data.cast::<Context>());
+    // SAFETY: `data` is the Context given at creation; Node-API runs this
+    // once, after the last `deliver`.
+    let context = unsafe { Box::from_raw(data.cast::<Context>()) };
     context.slot.lock().take();
-    sys::napi_delete_reference(env, context.settle);
-    sys::napi_delete_reference(env, context.results_ref);
+    // SAFETY: the reference was made on this env and is deleted only here.
+    unsafe { sys::napi_delete_reference(env, context.settle) };
 }

@@ -18,6 +18,7 @@ use super::config::{Config, Options};
 use super::runtime;
 use super::store::{Hit, Query, Store};
 use crate::errors::{Error, Result};
+use crate::wtf8;
 
 pub struct Completion {
     pub id: u32,
@@ -176,9 +177,10 @@ impl Batched {
         });
     }
 
-    /// Queues a hit on the counter at the prefix + `key`; its result comes
-    /// back through [`Batched::take`] under `id`.
-    pub fn send(&self, id: u32, key: &[u8], window_ms: u64, amount: i64) -> Result<()> {
+    /// Queues a hit on the counter at the prefix + `key` (UTF-16 code units,
+    /// as JavaScript holds it, sent as WTF-8); its result comes back through
+    /// [`Batched::take`] under `id`.
+    pub fn send(&self, id: u32, key: &[u16], window_ms: u64, amount: i64) -> Result<()> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::Closed);
         }
@@ -194,7 +196,7 @@ impl Batched {
         let prefix = self.options.prefix().as_bytes();
         open.outbox.push(|outbox| {
             outbox.keys.extend_from_slice(prefix);
-            outbox.keys.extend_from_slice(key);
+            wtf8::extend(&mut outbox.keys, key);
             outbox.hits.push(Queued {
                 id,
                 key_end: outbox.keys.len(),
