@@ -1,5 +1,5 @@
 'use strict';
-// Reads a test log from stdin (cargo test and Vitest output) and prints one
+// Reads a test log from stdin (cargo test, Vitest and test:valgrind output) and prints one
 // closing line with the totals: "N passed, N failed".
 
 let log = '';
@@ -16,6 +16,10 @@ process.stdin.on('end', () => {
   for (const [, summary] of text.matchAll(/^\s*Tests\s+(.*)$/gm)) {
     passed += Number(/(\d+) passed/.exec(summary)?.[1] ?? 0);
     failed += Number(/(\d+) failed/.exec(summary)?.[1] ?? 0);
+  }
+  for (const [, p, f] of text.matchAll(/^test:valgrind: (\d+) passed, (\d+) failed$/gm)) {
+    passed += Number(p);
+    failed += Number(f);
   }
   console.log(`${passed} passed, ${failed} failed`);
 });

@@ -17,12 +17,13 @@ end
 local pttl = redis.call('PTTL', key)
 if pttl < 1 then
   -- No open window: no key, a key without a TTL, or under 1 ms left.
+  if pttl == -1 then
+    -- Restart (or read as 0) only a counter: never overwrite other data
+    -- under this name, nor answer 0 for it.
+    stored_count()
+  end
   if amount == 0 then
     return { 0, tonumber(window_ms) }
-  end
-  if pttl == -1 then
-    -- Restart only a counter: never overwrite other data under this name.
-    stored_count()
   end
   redis.call('SET', key, ARGV[2], 'PX', window_ms)
   return { amount, tonumber(window_ms) }

@@ -305,7 +305,11 @@ pub struct Numbers(Box<[AtomicU64]>);
 
 impl Numbers {
     pub fn new(len: usize) -> Arc<Numbers> {
-        Arc::new(Numbers((0..len).map(|_| AtomicU64::new(0)).collect()))
+        Arc::new(Numbers(
+            (0..len)
+                .map(|_| AtomicU64::new(f64::NAN.to_bits()))
+                .collect(),
+        ))
     }
 
     pub fn set(&self, i: usize, n: f64) {
