@@ -19,7 +19,7 @@ function answers(port) {
   });
 }
 
-/** Starts a redis-server with no persistence; resolves { port, version, stop }. */
+/** Starts a redis-server with no persistence; resolves { port, pid, version, stop }. */
 async function startRedis() {
   const version = await run('redis-server', ['--version']).then(
     ({ stdout }) => /v=(\S+)/.exec(stdout)?.[1] ?? stdout.trim(),
@@ -41,7 +41,7 @@ async function startRedis() {
   process.once('exit', () => server.exitCode === null && process.kill(server.pid, 'SIGKILL'));
   for (let tries = 0; tries < 100; tries++) {
     if (server.exitCode !== null) throw new Error(`redis-server exited at start (code ${server.exitCode})`);
-    if (await answers(port)) return { port, version, stop };
+    if (await answers(port)) return { port, pid: server.pid, version, stop };
     await sleep(50);
   }
   await stop();

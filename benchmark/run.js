@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,redis,cluster
+//   npm run bench -- --only=seq,inflight,footprint,stall,redis,cluster,cpu
 
 const { execFile } = require('node:child_process');
 const { writeFileSync, readFileSync } = require('node:fs');
@@ -19,6 +19,7 @@ const CLUSTER_STORE = clusterStores.find((s) => !s.peer).name;
 const { summary, bestPeer, table } = require('./stats.js');
 const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
 const { startCluster } = require('../scripts/redis-cluster.js');
+const { cpu } = require('./cpu.js');
 
 const SIZES = {
   full: {
@@ -54,7 +55,7 @@ const SIZES = {
     benchmarkRequests: 2_000,
   },
 };
-const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'redis', 'cluster'];
+const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'redis', 'cluster', 'cpu'];
 const WIDTHS = [1, 16, 256];
 /** The columns of every Redis table: throughput and latency per hit. */
 const REDIS_COLUMNS = [
@@ -303,6 +304,11 @@ async function scriptLoad(port) {
   }
 }
 
+/** A scenario's Markdown: its own, or the standard table. */
+function render(t) {
+  return t.markdown ?? table(t);
+}
+
 /** The issue's targets, checked against this run's medians. */
 function targets(tables) {
   const byId = new Map(tables.map((t) => [t.id, t]));
@@ -389,7 +395,7 @@ async function main() {
   const show = (list) => {
     for (const t of list) {
       tables.push(t);
-      console.log(`${table(t)}\n`);
+      console.log(`${render(t)}\n`);
     }
   };
   if (only.has('seq') || only.has('inflight')) show(await throughput(size, only));
@@ -397,6 +403,7 @@ async function main() {
   if (only.has('stall')) show(await stall(size));
   if (only.has('redis')) show(await redis(size, notes));
   if (only.has('cluster')) show(await cluster(size));
+  if (only.has('cpu')) show([await cpu(mode)]);
 
   const verdicts = targets(tables);
   console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
@@ -429,7 +436,7 @@ function results(tables, verdicts, notes, args, minutes) {
     '',
     ...verdicts,
     '',
-    ...tables.map((t) => `${table(t).replace(/^### /, '## ')}\n`),
+    ...tables.map((t) => `${render(t).replace(/^### /, '## ')}\n`),
     '## How it measures',
     '',
     '- Throughput: the same 10,000 key strings (`ratelimit:chat:ip:10.0.x.y`) are hit over and over. V8 caches a',
