@@ -128,6 +128,7 @@ describe('the loader without a binary', () => {
     // What a bundle looks like to the loader: its code in a chunk far from node_modules/ratestore.
     const dir = join(work, 'bundle');
     cpSync(join(root, 'lib', 'native.js'), join(dir, 'chunks', 'route.js'));
+    cpSync(join(root, 'lib', 'platform.js'), join(dir, 'chunks', 'platform.js'));
     const script = `
       try {
         require('./chunks/route.js');
