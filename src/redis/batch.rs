@@ -5,14 +5,11 @@
 
 use std::mem;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
-use std::time::{Duration, Instant};
 
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, Notify};
-use tokio::time::Sleep;
 
 use super::config::{Config, Options};
 use super::runtime;
@@ -24,17 +21,6 @@ pub struct Completion {
     pub id: u32,
     pub result: Result<Hit>,
 }
-
-/// How long the I/O thread keeps polling after its last send or answer
-/// before it sleeps. Hits that come at a steady pace (and answers from a
-/// nearby server) then arrive while it polls: neither the hit's sender nor
-/// the socket has to wake a sleeping thread, which costs more than the poll.
-const POLL: Duration = Duration::from_micros(200);
-/// With more hits than this in flight, the thread sleeps rather than polls:
-/// a wake-up is then shared by many hits, and the CPU a poll takes would slow
-/// the JS thread and the server. (Polling would also take hits one by one as
-/// they come, rather than let them gather into a batch.)
-const POLL_DEPTH: u64 = 32;
 
 /// Hits sent as one pipeline at most. A larger batch goes out as several
 /// pipelines, written together; each one's answers go back to JavaScript as
@@ -83,7 +69,7 @@ struct Outbox {
     keys: Vec<u8>,
     hits: Vec<Queued>,
     closing: bool,
-    /// The dispatcher has stopped polling: the next change must wake it.
+    /// The dispatcher sleeps: the next change must wake it.
     asleep: bool,
 }
 
@@ -110,12 +96,12 @@ impl Shared<Outbox> {
     }
 
     /// Moves what is queued into `into` (which should be empty) and returns
-    /// true; if nothing is queued, returns false and, if `sleep`, marks the
-    /// dispatcher asleep.
-    fn take(&self, into: &mut Outbox, sleep: bool) -> bool {
+    /// true; if nothing is queued, returns false and marks the dispatcher
+    /// asleep.
+    fn take(&self, into: &mut Outbox) -> bool {
         let mut outbox = self.lock();
         if outbox.is_idle() {
-            outbox.asleep = sleep;
+            outbox.asleep = true;
             return false;
         }
         mem::swap(&mut outbox.keys, &mut into.keys);
@@ -230,10 +216,10 @@ impl Drop for Batched {
     }
 }
 
-/// Sends the queued hits, all that are waiting at once as one batch; on
-/// close waits for the hits sent so far, then closes the connection. With
-/// few hits in flight, polls for [`POLL`] after each send or answer before
-/// it sleeps until woken.
+/// Sends the queued hits, all that are waiting at once as one batch, and
+/// sleeps until woken when none are; on close waits for the hits sent so
+/// far, then closes the connection. It never polls: a thread that spins
+/// while hits are sparse costs a core for nothing.
 async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
     ready: Arc<Notify>,
@@ -243,39 +229,16 @@ async fn dispatch(
     let store = Arc::new(store);
     // Every batch holds a sender: `settled` ends once all of them have finished.
     let (in_flight, mut settled) = mpsc::channel::<()>(1);
-    // Hits sent and hits answered: an answer counts as activity here too.
-    let (mut sent, answered) = (0, Arc::new(AtomicU64::new(0)));
-    let (mut seen, mut active) = (0, Instant::now());
-    let mut soon = None;
     loop {
-        let now_answered = answered.load(Ordering::Relaxed);
-        if now_answered != seen {
-            seen = now_answered;
-            active = Instant::now();
-        }
         let mut taken = Outbox::default();
-        let sleep = sent - seen > POLL_DEPTH || active.elapsed() >= POLL;
-        if !outbox.take(&mut taken, sleep) {
-            if sleep {
-                soon = None; // An idle thread keeps no timer.
-                ready.notified().await;
-            } else {
-                keep_armed(&mut soon);
-                // Any other thread that is ready to run here (the JS thread, the
-                // server) goes first; then the runtime checks the socket without
-                // blocking and polls this loop again.
-                std::thread::yield_now();
-                tokio::task::yield_now().await;
-            }
+        if !outbox.take(&mut taken) {
+            ready.notified().await;
             continue;
         }
-        active = Instant::now();
-        sent += taken.hits.len() as u64;
         let closing = taken.closing;
         if !taken.hits.is_empty() {
-            let (store, done, answered) =
-                (Arc::clone(&store), Arc::clone(&done), Arc::clone(&answered));
-            tokio::spawn(batch(store, done, answered, taken, in_flight.clone()));
+            let (store, done) = (Arc::clone(&store), Arc::clone(&done));
+            tokio::spawn(batch(store, done, taken, in_flight.clone()));
         }
         if closing {
             break;
@@ -286,28 +249,9 @@ async fn dispatch(
     store.close();
 }
 
-/// Keeps a timer armed a millisecond ahead while the dispatcher polls. The
-/// runtime writes to its wake-up file descriptor whenever a timer due sooner
-/// than any it holds is added; with this one held, a batch's own timeout
-/// (due later) is added without that write.
-fn keep_armed(soon: &mut Option<Pin<Box<Sleep>>>) {
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(1);
-    let timer = match soon {
-        Some(timer) if !timer.is_elapsed() => return,
-        Some(timer) => {
-            timer.as_mut().reset(deadline);
-            timer
-        }
-        None => soon.insert(Box::pin(tokio::time::sleep_until(deadline))),
-    };
-    // A timer is added to the runtime when first polled.
-    let _ = timer.as_mut().now_or_never();
-}
-
 async fn batch(
     store: Arc<Store>,
     done: Arc<Shared<Vec<Completion>>>,
-    answered: Arc<AtomicU64>,
     outbox: Outbox,
     _in_flight: mpsc::Sender<()>,
 ) {
@@ -326,7 +270,7 @@ async fn batch(
         .collect();
     let parts = queries.chunks(PIPELINE).zip(outbox.hits.chunks(PIPELINE));
     let parts = parts.map(|(queries, hits)| {
-        let (store, done, answered) = (&store, &done, &answered);
+        let (store, done) = (&store, &done);
         async move {
             let results = AssertUnwindSafe(store.hits(queries))
                 .catch_unwind()
@@ -339,7 +283,6 @@ async fn batch(
                 .zip(results)
                 .map(|(hit, result)| Completion { id: hit.id, result });
             done.push_all(completions);
-            answered.fetch_add(hits.len() as u64, Ordering::Relaxed);
         }
     });
     futures_util::future::join_all(parts).await;
@@ -374,24 +317,24 @@ mod tests {
         };
         let woken = || wakes.load(Ordering::Relaxed);
 
+        // The dispatcher starts awake: the first hit needs no wake-up.
         queue(1);
-        assert_eq!(woken(), 0, "a polling dispatcher needs no wake-up");
+        assert_eq!(woken(), 0, "an awake dispatcher needs no wake-up");
         let mut taken = Outbox::default();
-        assert!(outbox.take(&mut taken, true));
+        assert!(outbox.take(&mut taken));
         assert_eq!((taken.hits.len(), taken.keys.len()), (1, 1));
-        assert!(!outbox.take(&mut Outbox::default(), false));
-        queue(2);
-        assert_eq!(woken(), 0, "still polling");
-        assert!(outbox.take(&mut Outbox::default(), true));
 
-        assert!(!outbox.take(&mut Outbox::default(), true));
+        assert!(
+            !outbox.take(&mut Outbox::default()),
+            "nothing queued: it sleeps"
+        );
         queue(3);
         queue(4);
         assert_eq!(woken(), 1, "one wake-up for a sleeping dispatcher");
         outbox.push(|o| o.closing = true);
         assert_eq!(woken(), 1);
         let mut taken = Outbox::default();
-        assert!(outbox.take(&mut taken, true));
+        assert!(outbox.take(&mut taken));
         assert_eq!(taken.hits.iter().map(|h| h.id).collect::<Vec<_>>(), [3, 4]);
         assert!(taken.closing);
     }
