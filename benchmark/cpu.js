@@ -17,7 +17,11 @@ const BASELINE = 'node-redis 5 EVALSHA';
 const run = promisify(execFile);
 
 function loads(mode) {
-  if (mode === 'smoke') return [{ mode: 'steady', rate: 500, burst: 1 }, { mode: 'saturated', rate: 0, burst: 16 }];
+  if (mode === 'smoke')
+    return [
+      { mode: 'steady', rate: 500, burst: 1 },
+      { mode: 'saturated', rate: 0, burst: 16 },
+    ];
   const paced = [];
   for (const burst of [1, 16])
     for (const arrival of ['steady', 'poisson'])
@@ -26,7 +30,9 @@ function loads(mode) {
 }
 
 const label = ({ mode, rate, burst }) =>
-  mode === 'saturated' ? `saturated, ${burst} in flight` : `${rate.toLocaleString('en-US')}/s ${mode}, ${burst} at a time`;
+  mode === 'saturated'
+    ? `saturated, ${burst} in flight`
+    : `${rate.toLocaleString('en-US')}/s ${mode}, ${burst} at a time`;
 
 /** One run: a fresh store process under one load. */
 async function measure(name, server, load, seconds, dir) {
@@ -87,7 +93,9 @@ async function cpu(mode) {
       const results = [];
       for (const store of STORES) results.push({ store, ...(await measure(store, server, load, seconds, dir)) });
       rows.push({ load, results });
-      console.log(`  cpu: ${label(load)}: ${results.map((r) => `${r.store} ${r.storeUsPerHit.toFixed(1)} us`).join(', ')}`);
+      console.log(
+        `  cpu: ${label(load)}: ${results.map((r) => `${r.store} ${r.storeUsPerHit.toFixed(1)} us`).join(', ')}`,
+      );
     }
   } finally {
     rmSync(dir, { recursive: true, force: true });
