@@ -28,6 +28,7 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^Redis, 16 in flight/),
       expect.stringMatching(/^Redis, 256 in flight/),
       expect.stringMatching(/^Redis Cluster, 256 in flight/),
+      expect.stringMatching(/^CPU per hit/),
     ]);
     for (const store of [
       'JS Map store',

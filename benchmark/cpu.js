@@ -104,4 +104,25 @@ async function cpu(mode) {
   return { id: 'cpu', rows, markdown: render(rows) };
 }
 
-module.exports = { cpu, BASELINE };
+/** The targets: redisStore's CPU per hit at most 0.8x node-redis's under every load, and p50 no worse at 1 at a time. */
+function cpuTargets(t) {
+  const lines = [];
+  for (const { load, results } of t.rows) {
+    const mine = results.find((r) => r.store === STORES[0]);
+    const base = results.find((r) => r.store === BASELINE);
+    if (!mine || !base) continue;
+    const ratio = mine.storeUsPerHit / base.storeUsPerHit;
+    lines.push(
+      `- redisStore CPU per hit <= 0.8x ${BASELINE}, ${label(load)}: ${ratio.toFixed(2)}x, ${ratio <= 0.8 ? 'met' : 'MISSED'}`,
+    );
+    if (load.burst === 1 && load.mode !== 'saturated') {
+      const p50 = mine.p50 / base.p50;
+      lines.push(
+        `- redisStore p50 <= ${BASELINE}'s, ${label(load)}: ${p50.toFixed(2)}x, ${p50 <= 1 ? 'met' : 'MISSED'}`,
+      );
+    }
+  }
+  return lines;
+}
+
+module.exports = { cpu, cpuTargets, BASELINE };

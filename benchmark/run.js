@@ -19,7 +19,7 @@ const CLUSTER_STORE = clusterStores.find((s) => !s.peer).name;
 const { summary, bestPeer, table } = require('./stats.js');
 const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
 const { startCluster } = require('../scripts/redis-cluster.js');
-const { cpu } = require('./cpu.js');
+const { cpu, cpuTargets } = require('./cpu.js');
 
 const SIZES = {
   full: {
@@ -350,6 +350,7 @@ function targets(tables) {
       format: (r) => `${(r * 100).toFixed(0)}%`,
     },
   );
+  if (byId.has('cpu')) lines.push(...cpuTargets(byId.get('cpu')));
   const p50 = byId.get('redis-1') && { ...byId.get('redis-1'), higherIsBetter: false };
   if (p50) {
     byId.set('redis-1-p50', p50);

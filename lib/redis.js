@@ -27,6 +27,13 @@ class RedisStore {
   /** Whether the native side keeps the process (and `#onBatch`) alive: while hits are in flight. */
   #held = false;
   #opened = false;
+  /** A flush of the hits sent this tick is queued. */
+  #flushing = false;
+  /** Writes the hits sent this tick at once: one write per tick, not one per hit. */
+  #flush = () => {
+    this.#flushing = false;
+    this.#native.flush();
+  };
   /** close() promises waiting for the hits in flight. */
   #drained = [];
   /** Called with each batch of results. The native side holds it only weakly while idle, so it lives here. */
@@ -82,6 +89,10 @@ class RedisStore {
       return Promise.reject(error);
     }
     this.#inFlight++;
+    if (!this.#flushing) {
+      this.#flushing = true;
+      queueMicrotask(this.#flush);
+    }
     if (!this.#held) {
       this.#held = true;
       store.ref();

@@ -5,6 +5,8 @@
 mod memory;
 mod raw;
 mod redis;
+mod redis_loop;
+mod uv;
 
 use napi::bindgen_prelude::*;
 use napi::JsString;

@@ -12,19 +12,21 @@
 //! holds the store: a store nobody holds would never be collected and never
 //! close its connection, so this one threadsafe function is wired by hand.
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
+use std::rc::Rc;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use napi::bindgen_prelude::*;
 use napi::{sys, JsString};
 use napi_derive::napi;
 
-use super::{raw, throw_core};
+use super::{raw, redis_loop, throw_core};
 use crate::errors::Error as CoreError;
-use crate::redis::{Batched, Completion, Options};
+use crate::redis::{Batched, Completion, Config, Options};
 use crate::window;
 
 /// Hits one call of the JS callback hands over at most.
@@ -93,18 +95,165 @@ struct Context {
     failures: u32,
 }
 
-/// What `send` holds.
-struct SendData {
-    batched: Arc<Batched>,
+/// What every function of one store holds.
+struct StoreData {
+    env: sys::napi_env,
+    options: Options,
+    /// Weak while idle, strong while hits are in flight (`ref`/`unref`).
+    settle: sys::napi_ref,
+    results: Arc<raw::Numbers>,
+    mode: RefCell<Mode>,
+}
+
+/// How the store sends, chosen by `open` once its settings are known.
+enum Mode {
+    Unopened,
+    /// The settings can't be used: every hit rejects with this.
+    Failed(CoreError),
+    /// A Redis Cluster: the I/O thread, results through a threadsafe function.
+    Threaded {
+        batched: Arc<Batched>,
+        tsfn: sys::napi_threadsafe_function,
+    },
+    /// One server, on Node's own event loop.
+    Loop(redis_loop::Shared),
+}
+
+impl StoreData {
+    /// `open(env)`: resolves the settings against `env` (`process.env`), once.
+    fn open(&self, vars: &Object) -> std::result::Result<(), CoreError> {
+        if !matches!(*self.mode.borrow(), Mode::Unopened) {
+            return Ok(());
+        }
+        let read = |name: &str| -> Option<String> {
+            let value: Option<String> = vars.get(name).ok().flatten();
+            value.filter(|s| !s.is_empty())
+        };
+        let mode = match Config::resolve(&self.options, read) {
+            Err(e) => Mode::Failed(e),
+            Ok(config) if config.cluster.is_some() => {
+                let slot = Arc::new(Slot(Mutex::new(None)));
+                let wake = Wake(Arc::clone(&slot));
+                let batched = Arc::new(Batched::new(
+                    self.options.clone(),
+                    Box::new(move || wake.0.call()),
+                ));
+                // SAFETY: on the JS thread inside `open`'s callback; the
+                // reference is handed to the threadsafe function's context.
+                let tsfn = unsafe {
+                    threadsafe_function(self.env, &batched, &slot, &self.results, self.settle)?
+                };
+                batched.open(read);
+                Mode::Threaded { batched, tsfn }
+            }
+            Ok(config) => {
+                let prefix = self.options.prefix().as_bytes().to_vec();
+                // SAFETY: on the JS thread inside `open`'s callback; the
+                // reference outlives the store (deleted in `Drop` below).
+                match unsafe {
+                    redis_loop::LoopStore::open(
+                        self.env,
+                        &config,
+                        prefix,
+                        self.settle,
+                        Arc::clone(&self.results),
+                    )
+                } {
+                    Ok(store) => Mode::Loop(store),
+                    Err(e) => Mode::Failed(e),
+                }
+            }
+        };
+        *self.mode.borrow_mut() = mode;
+        Ok(())
+    }
+
+    fn send(
+        &self,
+        id: u32,
+        key: &[u16],
+        window_ms: u64,
+        amount: i64,
+    ) -> std::result::Result<(), CoreError> {
+        match &*self.mode.borrow() {
+            Mode::Unopened => Err(CoreError::Internal(
+                "a hit was sent before the store was opened",
+            )),
+            Mode::Failed(e) => Err(e.clone()),
+            Mode::Threaded { batched, .. } => batched.send(id, key, window_ms, amount),
+            Mode::Loop(store) => store.borrow_mut().send(id, key, window_ms, amount),
+        }
+    }
+
+    /// `ref()` (a hit is in flight: keep the callback, and for the I/O
+    /// thread the process, alive) or `unref()` (none is any more). On the
+    /// event loop the armed timeout timer keeps the process alive.
+    fn set_held(&self, held: bool) -> std::result::Result<(), CoreError> {
+        let env = self.env;
+        let mut count = 0;
+        // SAFETY: called on the JS thread from a JS call; the reference and
+        // the threadsafe function live as long as this data (see `Drop`).
+        unsafe {
+            if let Mode::Threaded { tsfn, .. } = &*self.mode.borrow() {
+                raw::check(
+                    env,
+                    match held {
+                        true => sys::napi_ref_threadsafe_function(env, *tsfn),
+                        false => sys::napi_unref_threadsafe_function(env, *tsfn),
+                    },
+                )?;
+            }
+            raw::check(
+                env,
+                match held {
+                    true => sys::napi_reference_ref(env, self.settle, &mut count),
+                    false => sys::napi_reference_unref(env, self.settle, &mut count),
+                },
+            )
+        }
+    }
+
+    fn close(&self) {
+        match &*self.mode.borrow() {
+            Mode::Threaded { batched, .. } => batched.close(),
+            Mode::Loop(store) => store.borrow_mut().close(),
+            Mode::Unopened | Mode::Failed(_) => {}
+        }
+        let mut mode = self.mode.borrow_mut();
+        if matches!(*mode, Mode::Unopened) {
+            *mode = Mode::Failed(CoreError::Closed);
+        }
+    }
+
+    fn flush(&self) {
+        if let Mode::Loop(store) = &*self.mode.borrow() {
+            store.borrow_mut().flush();
+            redis_loop::deliver(store);
+        }
+    }
+}
+
+impl Drop for StoreData {
+    fn drop(&mut self) {
+        let mode = std::mem::replace(self.mode.get_mut(), Mode::Unopened);
+        let threaded = matches!(mode, Mode::Threaded { .. });
+        // A loop store closes its handles here, before its reference goes.
+        drop(mode);
+        if !threaded {
+            // SAFETY: made on this env in `redis_store`; with the I/O thread
+            // the threadsafe function's `finalize` deletes it instead.
+            unsafe { sys::napi_delete_reference(self.env, self.settle) };
+        }
+    }
 }
 
 /// `redisStore(url, token, prefix, timeoutMs, ca, cluster, settle)` →
-/// `{ results, open, send, ref, unref, close }`. `settle(n, errors)` is
-/// called with `n` results in `results` and `errors` (or undefined).
+/// `{ results, open, send, flush, ref, unref, close }`. `settle(n, errors)`
+/// is called with `n` results in `results` and `errors` (or undefined).
 #[napi(
     js_name = "redisStore",
     ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, settle: (n: number, errors: unknown[] | undefined) => void",
-    ts_return_type = "{ results: Float64Array; open(env: object): void; send(id: number, key: string, windowMs: number, amount: number): true | undefined; ref(): void; unref(): void; close(): void }"
+    ts_return_type = "{ results: Float64Array; open(env: object): void; send(id: number, key: string, windowMs: number, amount: number): true | undefined; flush(): void; ref(): void; unref(): void; close(): void }"
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn redis_store<'e>(
@@ -149,26 +298,28 @@ pub fn redis_store<'e>(
             CoreError::InvalidType("settle must be a function"),
         ));
     }
-
-    let slot = Arc::new(Slot(Mutex::new(None)));
-    let wake = Wake(Arc::clone(&slot));
-    let batched = Arc::new(Batched::new(options, Box::new(move || wake.0.call())));
-    let results = raw::Numbers::new(3 * BATCH);
-    // SAFETY: on the JS thread inside this #[napi] callback; every handle
-    // used is of this scope, and `Context` is owned by the threadsafe
-    // function from its creation on (see `finalize`).
-    let (tsfn, settle_ref, results_array, send) = unsafe {
-        threadsafe_function(env.raw(), &batched, &slot, &results, settle.raw()).and_then(
-            |(tsfn, settle_ref)| {
-                let send_data = SendData {
-                    batched: Arc::clone(&batched),
-                };
-                let send = raw::function(env.raw(), "send", send, send_data)?;
-                Ok((tsfn, settle_ref, results.array(env.raw())?, send))
-            },
-        )
-    }
+    let mut settle_ref = ptr::null_mut();
+    // SAFETY: on the JS thread inside this #[napi] callback; a count of 0
+    // makes the reference weak. `StoreData` owns it from here.
+    raw::check(env.raw(), unsafe {
+        sys::napi_create_reference(env.raw(), settle.raw(), 0, &mut settle_ref)
+    })
     .map_err(|e| throw_core(env, e))?;
+    let results = raw::Numbers::new(3 * BATCH);
+    let data = Rc::new(StoreData {
+        env: env.raw(),
+        options,
+        settle: settle_ref,
+        results: Arc::clone(&results),
+        mode: RefCell::new(Mode::Unopened),
+    });
+    // SAFETY: on the JS thread inside this #[napi] callback; `send` reads
+    // its data as the `Rc<StoreData>` given here.
+    let made = unsafe {
+        raw::function(env.raw(), "send", send, Rc::clone(&data))
+            .and_then(|send| Ok((send, results.array(env.raw())?)))
+    };
+    let (send, results_array) = made.map_err(|e| throw_core(env, e))?;
 
     let mut store = Object::new(env)?;
     // SAFETY: live values of this callback's scope.
@@ -179,56 +330,69 @@ pub fn redis_store<'e>(
         )?;
         store.set("send", Unknown::from_raw_unchecked(env.raw(), send))?;
     }
-    let held = Held { tsfn, settle_ref };
-    let opened = Arc::clone(&batched);
+    let on = |f: fn(&StoreData, &FunctionCallContext) -> std::result::Result<(), CoreError>| {
+        let data = Rc::clone(&data);
+        move |ctx: FunctionCallContext| {
+            f(&data, &ctx)
+                .map_err(|e| Error::new(Status::GenericFailure, format!("ratestore: {e}")))
+        }
+    };
     store.set(
         "open",
-        env.create_function_from_closure::<(), _, _>("open", move |ctx| {
-            let vars: Object = ctx.get(0)?;
-            opened.open(|name| {
-                let value: Option<String> = vars.get(name).ok().flatten();
-                value.filter(|s| !s.is_empty())
-            });
-            Ok(())
-        })?,
+        env.create_function_from_closure::<(), _, _>(
+            "open",
+            on(|d, ctx| {
+                let vars: Object = ctx
+                    .get(0)
+                    .map_err(|_| CoreError::InvalidType("env must be an object"))?;
+                d.open(&vars)
+            }),
+        )?,
     )?;
     store.set(
         "ref",
-        env.create_function_from_closure::<(), _, _>("ref", move |ctx| held.set(ctx.env, true))?,
+        env.create_function_from_closure::<(), _, _>("ref", on(|d, _| d.set_held(true)))?,
     )?;
     store.set(
         "unref",
-        env.create_function_from_closure::<(), _, _>("unref", move |ctx| held.set(ctx.env, false))?,
+        env.create_function_from_closure::<(), _, _>("unref", on(|d, _| d.set_held(false)))?,
     )?;
-    let closing = batched;
     store.set(
         "close",
-        env.create_function_from_closure::<(), _, _>("close", move |_| {
-            closing.close();
-            Ok(())
-        })?,
+        env.create_function_from_closure::<(), _, _>(
+            "close",
+            on(|d, _| {
+                d.close();
+                Ok(())
+            }),
+        )?,
+    )?;
+    store.set(
+        "flush",
+        env.create_function_from_closure::<(), _, _>(
+            "flush",
+            on(|d, _| {
+                d.flush();
+                Ok(())
+            }),
+        )?,
     )?;
     Ok(store)
 }
 
-/// Creates the store's threadsafe function, idle (unreferenced), with a weak
-/// reference to `settle`.
+/// Creates the store's threadsafe function, idle (unreferenced); its
+/// context takes over `settle_ref` (deleted in `finalize`).
 ///
 /// # Safety
-/// Called on the JS thread inside a callback of `env`; `settle` is a live
-/// handle of its scope.
+/// Called on the JS thread inside a callback of `env`; `settle_ref` is a
+/// reference of `env`.
 unsafe fn threadsafe_function(
     env: sys::napi_env,
     batched: &Arc<Batched>,
     slot: &Arc<Slot>,
     results: &Arc<raw::Numbers>,
-    settle: sys::napi_value,
-) -> std::result::Result<(sys::napi_threadsafe_function, sys::napi_ref), CoreError> {
-    let mut settle_ref = ptr::null_mut();
-    // SAFETY: as the caller promises; a count of 0 makes the reference weak.
-    raw::check(env, unsafe {
-        sys::napi_create_reference(env, settle, 0, &mut settle_ref)
-    })?;
+    settle_ref: sys::napi_ref,
+) -> std::result::Result<sys::napi_threadsafe_function, CoreError> {
     let context = Box::into_raw(Box::new(Context {
         batched: Arc::downgrade(batched),
         slot: Arc::clone(slot),
@@ -273,9 +437,9 @@ unsafe fn threadsafe_function(
         })
     };
     if let Err(e) = created {
-        // SAFETY: no threadsafe function took `context`; `finalize` frees it
-        // and the reference made above, exactly as it would have.
-        unsafe { finalize(env, context.cast(), ptr::null_mut()) };
+        // SAFETY: no threadsafe function took `context`: free it (the
+        // reference stays with the caller, which deletes it).
+        drop(unsafe { Box::from_raw(context) });
         return Err(e);
     }
     *slot.lock() = Some(Tsfn(tsfn));
@@ -284,50 +448,7 @@ unsafe fn threadsafe_function(
     raw::check(env, unsafe {
         sys::napi_unref_threadsafe_function(env, tsfn)
     })?;
-    Ok((tsfn, settle_ref))
-}
-
-/// What `ref`/`unref` switch: the threadsafe function and the callback.
-///
-/// Both handles live as long as the store's functions: the threadsafe
-/// function is released only when the core drops its `Wake`, after every
-/// `SendData` and closure holding the `Batched` is gone, and the reference
-/// is deleted only in `finalize`, after that release (or at the
-/// environment's teardown, when no JavaScript runs any more).
-#[derive(Clone, Copy)]
-struct Held {
-    tsfn: sys::napi_threadsafe_function,
-    settle_ref: sys::napi_ref,
-}
-
-impl Held {
-    /// `ref()` (a hit is in flight: keep the process and the callback alive)
-    /// or `unref()` (none is any more).
-    fn set(&self, env: &Env, held: bool) -> Result<()> {
-        let env = env.raw();
-        // SAFETY: called on the JS thread from a JS call of `env`; both
-        // handles are alive (see `Held`).
-        let status = unsafe {
-            raw::check(
-                env,
-                match held {
-                    true => sys::napi_ref_threadsafe_function(env, self.tsfn),
-                    false => sys::napi_unref_threadsafe_function(env, self.tsfn),
-                },
-            )
-            .and_then(|()| {
-                let mut count = 0;
-                raw::check(
-                    env,
-                    match held {
-                        true => sys::napi_reference_ref(env, self.settle_ref, &mut count),
-                        false => sys::napi_reference_unref(env, self.settle_ref, &mut count),
-                    },
-                )
-            })
-        };
-        status.map_err(|e| Error::from_reason(format!("ratestore: {e}")))
-    }
+    Ok(tsfn)
 }
 
 /// `send(id, key, windowMs, amount)` → true: queues a hit; throws if the
@@ -338,16 +459,16 @@ unsafe extern "C" fn send(env: sys::napi_env, info: sys::napi_callback_info) -> 
     unsafe {
         raw::guard(env, || {
             let ([id, key, window_ms, amount], data) = raw::args::<4>(env, info)?;
-            // SAFETY: `data` is the SendData this function was made with,
+            // SAFETY: `data` is the Rc<StoreData> this function was made with,
             // owned by the function and freed only after it is collected.
-            let SendData { batched } = &*data.cast::<SendData>();
+            let data = &*data.cast::<Rc<StoreData>>();
             let id = raw::number(env, id, "id must be a number")? as u32;
             let (window_ms, amount) = window::check(
                 raw::number(env, window_ms, "windowMs must be a number")?,
                 raw::number(env, amount, "amount must be a number")?,
             )?;
             raw::with_utf16(env, key, "key must be a string", |key| {
-                batched.send(id, key, window_ms, amount)
+                data.send(id, key, window_ms, amount)
             })??;
             raw::boolean(env, true)
         })
@@ -445,7 +566,7 @@ unsafe fn deliver_all(
 ///
 /// # Safety
 /// Called on the JS thread inside a callback of `env`.
-unsafe fn settle_args(
+pub(super) unsafe fn settle_args(
     env: sys::napi_env,
     completions: &VecDeque<Completion>,
     count: usize,

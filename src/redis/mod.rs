@@ -9,7 +9,10 @@ pub mod batch;
 mod cluster;
 pub mod config;
 mod link;
+pub mod pipe;
+pub mod resp;
 mod runtime;
+pub mod socket;
 pub mod store;
 
 pub use batch::{Batched, Completion};

@@ -340,7 +340,7 @@ async fn pipeline(
     }
 }
 
-fn sha() -> &'static str {
+pub fn sha() -> &'static str {
     static SHA: OnceLock<String> = OnceLock::new();
     SHA.get_or_init(|| sha1_smol::Sha1::from(window::SCRIPT).digest().to_string())
 }

@@ -1,0 +1,353 @@
+//! One connection's pipeline in the event-loop transport: hits encoded as
+//! EVALSHA into the bytes to write, and replies matched to them in order as
+//! they are read. After NOSCRIPT a hit goes out once more as EVAL (the
+//! script did not run); nothing else is ever sent again. No I/O here: the
+//! binding moves the bytes when the event loop says the socket is ready.
+
+use std::collections::VecDeque;
+use std::time::Instant;
+
+use super::resp::{self, Malformed, Parser, Reply};
+use super::store::Hit;
+use super::Completion;
+use crate::errors::{Error, Result};
+use crate::window::{self, MAX_SAFE};
+
+/// A hit to send: its id, its counter's key (prefix included) and numbers.
+pub struct Request {
+    pub id: u32,
+    pub key: Box<[u8]>,
+    pub window_ms: u64,
+    pub amount: i64,
+    pub deadline: Instant,
+}
+
+struct Sent {
+    request: Request,
+    /// Already rejected (it timed out): its reply, when it comes, is dropped.
+    settled: bool,
+    eval: bool,
+}
+
+/// What the replies read so far say about the connection.
+#[derive(Default, Debug, PartialEq, Eq)]
+pub struct Health {
+    /// Some hit got a reply.
+    pub answered: bool,
+    /// The server can't take writes here (READONLY, MASTERDOWN, LOADING):
+    /// the connection should be replaced.
+    pub unusable: bool,
+}
+
+pub struct Pipe {
+    sha: &'static str,
+    timeout_ms: u64,
+    secrets: Vec<Vec<u8>>,
+    /// Bytes waiting to be written.
+    pub out: Vec<u8>,
+    sent: VecDeque<Sent>,
+    parser: Parser,
+}
+
+impl Pipe {
+    pub fn new(sha: &'static str, timeout_ms: u64, secrets: Vec<Vec<u8>>) -> Pipe {
+        Pipe {
+            sha,
+            timeout_ms,
+            secrets,
+            out: Vec::new(),
+            sent: VecDeque::new(),
+            parser: Parser::default(),
+        }
+    }
+
+    /// Hits sent whose reply has not come (timed-out ones included).
+    pub fn in_flight(&self) -> usize {
+        self.sent.len()
+    }
+
+    /// Hits sent that are still waiting for their result.
+    pub fn unsettled(&self) -> usize {
+        self.sent.iter().filter(|s| !s.settled).count()
+    }
+
+    /// Encodes a hit for sending.
+    pub fn send(&mut self, request: Request) {
+        self.encode(&request, false);
+        self.sent.push_back(Sent {
+            request,
+            settled: false,
+            eval: false,
+        });
+    }
+
+    fn encode(&mut self, request: &Request, eval: bool) {
+        let (mut window, mut amount) = ([0u8; 20], [0u8; 20]);
+        let (command, body): (&[u8], &[u8]) = match eval {
+            false => (b"EVALSHA", self.sha.as_bytes()),
+            true => (b"EVAL", window::SCRIPT.as_bytes()),
+        };
+        resp::encode(
+            &mut self.out,
+            &[
+                command,
+                body,
+                b"1",
+                &request.key,
+                digits(request.window_ms as i64, &mut window),
+                digits(request.amount, &mut amount),
+            ],
+        );
+    }
+
+    /// Adds bytes read from the socket.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        self.parser.feed(bytes);
+    }
+
+    pub fn parser(&mut self) -> &mut Parser {
+        &mut self.parser
+    }
+
+    /// Matches every whole reply read so far to its hit.
+    pub fn answers(
+        &mut self,
+        done: &mut Vec<Completion>,
+    ) -> std::result::Result<Health, Malformed> {
+        let mut health = Health::default();
+        while let Some(reply) = self.parser.next()? {
+            let Some(mut sent) = self.sent.pop_front() else {
+                return Err(Malformed); // A reply nothing asked for.
+            };
+            health.answered = true;
+            if let Reply::Error(code, _) = &reply {
+                if code == "NOSCRIPT" && !sent.eval {
+                    // The script did not run: send it whole, once.
+                    self.encode(&sent.request, true);
+                    sent.eval = true;
+                    self.sent.push_back(sent);
+                    continue;
+                }
+                if matches!(code.as_str(), "READONLY" | "MASTERDOWN" | "LOADING") {
+                    health.unusable = true;
+                }
+            }
+            if !sent.settled {
+                let result = outcome(reply).map_err(|e| self.redact(e, &sent.request));
+                done.push(Completion {
+                    id: sent.request.id,
+                    result,
+                });
+            }
+        }
+        Ok(health)
+    }
+
+    /// Rejects the hits whose deadline has passed; their replies are
+    /// dropped when they come. Answers how many timed out.
+    pub fn expire(&mut self, now: Instant, done: &mut Vec<Completion>) -> usize {
+        let mut expired = 0;
+        for sent in self.sent.iter_mut().filter(|s| !s.settled) {
+            if sent.request.deadline > now {
+                // Sent in order, with one timeout for all: the rest are later.
+                break;
+            }
+            sent.settled = true;
+            expired += 1;
+            done.push(Completion {
+                id: sent.request.id,
+                result: Err(Error::Timeout(self.timeout_ms)),
+            });
+        }
+        expired
+    }
+
+    /// The earliest deadline of a hit not yet settled.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.sent
+            .iter()
+            .find(|s| !s.settled)
+            .map(|s| s.request.deadline)
+    }
+
+    /// The connection is gone: every hit on it rejects with `error`, which
+    /// says whether they were sent. Nothing is sent again.
+    pub fn fail(&mut self, error: &Error, done: &mut Vec<Completion>) {
+        for sent in self.sent.drain(..) {
+            if !sent.settled {
+                let e = error.clone();
+                done.push(Completion {
+                    id: sent.request.id,
+                    result: Err(e),
+                });
+            }
+        }
+        self.out.clear();
+        self.parser = Parser::default();
+    }
+
+    fn redact(&self, error: Error, request: &Request) -> Error {
+        let mut secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
+        secrets.push(&request.key);
+        error.redacted(&secrets)
+    }
+}
+
+/// `n` in decimal, written into `buf` (no allocation per hit).
+fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    &buf[at..]
+}
+
+/// The script's answer, `[count, resetMs]`, or the error it raised.
+fn outcome(reply: Reply) -> Result<Hit> {
+    let wrong_shape = || Error::Redis("the hit script gave an answer of the wrong shape".into());
+    match reply {
+        Reply::Array(Some(items)) => match items.as_slice() {
+            [Reply::Int(count), Reply::Int(reset_ms)]
+                if count.abs() <= MAX_SAFE && *reset_ms > 0 =>
+            {
+                Ok(Hit {
+                    count: *count,
+                    reset_ms: *reset_ms as u64,
+                })
+            }
+            _ => Err(wrong_shape()),
+        },
+        Reply::Error(code, detail) => Err(super::link::server_error(
+            &code,
+            (!detail.is_empty()).then_some(detail.as_str()),
+            super::link::Stage::Sent,
+        )),
+        _ => Err(wrong_shape()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn request(id: u32, key: &str, deadline: Instant) -> Request {
+        Request {
+            id,
+            key: key.as_bytes().into(),
+            window_ms: 60_000,
+            amount: 1,
+            deadline,
+        }
+    }
+
+    fn pipe() -> Pipe {
+        Pipe::new("sha1", 2_000, vec![b"hunter2".to_vec()])
+    }
+
+    #[test]
+    fn replies_settle_hits_in_order_and_noscript_sends_eval_once() {
+        let now = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        p.send(request(1, "a", now));
+        p.send(request(2, "b", now));
+        assert!(p
+            .out
+            .starts_with(b"*6\r\n$7\r\nEVALSHA\r\n$4\r\nsha1\r\n$1\r\n1\r\n$1\r\na\r\n"));
+        p.out.clear();
+        let mut done = Vec::new();
+        p.feed(b"*2\r\n:1\r\n:60000\r\n-NOSCRIPT No matching script\r\n");
+        assert_eq!(
+            p.answers(&mut done),
+            Ok(Health {
+                answered: true,
+                unusable: false
+            })
+        );
+        assert_eq!(done.len(), 1);
+        assert_eq!(done[0].id, 1);
+        assert!(p.out.starts_with(b"*6\r\n$4\r\nEVAL\r\n"), "EVAL queued");
+        // A second NOSCRIPT is an error, not another retry.
+        p.out.clear();
+        p.feed(b"-NOSCRIPT again\r\n");
+        p.answers(&mut done).unwrap();
+        assert!(p.out.is_empty());
+        assert_eq!(done[1].id, 2);
+        assert_eq!(done[1].result.as_ref().unwrap_err().code(), "ERR_REDIS");
+        assert_eq!(p.in_flight(), 0);
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, -7, 60_000, MAX_SAFE, -MAX_SAFE] {
+            assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn timed_out_hits_reject_once_and_their_late_replies_are_dropped() {
+        let start = Instant::now();
+        let mut p = pipe();
+        p.send(request(1, "a", start));
+        p.send(request(2, "b", start + Duration::from_secs(10)));
+        let mut done = Vec::new();
+        assert_eq!(p.expire(start, &mut done), 1);
+        assert_eq!(done[0].result, Err(Error::Timeout(2_000)));
+        assert_eq!(p.next_deadline(), Some(start + Duration::from_secs(10)));
+        p.feed(b"*2\r\n:1\r\n:5\r\n*2\r\n:7\r\n:5\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.len(), 2);
+        assert_eq!(done[1].id, 2);
+        assert_eq!(
+            done[1].result,
+            Ok(Hit {
+                count: 7,
+                reset_ms: 5
+            })
+        );
+    }
+
+    #[test]
+    fn readonly_marks_the_connection_unusable_and_errors_name_no_secret() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        p.send(request(1, "203.0.113.9", far));
+        let mut done = Vec::new();
+        p.feed(b"-READONLY You can't write against a read only replica 203.0.113.9 hunter2\r\n");
+        let health = p.answers(&mut done).unwrap();
+        assert!(health.unusable);
+        let text = done[0].result.as_ref().unwrap_err().to_string();
+        assert!(
+            !text.contains("203.0.113.9") && !text.contains("hunter2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_lost_connection_rejects_what_is_in_flight() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        p.send(request(1, "a", far));
+        p.send(request(2, "b", far));
+        let mut done = Vec::new();
+        p.fail(&Error::Connection("lost".into()), &mut done);
+        assert_eq!(done.len(), 2);
+        assert_eq!(p.in_flight(), 0);
+        p.feed(b":1\r\n");
+        assert_eq!(
+            p.answers(&mut done),
+            Err(Malformed),
+            "a reply nothing asked for"
+        );
+    }
+}

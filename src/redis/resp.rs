@@ -1,0 +1,208 @@
+//! RESP2, the Redis protocol, for the event-loop transport: commands encoded
+//! as arrays of bulk strings, and replies read from a byte stream as they
+//! arrive (a reply may be split across reads, or many may share one).
+
+use std::io::Write;
+
+/// One reply from the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Status(String),
+    /// An error reply: its code (the first word) and the rest.
+    Error(String, String),
+    Int(i64),
+    Bulk(Option<Vec<u8>>),
+    Array(Option<Vec<Reply>>),
+}
+
+/// Appends a command to `out`.
+pub fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.push(b'*');
+    push_number(out, args.len() as i64);
+    for arg in args {
+        out.push(b'$');
+        push_number(out, arg.len() as i64);
+        out.extend_from_slice(arg);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+fn push_number(out: &mut Vec<u8>, n: i64) {
+    // Writing to a Vec cannot fail.
+    let _ = write!(out, "{n}\r\n");
+}
+
+/// A reply that can't be RESP: the connection is out of step and must end.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Malformed;
+
+/// Replies from a stream of bytes.
+#[derive(Default)]
+pub struct Parser {
+    buffer: Vec<u8>,
+    /// Where the next reply starts in `buffer`.
+    at: usize,
+}
+
+/// Replies nested deeper than this are refused (no reply of ours nests).
+const MAX_DEPTH: usize = 8;
+/// A bulk string or array longer than this is refused.
+const MAX_LEN: i64 = 512 * 1024 * 1024;
+
+impl Parser {
+    /// Adds bytes read from the socket.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        if self.at > 0 && self.at == self.buffer.len() {
+            self.buffer.clear();
+            self.at = 0;
+        }
+        self.buffer.extend_from_slice(bytes);
+    }
+
+    /// The next whole reply, if it has arrived.
+    #[allow(clippy::should_implement_trait)]
+    pub fn next(&mut self) -> Result<Option<Reply>, Malformed> {
+        let mut at = self.at;
+        match parse(&self.buffer, &mut at, 0)? {
+            Some(reply) => {
+                self.at = at;
+                if self.at > 64 * 1024 && self.at * 2 > self.buffer.len() {
+                    self.buffer.drain(..self.at);
+                    self.at = 0;
+                }
+                Ok(Some(reply))
+            }
+            None => Ok(None),
+        }
+    }
+}
+
+/// The line at `at` (without CRLF), moving `at` past it; None if incomplete.
+fn line<'a>(buffer: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
+    let rest = &buffer[*at..];
+    let end = rest.windows(2).position(|w| w == b"\r\n")?;
+    *at += end + 2;
+    Some(&rest[..end])
+}
+
+fn number(text: &[u8]) -> Result<i64, Malformed> {
+    std::str::from_utf8(text)
+        .ok()
+        .and_then(|t| t.parse().ok())
+        .ok_or(Malformed)
+}
+
+fn parse(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Reply>, Malformed> {
+    if depth > MAX_DEPTH {
+        return Err(Malformed);
+    }
+    let Some(&kind) = buffer.get(*at) else {
+        return Ok(None);
+    };
+    let mut cursor = *at + 1;
+    let Some(text) = line(buffer, &mut cursor) else {
+        return Ok(None);
+    };
+    let reply = match kind {
+        b'+' => Reply::Status(String::from_utf8_lossy(text).into_owned()),
+        b'-' => {
+            let text = String::from_utf8_lossy(text);
+            let (code, detail) = text.split_once(' ').unwrap_or((&text, ""));
+            Reply::Error(code.to_string(), detail.to_string())
+        }
+        b':' => Reply::Int(number(text)?),
+        b'$' => {
+            let len = number(text)?;
+            if len < 0 {
+                Reply::Bulk(None)
+            } else if len > MAX_LEN {
+                return Err(Malformed);
+            } else {
+                let end = cursor + len as usize;
+                if buffer.len() < end + 2 {
+                    return Ok(None);
+                }
+                if &buffer[end..end + 2] != b"\r\n" {
+                    return Err(Malformed);
+                }
+                let bytes = buffer[cursor..end].to_vec();
+                cursor = end + 2;
+                Reply::Bulk(Some(bytes))
+            }
+        }
+        b'*' => {
+            let len = number(text)?;
+            if len < 0 {
+                Reply::Array(None)
+            } else if len > MAX_LEN {
+                return Err(Malformed);
+            } else {
+                let mut items = Vec::with_capacity(len.min(16) as usize);
+                for _ in 0..len {
+                    match parse(buffer, &mut cursor, depth + 1)? {
+                        Some(item) => items.push(item),
+                        None => return Ok(None),
+                    }
+                }
+                Reply::Array(Some(items))
+            }
+        }
+        _ => return Err(Malformed),
+    };
+    *at = cursor;
+    Ok(Some(reply))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn commands_are_arrays_of_bulk_strings() {
+        let mut out = Vec::new();
+        encode(&mut out, &[b"EVALSHA", b"abc", b"1", b"k\r\n", b"-5"]);
+        assert_eq!(
+            out,
+            b"*5\r\n$7\r\nEVALSHA\r\n$3\r\nabc\r\n$1\r\n1\r\n$3\r\nk\r\n\r\n$2\r\n-5\r\n"
+        );
+    }
+
+    #[test]
+    fn replies_split_anywhere_come_out_whole() {
+        let stream = b"+OK\r\n-NOSCRIPT No matching script\r\n*2\r\n:5\r\n:-60000\r\n$3\r\na\r\n\r\n$-1\r\n*-1\r\n-ERR\r\n";
+        let want = vec![
+            Reply::Status("OK".into()),
+            Reply::Error("NOSCRIPT".into(), "No matching script".into()),
+            Reply::Array(Some(vec![Reply::Int(5), Reply::Int(-60000)])),
+            Reply::Bulk(Some(b"a\r\n".to_vec())),
+            Reply::Bulk(None),
+            Reply::Array(None),
+            Reply::Error("ERR".into(), String::new()),
+        ];
+        for split in 0..stream.len() {
+            let mut parser = Parser::default();
+            let mut got = Vec::new();
+            for part in [&stream[..split], &stream[split..]] {
+                parser.feed(part);
+                while let Some(reply) = parser.next().unwrap() {
+                    got.push(reply);
+                }
+            }
+            assert_eq!(got, want, "split at {split}");
+        }
+    }
+
+    #[test]
+    fn a_stream_out_of_step_is_refused() {
+        for bad in [
+            &b"?x\r\n"[..],
+            b":12a\r\n",
+            b"$2\r\nabc\r\n",
+            b"*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n*1\r\n:1\r\n",
+        ] {
+            let mut parser = Parser::default();
+            parser.feed(bad);
+            assert_eq!(parser.next(), Err(Malformed), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,376 @@
+//! The event-loop transport's connection: opened and greeted (TLS
+//! handshake, AUTH, SELECT) by blocking calls on a short-lived thread of its
+//! own, then handed to the JS thread non-blocking, where every read and
+//! write is a single non-blocking call made when the event loop says the
+//! socket is ready.
+
+use std::io::{self, Read, Write};
+use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::{ClientConfig, ClientConnection, RootCertStore};
+
+use super::config::{Addr, Config};
+use super::resp::{self, Parser, Reply};
+use crate::errors::{Error, Result};
+
+/// A TLS client configuration that trusts `ca` if given, else the public roots.
+pub fn tls_config(ca: Option<&[CertificateDer<'static>]>) -> Result<Arc<ClientConfig>> {
+    let mut roots = RootCertStore::empty();
+    match ca {
+        Some(certs) => {
+            for cert in certs {
+                roots.add(cert.clone()).map_err(|_| {
+                    Error::Config("tls.ca holds a certificate that can't be used as a CA".into())
+                })?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let config =
+        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|_| Error::Internal("no TLS protocol version is available"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// The TLS name of `host`.
+pub fn server_name(host: &str) -> Result<ServerName<'static>> {
+    ServerName::try_from(host.to_string())
+        .map_err(|_| Error::Config("the URL's host is not a valid TLS server name".into()))
+}
+
+enum Stream {
+    Tcp(TcpStream),
+    #[cfg(unix)]
+    Unix(std::os::unix::net::UnixStream),
+}
+
+impl Stream {
+    fn io(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            Stream::Tcp(s) => s,
+            #[cfg(unix)]
+            Stream::Unix(s) => s,
+        }
+    }
+
+    fn set_timeouts(&self, timeout: Option<Duration>) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s
+                .set_read_timeout(timeout)
+                .and(s.set_write_timeout(timeout)),
+            #[cfg(unix)]
+            Stream::Unix(s) => s
+                .set_read_timeout(timeout)
+                .and(s.set_write_timeout(timeout)),
+        }
+    }
+
+    fn set_nonblocking(&self) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.set_nonblocking(true),
+            #[cfg(unix)]
+            Stream::Unix(s) => s.set_nonblocking(true),
+        }
+    }
+}
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+/// An open, greeted connection to one server.
+pub struct Socket {
+    stream: Stream,
+    tls: Option<ClientConnection>,
+}
+
+/// What a connect needs, made once per store.
+pub struct Target {
+    config: Config,
+    tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+}
+
+impl Target {
+    pub fn new(config: &Config) -> Result<Target> {
+        let tls = match &config.addr {
+            Addr::Tcp {
+                host, tls: true, ..
+            } => Some((tls_config(config.tls_ca.as_deref())?, server_name(host)?)),
+            Addr::Unix(_) if !cfg!(unix) => {
+                return Err(Error::Config(
+                    "redis+unix:// URLs need a Unix socket, which this platform lacks".into(),
+                ))
+            }
+            _ => None,
+        };
+        Ok(Target {
+            config: config.clone(),
+            tls,
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Connects and greets the server, blocking, within `timeout`.
+    pub fn connect(&self, timeout: Duration) -> Result<Socket> {
+        let deadline = Instant::now() + timeout;
+        let left = || {
+            deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+                .ok_or(Error::Timeout(timeout.as_millis() as u64))
+        };
+        let failed = |e: io::Error| match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
+                Error::Timeout(timeout.as_millis() as u64)
+            }
+            _ => Error::Connection(format!("could not connect to Redis: {e}")),
+        };
+        let stream = match &self.config.addr {
+            Addr::Tcp { host, port, .. } => {
+                let addrs = (host.as_str(), *port).to_socket_addrs().map_err(failed)?;
+                let mut last = io::Error::new(io::ErrorKind::NotFound, "the host has no address");
+                let mut connected = None;
+                for addr in addrs {
+                    match TcpStream::connect_timeout(&addr, left()?) {
+                        Ok(tcp) => {
+                            connected = Some(tcp);
+                            break;
+                        }
+                        Err(e) => last = e,
+                    }
+                }
+                let tcp = connected.ok_or_else(|| failed(last))?;
+                tcp.set_nodelay(true).map_err(failed)?;
+                Stream::Tcp(tcp)
+            }
+            #[cfg(unix)]
+            Addr::Unix(path) => {
+                Stream::Unix(std::os::unix::net::UnixStream::connect(path).map_err(failed)?)
+            }
+            #[cfg(not(unix))]
+            Addr::Unix(_) => unreachable!("refused by Target::new"),
+        };
+        stream.set_timeouts(Some(left()?)).map_err(failed)?;
+        let mut socket = Socket {
+            stream,
+            tls: match &self.tls {
+                Some((config, name)) => Some(
+                    ClientConnection::new(Arc::clone(config), name.clone())
+                        .map_err(|e| Error::Connection(format!("could not start TLS: {e}")))?,
+                ),
+                None => None,
+            },
+        };
+        if let Some(tls) = &mut socket.tls {
+            while tls.is_handshaking() {
+                tls.complete_io(&mut socket.stream.io())
+                    .map_err(|e| match e.kind() {
+                        io::ErrorKind::InvalidData => {
+                            Error::Connection(format!("the TLS handshake with Redis failed: {e}"))
+                        }
+                        _ => failed(e),
+                    })?;
+            }
+        }
+        socket.greet(&self.config).map_err(|e| match e {
+            GreetError::Io(e) => failed(e),
+            GreetError::Refused(e) => e,
+        })?;
+        socket.stream.set_timeouts(None).map_err(failed)?;
+        socket.stream.set_nonblocking().map_err(failed)?;
+        Ok(socket)
+    }
+}
+
+enum GreetError {
+    Io(io::Error),
+    Refused(Error),
+}
+
+impl From<io::Error> for GreetError {
+    fn from(e: io::Error) -> Self {
+        GreetError::Io(e)
+    }
+}
+
+impl Socket {
+    /// AUTH and SELECT, with blocking reads, before the socket is handed on.
+    fn greet(&mut self, config: &Config) -> std::result::Result<(), GreetError> {
+        let mut out = Vec::new();
+        let mut expected = 0;
+        if let Some(password) = &config.password {
+            match &config.username {
+                Some(user) => {
+                    resp::encode(&mut out, &[b"AUTH", user.as_bytes(), password.as_bytes()])
+                }
+                None => resp::encode(&mut out, &[b"AUTH", password.as_bytes()]),
+            }
+            expected += 1;
+        }
+        if config.db != 0 {
+            resp::encode(&mut out, &[b"SELECT", config.db.to_string().as_bytes()]);
+            expected += 1;
+        }
+        if expected == 0 {
+            return Ok(());
+        }
+        self.write_all_blocking(&out)?;
+        let mut parser = Parser::default();
+        let mut buf = [0u8; 4096];
+        while expected > 0 {
+            match parser.next().map_err(|_| {
+                GreetError::Refused(Error::Connection("Redis answered out of protocol".into()))
+            })? {
+                Some(Reply::Error(code, detail)) => {
+                    return Err(GreetError::Refused(super::link::server_error(
+                        &code,
+                        Some(&detail),
+                        super::link::Stage::Connect,
+                    )))
+                }
+                Some(_) => expected -= 1,
+                None => {
+                    let n = self.read_blocking(&mut buf)?;
+                    if n == 0 {
+                        return Err(GreetError::Io(io::ErrorKind::UnexpectedEof.into()));
+                    }
+                    parser.feed(&buf[..n]);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn write_all_blocking(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.tls {
+            None => self.stream.io().write_all(bytes),
+            Some(tls) => {
+                tls.writer().write_all(bytes)?;
+                while tls.wants_write() {
+                    tls.write_tls(self.stream.io())?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    fn read_blocking(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match &mut self.tls {
+            None => self.stream.io().read(buf),
+            Some(tls) => loop {
+                match tls.reader().read(buf) {
+                    Ok(n) => return Ok(n),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                    Err(e) => return Err(e),
+                }
+                if tls.read_tls(self.stream.io())? == 0 {
+                    return Ok(0);
+                }
+                tls.process_new_packets()
+                    .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+            },
+        }
+    }
+
+    /// The OS handle the event loop watches.
+    #[cfg(unix)]
+    pub fn raw(&self) -> std::os::fd::RawFd {
+        use std::os::fd::AsRawFd;
+        match &self.stream {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+
+    #[cfg(windows)]
+    pub fn raw(&self) -> std::os::windows::io::RawSocket {
+        use std::os::windows::io::AsRawSocket;
+        match &self.stream {
+            Stream::Tcp(s) => s.as_raw_socket(),
+        }
+    }
+
+    /// Writes what it can of `out` without blocking and removes it from
+    /// `out`. True when nothing is left to write (TLS records included).
+    pub fn write(&mut self, out: &mut Vec<u8>) -> io::Result<bool> {
+        match &mut self.tls {
+            None => {
+                let mut written = 0;
+                let result = loop {
+                    if written == out.len() {
+                        break Ok(true);
+                    }
+                    match self.stream.io().write(&out[written..]) {
+                        Ok(0) => break Err(io::ErrorKind::WriteZero.into()),
+                        Ok(n) => written += n,
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => break Ok(false),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => break Err(e),
+                    }
+                };
+                out.drain(..written);
+                result
+            }
+            Some(tls) => {
+                // rustls takes as much plaintext as its buffer allows.
+                let taken = tls.writer().write(out)?;
+                out.drain(..taken);
+                while tls.wants_write() {
+                    match tls.write_tls(self.stream.io()) {
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                Ok(out.is_empty())
+            }
+        }
+    }
+
+    /// Reads all that has arrived into `parser` without blocking. False
+    /// once the server has closed the connection.
+    pub fn read(&mut self, parser: &mut Parser) -> io::Result<bool> {
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match &mut self.tls {
+                None => match self.stream.io().read(&mut buf) {
+                    Ok(0) => return Ok(false),
+                    Ok(n) => parser.feed(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                },
+                Some(tls) => {
+                    match tls.read_tls(self.stream.io()) {
+                        Ok(0) => return Ok(false),
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(e) => return Err(e),
+                    }
+                    let state = tls
+                        .process_new_packets()
+                        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+                    let mut plain = state.plaintext_bytes_to_read();
+                    while plain > 0 {
+                        let n = tls.reader().read(&mut buf)?;
+                        parser.feed(&buf[..n]);
+                        plain -= n;
+                    }
+                    if state.peer_has_closed() {
+                        return Ok(false);
+                    }
+                }
+            }
+        }
+    }
+}
