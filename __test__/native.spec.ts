@@ -37,6 +37,7 @@ describe('memory JavaScript can reach', () => {
     expect(seen.settled + seen.errors).toBe(3_000);
     expect(seen.errors).toBe(0);
     expect(seen.detachedResults.calls).toBe(100);
+    expect(seen.worker).toBe(100);
   });
 });
 
