@@ -344,19 +344,26 @@ impl Socket {
             match &mut self.tls {
                 None => match self.stream.io().read(&mut buf) {
                     Ok(0) => return Ok(false),
+                    // A read that did not fill the buffer took all there
+                    // was: the loop (level-triggered) calls again if more
+                    // comes, so no read is spent only to hear "would block".
+                    Ok(n) if n < buf.len() => {
+                        parser.feed(&buf[..n]);
+                        return Ok(true);
+                    }
                     Ok(n) => parser.feed(&buf[..n]),
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                     Err(e) => return Err(e),
                 },
                 Some(tls) => {
-                    match tls.read_tls(self.stream.io()) {
+                    let read = match tls.read_tls(self.stream.io()) {
                         Ok(0) => return Ok(false),
-                        Ok(_) => {}
+                        Ok(n) => n,
                         Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(true),
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(e) => return Err(e),
-                    }
+                    };
                     let state = tls
                         .process_new_packets()
                         .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
@@ -368,6 +375,10 @@ impl Socket {
                     }
                     if state.peer_has_closed() {
                         return Ok(false);
+                    }
+                    // rustls reads at most one buffer (4 KiB or more) per call.
+                    if read < 4096 {
+                        return Ok(true);
                     }
                 }
             }
