@@ -116,7 +116,7 @@ enum Mode {
         tsfn: sys::napi_threadsafe_function,
     },
     /// One server, on Node's own event loop.
-    Loop(redis_loop::Shared),
+    Loop(redis_loop::LoopStore),
 }
 
 impl StoreData {
@@ -181,7 +181,7 @@ impl StoreData {
             )),
             Mode::Failed(e) => Err(e.clone()),
             Mode::Threaded { batched, .. } => batched.send(id, key, window_ms, amount),
-            Mode::Loop(store) => store.borrow_mut().send(id, key, window_ms, amount),
+            Mode::Loop(store) => store.send(id, key, window_ms, amount),
         }
     }
 
@@ -216,7 +216,7 @@ impl StoreData {
     fn close(&self) {
         match &*self.mode.borrow() {
             Mode::Threaded { batched, .. } => batched.close(),
-            Mode::Loop(store) => store.borrow_mut().close(),
+            Mode::Loop(store) => store.close(),
             Mode::Unopened | Mode::Failed(_) => {}
         }
         let mut mode = self.mode.borrow_mut();
@@ -227,8 +227,7 @@ impl StoreData {
 
     fn flush(&self) {
         if let Mode::Loop(store) = &*self.mode.borrow() {
-            store.borrow_mut().flush();
-            redis_loop::deliver(store);
+            store.flush();
         }
     }
 }

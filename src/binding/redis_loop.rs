@@ -5,6 +5,11 @@
 //! wake: only a connect runs on a thread of its own (blocking DNS, TCP,
 //! TLS handshake, AUTH and SELECT), which wakes the loop when it is done.
 //!
+//! Stores of one JS thread with the same server and credentials share one
+//! connection (`Conn`): a store made per request by mistake then costs no
+//! connect (nor TLS handshake) per hit. Each store keeps its own callback
+//! (`Sink`) and prefix.
+//!
 //! Everything here runs on the JS thread of one environment but the
 //! connect thread, which touches only its `Connecting` slot.
 
@@ -12,7 +17,7 @@ use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::ffi::c_void;
 use std::ptr;
-use std::rc::Rc;
+use std::rc::{Rc, Weak};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -22,7 +27,7 @@ use super::raw;
 use super::redis::settle_args;
 use super::uv::{self, Handle, Uv};
 use crate::errors::Error;
-use crate::redis::pipe::{Pipe, Request};
+use crate::redis::pipe::{Done, Pipe, Request};
 use crate::redis::socket::{Socket, Target};
 use crate::redis::{Completion, Config};
 use crate::wtf8;
@@ -37,7 +42,7 @@ const MAX_BACKOFF: Duration = Duration::from_secs(5);
 /// Where a connect thread leaves its socket, and how it wakes the loop.
 struct Connecting {
     result: Option<Result<Socket, Error>>,
-    /// The async handle to wake; None once the store is torn down.
+    /// The async handle to wake; None once the connection is torn down.
     wake: Option<WakeHandle>,
 }
 
@@ -61,15 +66,26 @@ enum Link {
     },
 }
 
-pub struct LoopStore {
+/// One store's side of a shared connection: where its results go.
+struct Sink {
+    settle: sys::napi_ref,
+    results: Arc<raw::Numbers>,
+    done: Vec<Completion>,
+    /// Hits of this store whose promise has not settled.
+    in_flight: usize,
+    closed: bool,
+}
+
+/// One connection to one server, shared by the stores of a JS thread that
+/// name the same server and credentials.
+pub struct Conn {
     env: sys::napi_env,
     uv: &'static Uv,
     lp: *mut uv::Loop,
     target: Arc<Target>,
-    prefix: Vec<u8>,
-    timeout: Duration,
-    settle: sys::napi_ref,
-    results: Arc<raw::Numbers>,
+    /// What stores must match to share this connection.
+    key: Config,
+    connect_timeout: Duration,
     async_context: sys::napi_async_context,
     link: Link,
     pipe: Pipe,
@@ -82,30 +98,147 @@ pub struct LoopStore {
     failures: u32,
     /// When the connection last answered anything.
     last_answer: Instant,
-    done: Vec<Completion>,
-    closed: bool,
+    /// Results not yet routed to their store.
+    done: Vec<Done>,
+    /// Indexed by the high half of a request's id.
+    sinks: Vec<Option<Sink>>,
     torn_down: bool,
-    /// The address of the RefCell this store lives in: every handle's data.
+    /// The address of the RefCell this connection lives in: every handle's data.
     cell: *mut c_void,
 }
 
-/// The store as the JS thread shares it between its functions and handles.
-pub type Shared = Rc<RefCell<LoopStore>>;
+type SharedConn = Rc<RefCell<Conn>>;
+
+thread_local! {
+    /// This thread's connections, by what they connect to.
+    static CONNS: RefCell<Vec<Weak<RefCell<Conn>>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// What decides whether two stores can share a connection: everything but
+/// the timeout, which each hit keeps for itself.
+fn sharing_key(config: &Config) -> Config {
+    Config {
+        timeout_ms: 0,
+        ..config.clone()
+    }
+}
+
+/// One store on a (possibly shared) connection.
+pub struct LoopStore {
+    conn: SharedConn,
+    sink: usize,
+    prefix: Vec<u8>,
+    timeout: Duration,
+}
 
 impl LoopStore {
-    /// A store for `config`, on the loop of `env`.
+    /// A store for `config`, on the loop of `env`: on this thread's
+    /// connection to the same server if there is one.
     ///
     /// # Safety
     /// On the JS thread inside a callback of `env`; `settle` is a reference
     /// of `env` that outlives the store (it is deleted by the caller after
-    /// `teardown`).
+    /// dropping it).
     pub unsafe fn open(
         env: sys::napi_env,
         config: &Config,
         prefix: Vec<u8>,
         settle: sys::napi_ref,
         results: Arc<raw::Numbers>,
-    ) -> Result<Shared, Error> {
+    ) -> Result<LoopStore, Error> {
+        let key = sharing_key(config);
+        let found = CONNS.with(|conns| {
+            let mut conns = conns.borrow_mut();
+            conns.retain(|c| c.strong_count() > 0);
+            conns
+                .iter()
+                .filter_map(Weak::upgrade)
+                .find(|c| c.borrow().key == key && !c.borrow().torn_down)
+        });
+        let conn = match found {
+            Some(conn) => conn,
+            None => {
+                // SAFETY: as the caller promises.
+                let conn = unsafe { Conn::open(env, config, key)? };
+                CONNS.with(|conns| conns.borrow_mut().push(Rc::downgrade(&conn)));
+                conn
+            }
+        };
+        let sink = {
+            let mut c = conn.borrow_mut();
+            let sink = Sink {
+                settle,
+                results,
+                done: Vec::new(),
+                in_flight: 0,
+                closed: false,
+            };
+            match c.sinks.iter().position(Option::is_none) {
+                Some(free) => {
+                    c.sinks[free] = Some(sink);
+                    free
+                }
+                None => {
+                    c.sinks.push(Some(sink));
+                    c.sinks.len() - 1
+                }
+            }
+        };
+        Ok(LoopStore {
+            conn,
+            sink,
+            prefix,
+            timeout: Duration::from_millis(config.timeout_ms),
+        })
+    }
+
+    /// Queues a hit (`key` in UTF-16 code units, sent as WTF-8).
+    pub fn send(&self, id: u32, key: &[u16], window_ms: u64, amount: i64) -> Result<(), Error> {
+        let mut full = Vec::with_capacity(self.prefix.len() + key.len());
+        full.extend_from_slice(&self.prefix);
+        wtf8::extend(&mut full, key);
+        let now = Instant::now();
+        let request = Request {
+            id: (self.sink as u64) << 32 | u64::from(id),
+            key: full.into_boxed_slice(),
+            window_ms,
+            amount,
+            sent_at: now,
+            deadline: now + self.timeout,
+        };
+        self.conn.borrow_mut().send(self.sink, request)
+    }
+
+    pub fn flush(&self) {
+        self.conn.borrow_mut().flush();
+        deliver(&self.conn);
+    }
+
+    /// Refuses later hits; the store lets go of the connection once its hits
+    /// in flight settle.
+    pub fn close(&self) {
+        let mut conn = self.conn.borrow_mut();
+        if let Some(sink) = conn.sinks[self.sink].as_mut() {
+            sink.closed = true;
+        }
+        conn.release_idle();
+    }
+}
+
+impl Drop for LoopStore {
+    fn drop(&mut self) {
+        // Nobody waits for this store's results any more: the connection
+        // (if no other store uses it) ends with the store.
+        let mut conn = self.conn.borrow_mut();
+        conn.sinks[self.sink] = None;
+        conn.release_idle();
+    }
+}
+
+impl Conn {
+    /// # Safety
+    /// On the JS thread inside a callback of `env`.
+    unsafe fn open(env: sys::napi_env, config: &Config, key: Config) -> Result<SharedConn, Error> {
         let uv = uv::uv()?;
         let target = Arc::new(Target::new(config)?);
         let mut lp = ptr::null_mut();
@@ -130,19 +263,16 @@ impl LoopStore {
                 sys::napi_async_init(env, ptr::null_mut(), name, &mut async_context),
             )?;
         }
-        let secrets = config.secrets();
-        let store = Rc::new(RefCell::new(LoopStore {
+        let conn = Rc::new(RefCell::new(Conn {
             env,
             uv,
             lp,
             target,
-            prefix,
-            timeout: Duration::from_millis(config.timeout_ms),
-            settle,
-            results,
+            key,
+            connect_timeout: Duration::from_millis(config.timeout_ms),
             async_context,
             link: Link::Down,
-            pipe: Pipe::new(crate::redis::store::sha(), config.timeout_ms, secrets),
+            pipe: Pipe::new(crate::redis::store::sha(), config.secrets()),
             waiting: VecDeque::new(),
             connecting: Arc::new(Mutex::new(Connecting {
                 result: None,
@@ -153,51 +283,39 @@ impl LoopStore {
             failures: 0,
             last_answer: Instant::now(),
             done: Vec::new(),
-            closed: false,
+            sinks: Vec::new(),
             torn_down: false,
             cell: ptr::null_mut(),
         }));
-        let data = Rc::as_ptr(&store).cast_mut().cast::<c_void>();
-        store.borrow_mut().cell = data;
-        // SAFETY: on the loop's thread; each handle's data is the store,
-        // which outlives them: `teardown` closes them before the last
-        // holder lets the store go (see `Holder`).
+        let data = Rc::as_ptr(&conn).cast_mut().cast::<c_void>();
+        conn.borrow_mut().cell = data;
+        // SAFETY: on the loop's thread; each handle's data is the connection,
+        // which outlives them: `teardown` closes them before it is dropped.
         unsafe {
             let timer = uv.timer(lp, data)?;
             let wakeup = uv
                 .wakeup(lp, data, on_connected)
                 .inspect_err(|_| uv.close(timer.0))?;
-            let mut s = store.borrow_mut();
-            s.timer = timer.0;
-            s.wakeup = wakeup.0;
-            s.connecting.lock().unwrap_or_else(|e| e.into_inner()).wake =
+            let mut c = conn.borrow_mut();
+            c.timer = timer.0;
+            c.wakeup = wakeup.0;
+            c.connecting.lock().unwrap_or_else(|e| e.into_inner()).wake =
                 Some(WakeHandle(wakeup.0));
         }
-        Ok(store)
+        Ok(conn)
     }
 
-    /// Queues a hit (`key` in UTF-16 code units, sent as WTF-8).
-    pub fn send(&mut self, id: u32, key: &[u16], window_ms: u64, amount: i64) -> Result<(), Error> {
-        if self.closed {
-            return Err(Error::Closed);
+    fn send(&mut self, sink: usize, request: Request) -> Result<(), Error> {
+        match self.sinks[sink].as_ref() {
+            Some(s) if !s.closed && !self.torn_down => {}
+            _ => return Err(Error::Closed),
         }
-        let now = Instant::now();
         if let Link::Backoff { until, error } = &self.link {
-            if now < *until {
+            if request.sent_at < *until {
                 return Err(error.clone());
             }
             self.link = Link::Down;
         }
-        let mut full = Vec::with_capacity(self.prefix.len() + key.len());
-        full.extend_from_slice(&self.prefix);
-        wtf8::extend(&mut full, key);
-        let request = Request {
-            id,
-            key: full.into_boxed_slice(),
-            window_ms,
-            amount,
-            deadline: now + self.timeout,
-        };
         let idle = self.in_flight() == 0;
         match self.link {
             Link::Up { .. } => self.pipe.send(request),
@@ -206,6 +324,9 @@ impl LoopStore {
                 self.waiting.push_back(request);
                 self.connect();
             }
+        }
+        if let Some(s) = self.sinks[sink].as_mut() {
+            s.in_flight += 1;
         }
         if idle {
             self.arm();
@@ -224,7 +345,7 @@ impl LoopStore {
         let (target, slot, timeout) = (
             Arc::clone(&self.target),
             Arc::clone(&self.connecting),
-            self.timeout,
+            self.connect_timeout,
         );
         let started = std::thread::Builder::new()
             .name("ratestore-redis-connect".into())
@@ -248,10 +369,10 @@ impl LoopStore {
         if self.torn_down {
             return;
         }
+        let data = self.cell;
         match result.and_then(|socket| {
-            let data = self.cell;
             // SAFETY: on the loop's thread; the socket stays open as long
-            // as the handle (both are dropped together in `drop_link`).
+            // as the handle (both go together in `drop_link`).
             let poll = unsafe { self.uv.poll(self.lp, socket.raw() as uv::Socket, data)? };
             Ok((socket, poll.0))
         }) {
@@ -271,14 +392,13 @@ impl LoopStore {
             }
             Err(error) => {
                 self.failures = self.failures.saturating_add(1);
-                let pause = backoff(self.failures);
                 self.link = Link::Backoff {
-                    until: Instant::now() + pause,
+                    until: Instant::now() + backoff(self.failures),
                     error: error.clone(),
                 };
                 // Never sent, so never counted.
                 for request in self.waiting.drain(..) {
-                    self.done.push(Completion {
+                    self.done.push(Done {
                         id: request.id,
                         result: Err(error.clone()),
                     });
@@ -288,7 +408,7 @@ impl LoopStore {
     }
 
     /// Writes what is queued, as far as the socket takes it now.
-    pub fn flush(&mut self) {
+    fn flush(&mut self) {
         let Link::Up { socket, .. } = &mut self.link else {
             return;
         };
@@ -309,7 +429,7 @@ impl LoopStore {
         else {
             return;
         };
-        if *was == writing && writing {
+        if *was && writing {
             return;
         }
         *was = writing;
@@ -342,7 +462,9 @@ impl LoopStore {
                     if health.unusable {
                         // A demoted primary (or one still loading): a new
                         // connection finds the server the name points to now.
-                        return self.lost("the server can no longer take writes (READONLY, MASTERDOWN or LOADING)");
+                        return self.lost(
+                            "the server can no longer take writes (READONLY, MASTERDOWN or LOADING)",
+                        );
                     }
                 }
             }
@@ -368,8 +490,8 @@ impl LoopStore {
     fn drop_link(&mut self) {
         if let Link::Up { poll, .. } = std::mem::replace(&mut self.link, Link::Down) {
             // SAFETY: on the loop's thread; the handle is not used after.
-            // The socket (dropped with the old link) closes after libuv
-            // stops watching it: uv_close stops the poll at once.
+            // libuv allows closing the socket (dropped with the old link)
+            // right after uv_close.
             unsafe { self.uv.close(poll) };
         }
     }
@@ -404,56 +526,92 @@ impl LoopStore {
     /// Deadlines passed: those hits reject.
     fn expired(&mut self) {
         let now = Instant::now();
-        while self.waiting.front().is_some_and(|r| r.deadline <= now) {
-            let request = self.waiting.pop_front().expect("checked above");
-            self.done.push(Completion {
-                id: request.id,
-                result: Err(Error::Timeout(self.timeout.as_millis() as u64)),
-            });
+        // Hits wait in the order they were sent, but each store has its own timeout.
+        while let Some(i) = self.waiting.iter().position(|r| r.deadline <= now) {
+            if let Some(request) = self.waiting.remove(i) {
+                self.done.push(Done {
+                    id: request.id,
+                    result: Err(Error::Timeout(
+                        request
+                            .deadline
+                            .saturating_duration_since(request.sent_at)
+                            .as_millis() as u64,
+                    )),
+                });
+            }
         }
-        let timed_out = self.pipe.expire(now, &mut self.done);
-        if timed_out > 0 {
-            // The oldest hit that timed out was sent a timeout ago: a
-            // connection that has answered nothing since is stuck (a paused
-            // server, a half-open socket), and is replaced at once.
-            let sent = now - self.timeout;
-            if self.last_answer < sent {
+        let oldest = self.pipe.oldest_due(now);
+        if self.pipe.expire(now, &mut self.done) > 0 {
+            // A connection that has answered nothing since the oldest hit
+            // that timed out was sent is stuck (a paused server, a half-open
+            // socket): it is replaced at once.
+            if oldest.is_some_and(|sent_at| self.last_answer < sent_at) {
                 self.lost("no answer within timeoutMs");
             }
         }
     }
 
-    /// Refuses later hits; the connection ends once the hits in flight settle.
-    pub fn close(&mut self) {
-        self.closed = true;
-        if self.in_flight() == 0 {
+    /// Routes results to their stores' sinks.
+    fn route(&mut self) {
+        for done in self.done.drain(..) {
+            let (sink, id) = ((done.id >> 32) as usize, done.id as u32);
+            if let Some(Some(sink)) = self.sinks.get_mut(sink) {
+                sink.in_flight = sink.in_flight.saturating_sub(1);
+                sink.done.push(Completion {
+                    id,
+                    result: done.result,
+                });
+            }
+        }
+    }
+
+    /// Frees the sinks of closed stores with nothing in flight, and ends
+    /// the connection once no store uses it.
+    fn release_idle(&mut self) {
+        for slot in self.sinks.iter_mut() {
+            if slot
+                .as_ref()
+                .is_some_and(|s| s.closed && s.in_flight == 0 && s.done.is_empty())
+            {
+                *slot = None;
+            }
+        }
+        if self.sinks.iter().all(Option::is_none) {
             self.teardown();
         }
     }
 
-    /// Closes every handle (the store's memory goes once its last holder does).
-    pub fn teardown(&mut self) {
+    /// Closes every handle. The connection's memory goes with its last store.
+    fn teardown(&mut self) {
         if self.torn_down {
             return;
         }
         self.torn_down = true;
-        self.closed = true;
+        let mut done = Vec::new();
+        self.pipe.fail(&Error::Closed, &mut done);
+        self.waiting.clear();
         self.drop_link();
         self.connecting
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .wake = None;
-        // SAFETY: on the loop's thread; the handles are live and not used after.
-        unsafe {
-            for handle in [
-                std::mem::replace(&mut self.timer, ptr::null_mut()),
-                std::mem::replace(&mut self.wakeup, ptr::null_mut()),
-            ] {
-                if !handle.is_null() {
-                    self.uv.close(handle);
-                }
-            }
+        let handles = [
+            std::mem::replace(&mut self.timer, ptr::null_mut()),
+            std::mem::replace(&mut self.wakeup, ptr::null_mut()),
+        ];
+        for handle in handles.into_iter().filter(|h| !h.is_null()) {
+            // SAFETY: on the loop's thread; the handles are live and not used after.
+            unsafe { self.uv.close(handle) };
         }
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        self.teardown();
+        // SAFETY: the async context was made on this env's thread, where the
+        // last store of the connection lets it go.
+        unsafe { sys::napi_async_destroy(self.env, self.async_context) };
     }
 }
 
@@ -461,99 +619,87 @@ impl LoopStore {
 /// [`FIRST_BACKOFF`] up to [`MAX_BACKOFF`], less up to a quarter at random
 /// so that many processes don't retry in step.
 fn backoff(failures: u32) -> Duration {
-    let full = FIRST_BACKOFF
-        .saturating_mul(1 << failures.saturating_sub(1).min(16))
-        .min(MAX_BACKOFF);
-    full.mul_f64(1.0 - rand::random::<f64>() / 4.0)
+    let doubled = FIRST_BACKOFF.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    doubled
+        .min(MAX_BACKOFF)
+        .mul_f64(1.0 - rand::random::<f64>() / 4.0)
 }
 
-/// The store behind a handle's data pointer.
+/// Runs `f` on the connection behind a handle, then hands what finished to
+/// JavaScript, with no borrow held while JavaScript runs (it may send hits
+/// or close stores).
 ///
 /// # Safety
-/// `handle` is a live handle made by `LoopStore::open` or `connected`.
-unsafe fn store_of<'a>(uv: &Uv, handle: *mut Handle) -> &'a RefCell<LoopStore> {
-    // SAFETY: the data is the RefCell's address inside the store's Rc, which
-    // outlives its handles (see `Holder`); libuv calls back on the JS thread.
-    unsafe { &*uv.data(handle).cast::<RefCell<LoopStore>>() }
-}
-
-/// Runs `f` on the store, then hands what finished to JavaScript, with no
-/// borrow held while JavaScript runs (it may send hits or close).
-///
-/// # Safety
-/// As `store_of`.
-unsafe fn with_store(handle: *mut Handle, f: impl FnOnce(&mut LoopStore)) {
+/// `handle` is a live handle made by `Conn::open` or `Conn::connected`.
+unsafe fn with_conn(handle: *mut Handle, f: impl FnOnce(&mut Conn)) {
     let Ok(uv) = uv::uv() else { return };
-    // SAFETY: as the caller promises.
-    let cell = unsafe { store_of(uv, handle) };
-    let Ok(mut store) = cell.try_borrow_mut() else {
-        return; // Reentered: the outer call delivers.
-    };
-    // No panic may cross into libuv.
-    if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut store))).is_err() {
-        store
-            .pipe
-            .fail(&Error::Internal("a Rust panic was caught"), &mut Vec::new());
+    // SAFETY: the data is the RefCell's address inside the connection's Rc,
+    // which outlives its handles (`teardown` closes them first, and runs
+    // before the Rc's memory goes); libuv calls back on the JS thread.
+    let cell = unsafe { &*uv.data(handle).cast::<RefCell<Conn>>() };
+    {
+        let Ok(mut conn) = cell.try_borrow_mut() else {
+            return; // Reentered: the outer call delivers.
+        };
+        // No panic may cross into libuv.
+        if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut conn))).is_err() {
+            conn.lost("a Rust panic was caught");
+        }
     }
-    drop(store);
     deliver(cell);
 }
 
 unsafe extern "C" fn on_ready(handle: *mut Handle, status: i32, events: i32) {
     // SAFETY: libuv passes the poll handle made in `connected`.
-    unsafe { with_store(handle, |s| s.ready(status, events)) }
+    unsafe { with_conn(handle, |c| c.ready(status, events)) }
 }
 
 unsafe extern "C" fn on_timer(handle: *mut Handle) {
     // SAFETY: libuv passes the timer made in `open`.
-    unsafe { with_store(handle, LoopStore::expired) }
+    unsafe { with_conn(handle, Conn::expired) }
 }
 
 unsafe extern "C" fn on_connected(handle: *mut Handle) {
     // SAFETY: libuv passes the async handle made in `open`.
     unsafe {
-        with_store(handle, |s| {
-            let result = s
+        with_conn(handle, |c| {
+            let result = c
                 .connecting
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
                 .result
                 .take();
             if let Some(result) = result {
-                s.connected(result);
+                c.connected(result);
             }
         })
     }
 }
 
-/// Hands every finished hit to `settle`, then re-arms the timer and ends a
-/// closed store once nothing is in flight.
-pub fn deliver(cell: &RefCell<LoopStore>) {
+/// Hands every finished hit to its store's `settle`, then re-arms the timer
+/// and lets closed stores go once their hits have settled.
+fn deliver(cell: &RefCell<Conn>) {
     loop {
-        let (env, settle, context, results, mut done) = {
-            let Ok(mut s) = cell.try_borrow_mut() else {
+        let (env, context, settle, results, done) = {
+            let Ok(mut c) = cell.try_borrow_mut() else {
                 return;
             };
-            if s.done.is_empty() {
-                s.arm();
-                if s.closed && s.in_flight() == 0 {
-                    s.teardown();
-                }
+            c.route();
+            let next = c.sinks.iter_mut().flatten().find(|s| !s.done.is_empty());
+            let Some(sink) = next else {
+                c.arm();
+                c.release_idle();
                 return;
-            }
-            let count = s.done.len().min(BATCH);
-            let done: Vec<Completion> = s.done.drain(..count).collect();
-            (
-                s.env,
-                s.settle,
-                s.async_context,
-                Arc::clone(&s.results),
-                done,
-            )
+            };
+            let count = sink.done.len().min(BATCH);
+            let done: VecDeque<Completion> = sink.done.drain(..count).collect();
+            let (settle, results) = (sink.settle, Arc::clone(&sink.results));
+            (c.env, c.async_context, settle, results, done)
         };
-        // SAFETY: on the JS thread, outside any other Node-API call (a
-        // libuv callback, or the tail of a store function's call).
-        unsafe { call_settle(env, settle, context, &results, &mut done) };
+        // SAFETY: on the JS thread, outside any other Node-API call (a libuv
+        // callback, or the tail of a store function's call); the sink's
+        // reference outlives the sink (its store deletes it after).
+        unsafe { call_settle(env, context, settle, &results, &done) };
     }
 }
 
@@ -562,13 +708,13 @@ pub fn deliver(cell: &RefCell<LoopStore>) {
 /// reported as uncaught.
 ///
 /// # Safety
-/// On the JS thread of `env`.
+/// On the JS thread of `env`, which `settle` is a reference of.
 unsafe fn call_settle(
     env: sys::napi_env,
-    settle: sys::napi_ref,
     context: sys::napi_async_context,
+    settle: sys::napi_ref,
     results: &raw::Numbers,
-    done: &mut Vec<Completion>,
+    done: &VecDeque<Completion>,
 ) {
     let mut scope = ptr::null_mut();
     // SAFETY: as the caller promises; every handle below is of this scope.
@@ -578,11 +724,10 @@ unsafe fn call_settle(
         }
         let mut func = ptr::null_mut();
         let mut this = ptr::null_mut();
-        let pending: VecDeque<Completion> = done.drain(..).collect();
-        let called = raw::check(env, sys::napi_get_reference_value(env, settle, &mut func))
+        let args = raw::check(env, sys::napi_get_reference_value(env, settle, &mut func))
             .and_then(|()| raw::check(env, sys::napi_get_global(env, &mut this)))
-            .and_then(|()| settle_args(env, &pending, pending.len(), results));
-        if let (Ok(argv), false) = (called, func.is_null()) {
+            .and_then(|()| settle_args(env, done, done.len(), results));
+        if let (Ok(argv), false) = (args, func.is_null()) {
             let mut ignored = ptr::null_mut();
             let status = sys::napi_make_callback(
                 env,
@@ -601,14 +746,5 @@ unsafe fn call_settle(
             }
         }
         sys::napi_close_handle_scope(env, scope);
-    }
-}
-
-impl Drop for LoopStore {
-    fn drop(&mut self) {
-        self.teardown();
-        // SAFETY: the async context was made on this env's thread, where
-        // the last holder of the store lets it go.
-        unsafe { sys::napi_async_destroy(self.env, self.async_context) };
     }
 }

@@ -9,17 +9,24 @@ use std::time::Instant;
 
 use super::resp::{self, Malformed, Parser, Reply};
 use super::store::Hit;
-use super::Completion;
 use crate::errors::{Error, Result};
 use crate::window::{self, MAX_SAFE};
 
 /// A hit to send: its id, its counter's key (prefix included) and numbers.
 pub struct Request {
-    pub id: u32,
+    /// The caller's: which store and which of its hits.
+    pub id: u64,
     pub key: Box<[u8]>,
     pub window_ms: u64,
     pub amount: i64,
+    pub sent_at: Instant,
     pub deadline: Instant,
+}
+
+/// A hit's result, by its request's id.
+pub struct Done {
+    pub id: u64,
+    pub result: Result<Hit>,
 }
 
 struct Sent {
@@ -41,7 +48,6 @@ pub struct Health {
 
 pub struct Pipe {
     sha: &'static str,
-    timeout_ms: u64,
     secrets: Vec<Vec<u8>>,
     /// Bytes waiting to be written.
     pub out: Vec<u8>,
@@ -50,10 +56,9 @@ pub struct Pipe {
 }
 
 impl Pipe {
-    pub fn new(sha: &'static str, timeout_ms: u64, secrets: Vec<Vec<u8>>) -> Pipe {
+    pub fn new(sha: &'static str, secrets: Vec<Vec<u8>>) -> Pipe {
         Pipe {
             sha,
-            timeout_ms,
             secrets,
             out: Vec::new(),
             sent: VecDeque::new(),
@@ -110,10 +115,7 @@ impl Pipe {
     }
 
     /// Matches every whole reply read so far to its hit.
-    pub fn answers(
-        &mut self,
-        done: &mut Vec<Completion>,
-    ) -> std::result::Result<Health, Malformed> {
+    pub fn answers(&mut self, done: &mut Vec<Done>) -> std::result::Result<Health, Malformed> {
         let mut health = Health::default();
         while let Some(reply) = self.parser.next()? {
             let Some(mut sent) = self.sent.pop_front() else {
@@ -134,7 +136,7 @@ impl Pipe {
             }
             if !sent.settled {
                 let result = outcome(reply).map_err(|e| self.redact(e, &sent.request));
-                done.push(Completion {
+                done.push(Done {
                     id: sent.request.id,
                     result,
                 });
@@ -145,7 +147,7 @@ impl Pipe {
 
     /// Rejects the hits whose deadline has passed; their replies are
     /// dropped when they come. Answers how many timed out.
-    pub fn expire(&mut self, now: Instant, done: &mut Vec<Completion>) -> usize {
+    pub fn expire(&mut self, now: Instant, done: &mut Vec<Done>) -> usize {
         let mut expired = 0;
         for sent in self.sent.iter_mut().filter(|s| !s.settled) {
             if sent.request.deadline > now {
@@ -154,12 +156,26 @@ impl Pipe {
             }
             sent.settled = true;
             expired += 1;
-            done.push(Completion {
+            let ms = sent
+                .request
+                .deadline
+                .saturating_duration_since(sent.request.sent_at)
+                .as_millis() as u64;
+            done.push(Done {
                 id: sent.request.id,
-                result: Err(Error::Timeout(self.timeout_ms)),
+                result: Err(Error::Timeout(ms)),
             });
         }
         expired
+    }
+
+    /// When the oldest unsettled hit whose deadline has passed was sent.
+    pub fn oldest_due(&self, now: Instant) -> Option<Instant> {
+        self.sent
+            .iter()
+            .find(|s| !s.settled)
+            .filter(|s| s.request.deadline <= now)
+            .map(|s| s.request.sent_at)
     }
 
     /// The earliest deadline of a hit not yet settled.
@@ -172,11 +188,11 @@ impl Pipe {
 
     /// The connection is gone: every hit on it rejects with `error`, which
     /// says whether they were sent. Nothing is sent again.
-    pub fn fail(&mut self, error: &Error, done: &mut Vec<Completion>) {
+    pub fn fail(&mut self, error: &Error, done: &mut Vec<Done>) {
         for sent in self.sent.drain(..) {
             if !sent.settled {
                 let e = error.clone();
-                done.push(Completion {
+                done.push(Done {
                     id: sent.request.id,
                     result: Err(e),
                 });
@@ -241,18 +257,20 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
-    fn request(id: u32, key: &str, deadline: Instant) -> Request {
+    /// A hit sent 2 s before its deadline.
+    fn request(id: u64, key: &str, deadline: Instant) -> Request {
         Request {
             id,
             key: key.as_bytes().into(),
             window_ms: 60_000,
             amount: 1,
+            sent_at: deadline - Duration::from_secs(2),
             deadline,
         }
     }
 
     fn pipe() -> Pipe {
-        Pipe::new("sha1", 2_000, vec![b"hunter2".to_vec()])
+        Pipe::new("sha1", vec![b"hunter2".to_vec()])
     }
 
     #[test]
@@ -296,7 +314,7 @@ mod tests {
 
     #[test]
     fn timed_out_hits_reject_once_and_their_late_replies_are_dropped() {
-        let start = Instant::now();
+        let start = Instant::now() + Duration::from_secs(5);
         let mut p = pipe();
         p.send(request(1, "a", start));
         p.send(request(2, "b", start + Duration::from_secs(10)));
