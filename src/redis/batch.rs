@@ -218,8 +218,8 @@ impl Drop for Batched {
 
 /// Sends the queued hits, all that are waiting at once as one batch, and
 /// sleeps until woken when none are; on close waits for the hits sent so
-/// far, then closes the connection. It never polls: a thread that spins
-/// while hits are sparse costs a core for nothing.
+/// far, then drops the store, which closes its connections. It never
+/// polls: a thread that spins while hits are sparse costs a core for nothing.
 async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
     ready: Arc<Notify>,
@@ -246,7 +246,6 @@ async fn dispatch(
     }
     drop(in_flight);
     let _ = settled.recv().await;
-    store.close();
 }
 
 async fn batch(

@@ -17,6 +17,7 @@ use futures_util::future::join_all;
 
 use super::cluster::Cluster;
 use super::config::Config;
+use super::health;
 use super::link::{classify, server_error, Link, Stage};
 use crate::errors::{Error, Result};
 use crate::window::{self, MAX_SAFE};
@@ -54,12 +55,11 @@ const MAX_REDIRECTS: usize = 5;
 
 impl Store {
     pub fn new(config: &Config) -> Result<Store> {
-        let nodes = match &config.cluster {
-            Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
-            None => Nodes::Single(Arc::new(Link::new(config)?)),
-        };
         Ok(Store {
-            nodes,
+            nodes: match &config.cluster {
+                Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
+                None => Nodes::Single(Arc::new(Link::new(config)?)),
+            },
             timeout: Duration::from_millis(config.timeout_ms),
             secrets: config.secrets(),
         })
@@ -83,12 +83,12 @@ impl Store {
             }
             Nodes::Cluster(cluster) => routed(cluster, queries, deadline).await,
         };
-        let timeout = Error::Timeout(self.timeout.as_millis() as u64);
+        let ms = self.timeout.as_millis() as u64;
         let results = answers.into_iter().map(|answer| match answer {
             Answer::Value(value) => outcome(value),
             Answer::Refused(e) => Err(e),
             Answer::Failed(e) => Err(classify(&e, Stage::Sent)),
-            Answer::TimedOut => Err(timeout.clone()),
+            Answer::TimedOut { sent } => Err(Error::Timeout { ms, sent }),
         });
         self.answer(queries, results)
     }
@@ -111,23 +111,18 @@ impl Store {
             })
             .collect()
     }
-
-    /// Ends the connections; later hits reject with [`Error::Closed`].
-    pub fn close(&self) {
-        match &self.nodes {
-            Nodes::Single(link) => link.close(),
-            Nodes::Cluster(cluster) => cluster.close(),
-        }
-    }
 }
 
 /// How one hit ended.
 enum Answer {
     Value(Value),
-    /// Not sent: no connection (or the store is closed).
+    /// Not sent: no connection.
     Refused(Error),
     Failed(redis::RedisError),
-    TimedOut,
+    /// `sent` false: timed out while connecting.
+    TimedOut {
+        sent: bool,
+    },
 }
 
 impl Answer {
@@ -153,8 +148,17 @@ impl Answer {
                 "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "LOADING"
             ),
             Answer::Value(_) => false,
-            Answer::Refused(e) => *e != Error::Closed,
-            Answer::Failed(_) | Answer::TimedOut => true,
+            Answer::Refused(_) | Answer::Failed(_) | Answer::TimedOut { .. } => true,
+        }
+    }
+
+    /// The error of an answer that says the node no longer takes writes.
+    fn demotion(&self) -> Option<Error> {
+        match self {
+            Answer::Value(Value::ServerError(e)) if health::demotion(e.code()) => {
+                Some(server_error(e.code(), e.details(), Stage::Sent))
+            }
+            _ => None,
         }
     }
 }
@@ -171,19 +175,27 @@ async fn on_node(
     let (conn, generation) = match timeout_at(deadline, link.connection()).await {
         Ok(Ok(connected)) => connected,
         Ok(Err(e)) => return chosen.iter().map(|_| Answer::Refused(e.clone())).collect(),
-        Err(_) => return chosen.iter().map(|_| Answer::TimedOut).collect(),
+        Err(_) => {
+            return chosen
+                .iter()
+                .map(|_| Answer::TimedOut { sent: false })
+                .collect()
+        }
     };
+    let mark = link.mark();
     let answers = send(conn, queries, chosen, asking, deadline).await;
     let timeouts = answers
         .iter()
-        .filter(|a| matches!(a, Answer::TimedOut))
+        .filter(|a| matches!(a, Answer::TimedOut { .. }))
         .count();
-    if timeouts > 0 {
-        link.timed_out(generation, timeouts);
+    if let Some(demotion) = answers.iter().find_map(Answer::demotion) {
+        link.demoted(generation, demotion);
+    } else if timeouts > 0 {
+        link.timed_out(generation, mark, timeouts);
     } else if answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
-        link.drop_connection(generation);
+        link.failed(generation);
     } else {
-        link.answered();
+        link.answered(generation);
     }
     answers
 }
@@ -196,7 +208,7 @@ async fn routed(cluster: &Arc<Cluster>, queries: &[Query<'_>], deadline: Instant
     let links = match timeout_at(deadline, cluster.route(queries.iter().map(|q| q.key))).await {
         Ok(Ok(links)) => links,
         Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
-        Err(_) => return all(&|| Answer::TimedOut),
+        Err(_) => return all(&|| Answer::TimedOut { sent: false }),
     };
     let mut answers: Vec<Option<Answer>> = queries.iter().map(|_| None).collect();
     let mut pending: Vec<(usize, Arc<Link>, bool)> = Vec::with_capacity(queries.len());
@@ -336,7 +348,10 @@ async fn pipeline(
             .collect(),
         Ok(Ok(_)) => chosen.iter().map(|_| Answer::Value(Value::Nil)).collect(),
         Ok(Err(e)) => chosen.iter().map(|_| Answer::Failed(e.clone())).collect(),
-        Err(_) => chosen.iter().map(|_| Answer::TimedOut).collect(),
+        Err(_) => chosen
+            .iter()
+            .map(|_| Answer::TimedOut { sent: true })
+            .collect(),
     }
 }
 
@@ -392,8 +407,12 @@ mod tests {
         assert!(!moved.node_trouble());
         assert!(server("-CLUSTERDOWN The cluster is down\r\n").node_trouble());
         assert!(!server("-COUNTRANGE x\r\n").node_trouble());
-        assert!(!Answer::Refused(Error::Closed).node_trouble());
-        assert!(Answer::TimedOut.node_trouble());
+        assert!(Answer::TimedOut { sent: true }.node_trouble());
+        let readonly = server("-READONLY You can't write against a read only replica.\r\n");
+        assert!(readonly.node_trouble());
+        assert_eq!(readonly.demotion().unwrap().code(), "ERR_REDIS");
+        assert_eq!(server("-ERR x\r\n").demotion(), None);
+        assert_eq!(moved.demotion(), None);
     }
 
     #[test]
