@@ -95,8 +95,9 @@ export interface RedisStore extends RateLimitStore {
 
 /**
  * Counters in Redis, shared by every instance of an app: one Lua script per hit, on one multiplexed
- * connection per store, opened on the first hit. The environment is read on the first hit too, never at
- * import or construction, so a build with no credentials succeeds.
+ * connection, opened on the first hit and shared by the stores of the process with the same settings
+ * (URL, credentials, `tls.ca`, `cluster`, `timeoutMs`; the prefix plays no part). The environment is read
+ * on the first hit too, never at import or construction, so a build with no credentials succeeds.
  *
  * A store that cannot do a hit rejects with a {@link RedisStoreError} whose `code` says why: `ERR_CONFIG`
  * (no URL, or a bad one), `ERR_CONNECTION`, `ERR_TIMEOUT`, `ERR_AUTH`, `ERR_REDIS` (another server error),

@@ -5,6 +5,8 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
 import { errorText, freePort, makeCertificates, runFixture, startRedis, type RedisServer } from './support/redis.js';
@@ -85,11 +87,17 @@ async function paced(s: RedisStore, perSecond: number, ms: number): Promise<unkn
   return Promise.all(pending);
 }
 
+/** The ids of the client connections that are not redis-cli's own. */
+async function storeClientIds(redis: RedisServer): Promise<string[]> {
+  const clients = (await redis.cli('CLIENT', 'LIST')).split('\n').filter((line) => !/cmd=client\|list/.test(line));
+  return clients.map((line) => /id=(\d+)/.exec(line)![1]);
+}
+
 /** The id of the one client connection that is not redis-cli's own. */
 async function storeClientId(redis: RedisServer): Promise<string> {
-  const clients = (await redis.cli('CLIENT', 'LIST')).split('\n').filter((line) => !/cmd=client\|list/.test(line));
-  expect(clients).toHaveLength(1);
-  return /id=(\d+)/.exec(clients[0])![1];
+  const ids = await storeClientIds(redis);
+  expect(ids).toHaveLength(1);
+  return ids[0];
 }
 
 describe('redisStore faults', () => {
@@ -284,7 +292,7 @@ function errorsOf(settled: unknown[]): Set<string> {
   return seen;
 }
 
-describe('redisStore under faults: backoff, demotions, stalls', () => {
+describe('redisStore under faults: backoff, demotions, stalls, sharing', () => {
   it('backs off behind an endpoint that closes every connection, and counts soon after it answers', async () => {
     const redis = await server();
     const endpoint = await closingEndpoint(redis.port);
@@ -372,6 +380,39 @@ describe('redisStore under faults: backoff, demotions, stalls', () => {
       redis.signal('SIGCONT');
     }
     for (const error of [connecting, refused]) expect(errorText(error)).not.toContain(KEY_MARKER);
+  });
+
+  it('shares one connection among stores with the same settings', async () => {
+    const redis = await server();
+    const opened = await connectionCounter(redis);
+    const stores = Array.from({ length: 200 }, (_, i) => store(redis.url, { prefix: `per-request:${i}:` }));
+    for (const s of stores) expect(await outcome(s.hit('k', 60_000, 1))).toBe(1);
+    expect(await opened()).toBe(1);
+    const [shared] = await storeClientIds(redis);
+    // Other settings (here timeoutMs), another connection; closing a store leaves the shared one open.
+    expect(await outcome(store(redis.url, { timeoutMs: 1_234 }).hit('k', 60_000, 1))).toBe(1);
+    await stores[0].close();
+    expect(await outcome(stores[1].hit('k', 60_000, 1))).toBe(2);
+    expect(await storeClientIds(redis)).toHaveLength(2);
+    expect(await storeClientIds(redis)).toContain(shared);
+  });
+
+  it('keeps the connection of a store made per request and collected, for the next one', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const redis = await server();
+    const opened = await connectionCounter(redis);
+    const prefix = `collected:${randomUUID()}:`;
+    for (let i = 0; i < 200; i++) {
+      // Never closed: each store is collected (its connection let go) soon after its hit.
+      const hit = await redisStore({ url: redis.url, prefix }).hit('k', 60_000, 1);
+      expect(hit.count).toBe(i + 1);
+      if (i % 20 === 19) {
+        gc();
+        await sleep(10);
+      }
+    }
+    expect(await opened()).toBe(1);
   });
 });
 

@@ -254,7 +254,8 @@ describe('redisStore', () => {
           .map((line) => line.split(' ')[0]),
       );
     const before = await clients();
-    let store: ReturnType<typeof make> | undefined = make();
+    // Settings of its own: stores with the same settings share a connection.
+    let store: ReturnType<typeof make> | undefined = make({ timeoutMs: 4_321 });
     await store.hit(`gc:${randomUUID()}`, 60_000, 1);
     const opened = [...(await clients())].filter((id) => !before.has(id));
     expect(opened).toHaveLength(1);

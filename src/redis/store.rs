@@ -5,8 +5,10 @@
 //! not run) a hit is sent once more as EVAL, and in a cluster after MOVED or
 //! ASK (the script did not run either) to the node named: the only safe
 //! retries. Nothing else is ever sent again.
+//!
+//! Stores with the same settings share their connections (see [`Nodes::shared`]).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -38,9 +40,62 @@ pub struct Hit {
 }
 
 /// Where hits go: the one server, or each key's node in a Redis Cluster.
+#[derive(Clone)]
 enum Nodes {
     Single(Arc<Link>),
     Cluster(Arc<Cluster>),
+}
+
+/// The nodes of a store that may still be alive, held weakly.
+enum Held {
+    Single(Weak<Link>),
+    Cluster(Weak<Cluster>),
+}
+
+/// How long the connections of a store that was collected without
+/// `close()` stay open, for a store with the same settings made meanwhile
+/// (an app that makes a store per request).
+const LINGER: Duration = Duration::from_secs(2);
+
+impl Nodes {
+    /// The nodes of a live store with the same settings (target,
+    /// credentials, database, TLS roots, cluster seeds, timeoutMs; the
+    /// prefix plays no part in a connection), else new ones. Sharing is
+    /// sound: a connection carries no state of a store's own, hits of
+    /// several stores are pipelined on it as one store's are, and its
+    /// health (timeouts, backoff) is the server's, the same for all.
+    fn shared(config: &Config) -> Result<Nodes> {
+        static SHARED: Mutex<Vec<(Config, Held)>> = Mutex::new(Vec::new());
+        // Every change leaves the list whole, so a poisoned lock is still usable.
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        shared.retain(|(_, held)| held.upgrade().is_some());
+        if let Some(nodes) = shared
+            .iter()
+            .find(|(c, _)| c == config)
+            .and_then(|(_, held)| held.upgrade())
+        {
+            return Ok(nodes);
+        }
+        let nodes = match &config.cluster {
+            Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
+            None => Nodes::Single(Arc::new(Link::new(config)?)),
+        };
+        let held = match &nodes {
+            Nodes::Single(link) => Held::Single(Arc::downgrade(link)),
+            Nodes::Cluster(cluster) => Held::Cluster(Arc::downgrade(cluster)),
+        };
+        shared.push((config.clone(), held));
+        Ok(nodes)
+    }
+}
+
+impl Held {
+    fn upgrade(&self) -> Option<Nodes> {
+        match self {
+            Held::Single(link) => link.upgrade().map(Nodes::Single),
+            Held::Cluster(cluster) => cluster.upgrade().map(Nodes::Cluster),
+        }
+    }
 }
 
 pub struct Store {
@@ -56,10 +111,7 @@ const MAX_REDIRECTS: usize = 5;
 impl Store {
     pub fn new(config: &Config) -> Result<Store> {
         Ok(Store {
-            nodes: match &config.cluster {
-                Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
-                None => Nodes::Single(Arc::new(Link::new(config)?)),
-            },
+            nodes: Nodes::shared(config)?,
             timeout: Duration::from_millis(config.timeout_ms),
             secrets: config.secrets(),
         })
@@ -110,6 +162,17 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// Keeps this store's connections open for a while after it is gone
+    /// (they close when no store holds them), for a store with the same
+    /// settings made meanwhile. Runs on the runtime.
+    pub fn linger(&self) {
+        let nodes = self.nodes.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            drop(nodes);
+        });
     }
 }
 
