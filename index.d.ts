@@ -66,8 +66,8 @@ export interface RedisStoreOptions {
   /** Prepended to every key, so that apps can share one database. Default `'askdare:'`. */
   prefix?: string;
   /**
-   * Bound on one hit in milliseconds, connecting included; past it the hit rejects with `ERR_TIMEOUT`.
-   * A hit that timed out may or may not have counted. Default 2,000.
+   * Bound on one hit in milliseconds, connecting included; past it the hit rejects with `ERR_TIMEOUT`,
+   * whose `sent` says whether the hit had been sent (then it may or may not have counted). Default 2,000.
    */
   timeoutMs?: number;
   /**
@@ -95,19 +95,31 @@ export interface RedisStore extends RateLimitStore {
 
 /**
  * Counters in Redis, shared by every instance of an app: one Lua script per hit, on one multiplexed
- * connection per store, opened on the first hit. The environment is read on the first hit too, never at
- * import or construction, so a build with no credentials succeeds.
+ * connection, opened on the first hit and shared by the stores of the process with the same settings
+ * (URL, credentials, `tls.ca`, `cluster`, `timeoutMs`; the prefix plays no part). The environment is read
+ * on the first hit too, never at import or construction, so a build with no credentials succeeds.
  *
- * A store that cannot do a hit rejects with an `Error` whose `code` says why: `ERR_CONFIG` (no URL, or
- * a bad one), `ERR_CONNECTION`, `ERR_TIMEOUT`, `ERR_AUTH`, `ERR_REDIS` (another server error),
+ * A store that cannot do a hit rejects with a {@link RedisStoreError} whose `code` says why: `ERR_CONFIG`
+ * (no URL, or a bad one), `ERR_CONNECTION`, `ERR_TIMEOUT`, `ERR_AUTH`, `ERR_REDIS` (another server error),
  * `ERR_CLOSED`; a count that would leave the safe-integer range rejects with a `RangeError`
  * (`ERR_COUNT_RANGE`). A hit that was sent is never sent again: after `ERR_TIMEOUT` or `ERR_CONNECTION`
- * it may or may not have counted. No message holds a key, the URL's password or the token.
+ * with `sent: true` it may or may not have counted. No message holds a key, the URL's password or the token.
  *
  * Options of the wrong type throw a `TypeError` here; everything that depends on the URL is checked on
  * the first hit.
  */
 export declare function redisStore(options?: RedisStoreOptions): RedisStore;
+
+/** The error a redisStore hit rejects with when the store cannot do it. */
+export interface RedisStoreError extends Error {
+  readonly code: string;
+  /**
+   * On `ERR_TIMEOUT` and `ERR_CONNECTION` only: whether the hit had left the process. `false`: it was never
+   * sent (no connection, or the store is backing off after failed connects), so it did not count. `true`:
+   * it was sent and then timed out or lost its connection, so it may or may not have counted.
+   */
+  readonly sent?: boolean;
+}
 
 export interface LimiterOptions {
   /** Where the counters are kept. */

@@ -5,9 +5,11 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { createServer, connect, type Server, type Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setFlagsFromString } from 'node:v8';
+import { runInNewContext } from 'node:vm';
 import { afterEach, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
-import { errorText, makeCertificates, runFixture, startRedis, type RedisServer } from './support/redis.js';
+import { errorText, freePort, makeCertificates, runFixture, startRedis, type RedisServer } from './support/redis.js';
 
 const KEY_MARKER = '198.51.100.23-key-marker';
 const PASSWORD_MARKER = 'password-marker-77c1';
@@ -59,11 +61,43 @@ async function commandCalls(redis: RedisServer, command: string): Promise<number
   return Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(stats)?.[1] ?? 0);
 }
 
+/** Counts the connections the server accepts from now on, leaving out those of the redis-cli calls that ask. */
+async function connectionCounter(redis: RedisServer): Promise<() => Promise<number>> {
+  const total = async () => Number(/total_connections_received:(\d+)/.exec(await redis.cli('INFO', 'stats'))![1]);
+  const start = await total();
+  let asked = 0;
+  return async () => (await total()) - start - ++asked;
+}
+
+/** Hits at `perSecond` (in groups every 10 ms) for `ms`; answers every error (and count) they settle with. */
+async function paced(s: RedisStore, perSecond: number, ms: number): Promise<unknown[]> {
+  const pending: Promise<unknown>[] = [];
+  const started = performance.now();
+  for (let tick = 1; tick * 10 <= ms; tick++) {
+    for (let i = 0; i < perSecond / 100; i++) {
+      pending.push(
+        s.hit(KEY_MARKER, 60_000, 1).then(
+          (hit) => hit.count,
+          (error: unknown) => error,
+        ),
+      );
+    }
+    await sleep(started + tick * 10 - performance.now());
+  }
+  return Promise.all(pending);
+}
+
+/** The ids of the client connections that are not redis-cli's own. */
+async function storeClientIds(redis: RedisServer): Promise<string[]> {
+  const clients = (await redis.cli('CLIENT', 'LIST')).split('\n').filter((line) => !/cmd=client\|list/.test(line));
+  return clients.map((line) => /id=(\d+)/.exec(line)![1]);
+}
+
 /** The id of the one client connection that is not redis-cli's own. */
 async function storeClientId(redis: RedisServer): Promise<string> {
-  const clients = (await redis.cli('CLIENT', 'LIST')).split('\n').filter((line) => !/cmd=client\|list/.test(line));
-  expect(clients).toHaveLength(1);
-  return /id=(\d+)/.exec(clients[0])![1];
+  const ids = await storeClientIds(redis);
+  expect(ids).toHaveLength(1);
+  return ids[0];
 }
 
 describe('redisStore faults', () => {
@@ -241,6 +275,186 @@ describe('redisStore faults', () => {
     expect((untrusted as Error).message).toMatch(/certificate/i);
   });
 });
+
+/** What each error of `settled` says: its code and whether it was sent. No secret in any. */
+function errorsOf(settled: unknown[]): Set<string> {
+  const seen = new Set<string>();
+  for (const result of settled) {
+    if (typeof result === 'number') {
+      seen.add('counted');
+      continue;
+    }
+    const text = errorText(result);
+    for (const secret of [KEY_MARKER, PASSWORD_MARKER, TOKEN_MARKER]) expect(text).not.toContain(secret);
+    const { code, sent } = result as { code: string; sent?: boolean };
+    seen.add(`${code} sent=${sent}`);
+  }
+  return seen;
+}
+
+describe('redisStore under faults: backoff, demotions, stalls, sharing', () => {
+  it('backs off behind an endpoint that closes every connection, and counts soon after it answers', async () => {
+    const redis = await server();
+    const endpoint = await closingEndpoint(redis.port);
+    const s = store(`redis://127.0.0.1:${endpoint.port}`, { timeoutMs: 1_000 });
+    const settled = await paced(s, 2_000, 2_000);
+    expect(settled).toHaveLength(4_000);
+    expect(endpoint.accepted()).toBeGreaterThanOrEqual(2);
+    expect(endpoint.accepted()).toBeLessThan(30);
+    expect(errorsOf(settled)).toEqual(new Set(['ERR_CONNECTION sent=false']));
+    expect(settled.some((e) => /backing off/.test((e as Error).message))).toBe(true);
+    endpoint.answer();
+    const started = performance.now();
+    const seen = await untilCounted(s, 8_000);
+    expect(typeof seen.at(-1)).toBe('number');
+    // At most one backoff window (5 s at most) after the endpoint answers.
+    expect(performance.now() - started).toBeLessThan(5_500);
+  });
+
+  it('backs off after a wrong password, and counts soon after the server takes it', async () => {
+    const redis = await server({ password: `right-${randomUUID()}` });
+    const opened = await connectionCounter(redis);
+    const s = store(`redis://:${PASSWORD_MARKER}@127.0.0.1:${redis.port}`, { timeoutMs: 1_000 });
+    const settled = await paced(s, 2_000, 2_000);
+    const attempts = await opened();
+    expect(attempts).toBeGreaterThanOrEqual(2);
+    expect(attempts).toBeLessThan(30);
+    expect(errorsOf(settled)).toEqual(new Set(['ERR_AUTH sent=undefined']));
+    expect(settled.some((e) => /backing off/.test((e as Error).message))).toBe(true);
+    await redis.cli('CONFIG', 'SET', 'requirepass', PASSWORD_MARKER);
+    const started = performance.now();
+    expect(typeof (await untilCounted(s, 8_000)).at(-1)).toBe('number');
+    expect(performance.now() - started).toBeLessThan(5_500);
+  });
+
+  it('leaves a primary that was demoted to a replica, on a new connection', async () => {
+    const primary = await server();
+    const other = await server();
+    const s = store(primary.url, { timeoutMs: 1_000 });
+    expect(await outcome(s.hit('k', 60_000, 1))).toBe(1);
+    const before = await storeClientId(primary);
+    await primary.cli('REPLICAOF', '127.0.0.1', String(other.port));
+    const refused = await s.hit('k', 60_000, 1).catch((e: Error & { code: string }) => e);
+    expect((refused as { code: string }).code).toBe('ERR_REDIS');
+    expect((refused as Error).message).toMatch(/READONLY/);
+    const meanwhile = await Promise.all(Array.from({ length: 20 }, () => outcome(s.hit('k', 60_000, 1))));
+    expect(meanwhile.every((code) => code === 'ERR_REDIS')).toBe(true);
+    await primary.cli('REPLICAOF', 'NO', 'ONE');
+    expect(typeof (await untilCounted(s, 5_000)).at(-1)).toBe('number');
+    expect(await storeClientId(primary)).not.toBe(before);
+  });
+
+  it('replaces a silent connection after one timeout when hits come one at a time', async () => {
+    const redis = await server();
+    const proxy = await freezingProxy(redis.port);
+    const s = store(`redis://127.0.0.1:${proxy.port}`, { timeoutMs: 300 });
+    expect(await outcome(s.hit('k', 60_000, 1))).toBe(1);
+    proxy.freeze();
+    expect(await outcome(s.hit('k', 60_000, 1))).toBe('ERR_TIMEOUT');
+    // The frozen hit never reached the server; the next one counts, on a new connection.
+    expect(await outcome(s.hit('k', 60_000, 1))).toBe(2);
+    expect(proxy.connections()).toBe(2);
+  });
+
+  it('says whether a hit that failed was sent', async () => {
+    const redis = await server();
+    const silent = await closingEndpoint(redis.port, { silent: true });
+    const connecting = await store(`redis://127.0.0.1:${silent.port}`, { timeoutMs: 300 })
+      .hit(KEY_MARKER, 60_000, 1)
+      .catch((e: unknown) => e);
+    expect(connecting).toMatchObject({ code: 'ERR_TIMEOUT', sent: false });
+    expect(Object.getOwnPropertyNames(connecting)).toContain('sent');
+    expect((connecting as Error).message).toMatch(/not sent, so it did not count/);
+    const refused = await store(`redis://127.0.0.1:${await freePort()}`)
+      .hit(KEY_MARKER, 60_000, 1)
+      .catch((e: unknown) => e);
+    expect(refused).toMatchObject({ code: 'ERR_CONNECTION', sent: false });
+    const s = store(redis.url, { timeoutMs: 300 });
+    expect(await outcome(s.hit(KEY_MARKER, 60_000, 1))).toBe(1);
+    redis.signal('SIGSTOP');
+    try {
+      const sent = await s.hit(KEY_MARKER, 60_000, 1).catch((e: unknown) => e);
+      expect(sent).toMatchObject({ code: 'ERR_TIMEOUT', sent: true });
+      expect((sent as Error).message).toMatch(/may or may not have counted/);
+    } finally {
+      redis.signal('SIGCONT');
+    }
+    for (const error of [connecting, refused]) expect(errorText(error)).not.toContain(KEY_MARKER);
+  });
+
+  it('shares one connection among stores with the same settings', async () => {
+    const redis = await server();
+    const opened = await connectionCounter(redis);
+    const stores = Array.from({ length: 200 }, (_, i) => store(redis.url, { prefix: `per-request:${i}:` }));
+    for (const s of stores) expect(await outcome(s.hit('k', 60_000, 1))).toBe(1);
+    expect(await opened()).toBe(1);
+    const [shared] = await storeClientIds(redis);
+    // Other settings (here timeoutMs), another connection; closing a store leaves the shared one open.
+    expect(await outcome(store(redis.url, { timeoutMs: 1_234 }).hit('k', 60_000, 1))).toBe(1);
+    await stores[0].close();
+    expect(await outcome(stores[1].hit('k', 60_000, 1))).toBe(2);
+    expect(await storeClientIds(redis)).toHaveLength(2);
+    expect(await storeClientIds(redis)).toContain(shared);
+  });
+
+  it('keeps the connection of a store made per request and collected, for the next one', async () => {
+    setFlagsFromString('--expose-gc');
+    const gc = runInNewContext('gc') as () => void;
+    const redis = await server();
+    const opened = await connectionCounter(redis);
+    const prefix = `collected:${randomUUID()}:`;
+    for (let i = 0; i < 200; i++) {
+      // Never closed: each store is collected (its connection let go) soon after its hit.
+      const hit = await redisStore({ url: redis.url, prefix }).hit('k', 60_000, 1);
+      expect(hit.count).toBe(i + 1);
+      if (i % 20 === 19) {
+        gc();
+        await sleep(10);
+      }
+    }
+    expect(await opened()).toBe(1);
+  });
+});
+
+/**
+ * A loopback endpoint that accepts every connection and closes it at once (or, `silent`, keeps it and never
+ * answers), counting them; after `answer()` it forwards new connections to the server at `target`.
+ */
+async function closingEndpoint(
+  target: number,
+  options: { silent?: boolean } = {},
+): Promise<{ port: number; accepted(): number; answer(): void }> {
+  let accepted = 0;
+  let answering = false;
+  const sockets: Socket[] = [];
+  const endpoint: Server = createServer((client) => {
+    accepted++;
+    sockets.push(client);
+    client.on('error', () => client.destroy());
+    if (!answering) {
+      if (!options.silent) client.destroy();
+      return;
+    }
+    const upstream = connect(target, '127.0.0.1');
+    sockets.push(upstream);
+    upstream.on('error', () => client.destroy());
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise<void>((resolve) => endpoint.listen(0, '127.0.0.1', resolve));
+  cleanups.push(
+    () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        endpoint.close(() => resolve());
+      }),
+  );
+  return {
+    port: (endpoint.address() as { port: number }).port,
+    accepted: () => accepted,
+    answer: () => (answering = true),
+  };
+}
 
 /** A loopback TCP proxy whose `freeze()` makes every open connection go silent, as a half-open socket does. */
 async function freezingProxy(target: number): Promise<{ port: number; freeze(): void; connections(): number }> {

@@ -270,23 +270,6 @@ describe('redisStore', () => {
     expect((await clients()).has(opened[0])).toBe(false);
   });
 
-  it('shares one connection among stores made for the same server, even one store per hit', async () => {
-    const own = new URL(server.url);
-    own.pathname = '/6';
-    const connections = async () => Number(/connected_clients:(\d+)/.exec(await server.cli('INFO', 'clients'))?.[1]);
-    const before = await connections();
-    const key = `shared:${randomUUID()}`;
-    const counts = [];
-    for (let i = 0; i < 200; i++) counts.push((await make({ url: own.href }).hit(key, 60_000, 1)).count);
-    expect(counts).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
-    expect(await connections()).toBeLessThanOrEqual(before + 1);
-    // Closing one store leaves the others' connection alone.
-    const [a, b] = [make({ url: own.href }), make({ url: own.href })];
-    await a.hit(key, 60_000, 1);
-    await a.close();
-    expect((await b.hit(key, 60_000, 1)).count).toBe(202);
-  });
-
   describe('lets a process exit by itself', () => {
     const script = join(__dirname, 'fixtures', 'redis-exits.js');
 

@@ -30,14 +30,22 @@ pub enum Error {
     /// redisStore's settings (options, environment, URL) can't be used.
     #[error("redisStore: {0}")]
     Config(String),
-    /// No answer within timeoutMs. A hit that was sent may have counted.
-    #[error(
-        "redisStore: no answer from Redis within {0} ms; the hit was not sent again and may or may not have counted"
-    )]
-    Timeout(u64),
-    /// Could not connect, or the connection failed while the hit was under way.
-    #[error("redisStore: {0}")]
-    Connection(String),
+    /// No answer within timeoutMs: while connecting (`sent` false: the hit
+    /// did not count), or after the hit was sent (it may have counted).
+    #[error("redisStore: {}", timeout_text(*ms, *sent))]
+    Timeout { ms: u64, sent: bool },
+    /// Could not connect (`sent` false), or the connection failed while the
+    /// hit was under way (`sent` true).
+    #[error("redisStore: {text}")]
+    Connection { text: String, sent: bool },
+    /// Connects failed lately (`cause` is the last failure), so for a while
+    /// hits reject at once, unsent, and one connect at a time is tried.
+    #[error("{cause}; backing off after {failures} failed connects: hits reject at once, unsent, {}", retry_text(*retry_ms))]
+    BackingOff {
+        cause: Box<Error>,
+        failures: u32,
+        retry_ms: u64,
+    },
     /// Redis refused the credentials.
     #[error("redisStore: Redis refused the credentials ({0}); check the password or token")]
     Auth(String),
@@ -67,8 +75,9 @@ impl Error {
             Error::CountOutOfRange => "ERR_COUNT_RANGE",
             Error::StoreFull(_) => "ERR_STORE_FULL",
             Error::Config(_) => "ERR_CONFIG",
-            Error::Timeout(_) => "ERR_TIMEOUT",
-            Error::Connection(_) => "ERR_CONNECTION",
+            Error::Timeout { .. } => "ERR_TIMEOUT",
+            Error::Connection { .. } => "ERR_CONNECTION",
+            Error::BackingOff { cause, .. } => cause.code(),
             Error::Auth(_) => "ERR_AUTH",
             Error::Redis(_) => "ERR_REDIS",
             Error::Closed => "ERR_CLOSED",
@@ -81,7 +90,20 @@ impl Error {
         match self {
             Error::InvalidType(_) => JsClass::TypeError,
             Error::InvalidRange(_) | Error::CountOutOfRange => JsClass::RangeError,
+            Error::BackingOff { cause, .. } => cause.js_class(),
             _ => JsClass::Error,
+        }
+    }
+
+    /// The `sent` property of the JavaScript error, on `ERR_TIMEOUT` and
+    /// `ERR_CONNECTION`: whether the hit left the process (and so may have
+    /// counted).
+    pub fn sent(&self) -> Option<bool> {
+        match self {
+            Error::Timeout { sent, .. } | Error::Connection { sent, .. } => Some(*sent),
+            // A refused hit was never sent, nor was the connect's that failed.
+            Error::BackingOff { cause, .. } => cause.sent(),
+            _ => None,
         }
     }
 
@@ -91,11 +113,41 @@ impl Error {
         let clean = |text: String| redact(text, secrets);
         match self {
             Error::Config(t) => Error::Config(clean(t)),
-            Error::Connection(t) => Error::Connection(clean(t)),
+            Error::Connection { text, sent } => Error::Connection {
+                text: clean(text),
+                sent,
+            },
+            Error::BackingOff {
+                cause,
+                failures,
+                retry_ms,
+            } => Error::BackingOff {
+                cause: Box::new(cause.redacted(secrets)),
+                failures,
+                retry_ms,
+            },
             Error::Auth(t) => Error::Auth(clean(t)),
             Error::Redis(t) => Error::Redis(clean(t)),
             other => other,
         }
+    }
+}
+
+fn timeout_text(ms: u64, sent: bool) -> String {
+    match sent {
+        true => format!(
+            "no answer from Redis within {ms} ms; the hit was sent, is not sent again, and may or may not have counted"
+        ),
+        false => format!(
+            "no connection to Redis within {ms} ms; the hit was not sent, so it did not count"
+        ),
+    }
+}
+
+fn retry_text(ms: u64) -> String {
+    match ms {
+        0 => "while a connect is tried".to_string(),
+        ms => format!("for {ms} ms more, then one connect is tried"),
     }
 }
 
@@ -124,10 +176,44 @@ mod tests {
         assert_eq!(Error::StoreFull(3).code(), "ERR_STORE_FULL");
         assert_eq!(Error::InvalidType("x").js_class(), JsClass::TypeError);
         assert!(Error::StoreFull(3).to_string().contains("3 counters"));
-        assert_eq!(Error::Timeout(5).code(), "ERR_TIMEOUT");
+        let sent = Error::Timeout { ms: 5, sent: true };
+        assert_eq!((sent.code(), sent.sent()), ("ERR_TIMEOUT", Some(true)));
+        let unsent = Error::Timeout { ms: 5, sent: false };
+        assert_eq!(unsent.sent(), Some(false));
+        assert!(unsent.to_string().contains("not sent, so it did not count"));
+        assert!(sent.to_string().contains("may or may not have counted"));
         assert_eq!(Error::Closed.js_class(), JsClass::Error);
         assert_eq!(Error::Auth("WRONGPASS".into()).code(), "ERR_AUTH");
-        assert!(Error::Timeout(250).to_string().contains("250 ms"));
+        let timeout = Error::Timeout {
+            ms: 250,
+            sent: true,
+        };
+        assert!(timeout.to_string().contains("250 ms"));
+        assert_eq!(Error::Closed.sent(), None);
+    }
+
+    #[test]
+    fn backing_off_keeps_the_cause_code() {
+        let cause = Error::Auth("WRONGPASS hunter2".into());
+        let e = Error::BackingOff {
+            cause: Box::new(cause),
+            failures: 3,
+            retry_ms: 400,
+        };
+        assert_eq!(
+            (e.code(), e.js_class(), e.sent()),
+            ("ERR_AUTH", JsClass::Error, None)
+        );
+        let text = e.redacted(&[b"hunter2"]).to_string();
+        assert!(
+            text.starts_with("redisStore: Redis refused the credentials (WRONGPASS [redacted])"),
+            "{text}"
+        );
+        assert!(
+            text.contains("backing off after 3 failed connects"),
+            "{text}"
+        );
+        assert!(text.contains("for 400 ms more"), "{text}");
     }
 
     #[test]

@@ -85,13 +85,15 @@ export async function startRedis(options: ServerOptions = {}): Promise<RedisServ
   const auth = options.password ? `:${encodeURIComponent(options.password)}@` : '';
   const url = `${options.tls ? 'rediss' : 'redis'}://${auth}127.0.0.1:${port}`;
   const tlsArgs = options.tls ? ['--tls', '--cacert', options.tls.ca] : [];
+  // redis-cli 7.0 takes `:password@` for an empty user name; `default` is the user a password is for.
+  const cliUrl = url.replace('://:', '://default:');
   return {
     port,
     url,
     get pid() {
       return child.pid!;
     },
-    cli: (...args) => redisCli([...tlsArgs, '-u', url, ...args]),
+    cli: (...args) => redisCli([...tlsArgs, '-u', cliUrl, ...args]),
     signal(signal) {
       child.kill(signal);
     },

@@ -199,7 +199,24 @@ pub unsafe fn error(env: sys::napi_env, err: &Error) -> Result<sys::napi_value, 
         }
     };
     check(env, status)?;
+    // SAFETY: as the caller promises; `error` is a live handle of this scope.
+    unsafe { set_sent(env, error, err) }?;
     Ok(error)
+}
+
+/// Gives the JS error of a hit's trip to Redis its `sent` property: whether
+/// the hit left the process (and so may have counted).
+///
+/// # Safety
+/// Called inside a callback of `env`, with `error` a live object of it.
+unsafe fn set_sent(env: sys::napi_env, error: sys::napi_value, err: &Error) -> Result<(), Error> {
+    let Some(sent) = err.sent() else {
+        return Ok(());
+    };
+    // SAFETY: as the caller promises; the name is a NUL-terminated literal.
+    check(env, unsafe {
+        sys::napi_set_named_property(env, error, c"sent".as_ptr(), boolean(env, sent)?)
+    })
 }
 
 /// Throws the JS error for `err`. Returns false if it could not be thrown

@@ -27,6 +27,7 @@ use super::raw;
 use super::redis::settle_args;
 use super::uv::{self, Handle, Uv};
 use crate::errors::Error;
+use crate::redis::health::{Backoff, Gate};
 use crate::redis::pipe::{Done, Pipe, Request};
 use crate::redis::socket::{Socket, Target};
 use crate::redis::{Completion, Config};
@@ -34,10 +35,6 @@ use crate::wtf8;
 
 /// Hits one call of `settle` hands over at most.
 const BATCH: usize = 1024;
-/// The first pause after a failed connect; each failure in a row doubles
-/// it, up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(100);
-const MAX_BACKOFF: Duration = Duration::from_secs(5);
 
 /// Where a connect thread leaves its socket, and how it wakes the loop.
 struct Connecting {
@@ -58,11 +55,6 @@ enum Link {
         socket: Box<Socket>,
         poll: *mut Handle,
         writing: bool,
-    },
-    /// Connects failed: hits reject at once until `until`, then one connects.
-    Backoff {
-        until: Instant,
-        error: Error,
     },
 }
 
@@ -94,10 +86,12 @@ pub struct Conn {
     connecting: Arc<Mutex<Connecting>>,
     timer: *mut Handle,
     wakeup: *mut Handle,
-    /// Failed connects in a row.
-    failures: u32,
+    /// Spaces out connects after failures.
+    backoff: Backoff,
     /// When the connection last answered anything.
     last_answer: Instant,
+    /// The connection has answered something since it was opened.
+    answered: bool,
     /// Results not yet routed to their store.
     done: Vec<Done>,
     /// Indexed by the high half of a request's id.
@@ -112,15 +106,6 @@ type SharedConn = Rc<RefCell<Conn>>;
 thread_local! {
     /// This thread's connections, by what they connect to.
     static CONNS: RefCell<Vec<Weak<RefCell<Conn>>>> = const { RefCell::new(Vec::new()) };
-}
-
-/// What decides whether two stores can share a connection: everything but
-/// the timeout, which each hit keeps for itself.
-fn sharing_key(config: &Config) -> Config {
-    Config {
-        timeout_ms: 0,
-        ..config.clone()
-    }
 }
 
 /// One store on a (possibly shared) connection.
@@ -146,7 +131,9 @@ impl LoopStore {
         settle: sys::napi_ref,
         results: Arc<raw::Numbers>,
     ) -> Result<LoopStore, Error> {
-        let key = sharing_key(config);
+        // Every setting must match (the prefix is not one; timeoutMs is, as
+        // it bounds the connect too).
+        let key = config.clone();
         let found = CONNS.with(|conns| {
             let mut conns = conns.borrow_mut();
             conns.retain(|c| c.strong_count() > 0);
@@ -280,8 +267,9 @@ impl Conn {
             })),
             timer: ptr::null_mut(),
             wakeup: ptr::null_mut(),
-            failures: 0,
+            backoff: Backoff::new(rand::random()),
             last_answer: Instant::now(),
+            answered: false,
             done: Vec::new(),
             sinks: Vec::new(),
             torn_down: false,
@@ -310,20 +298,18 @@ impl Conn {
             Some(s) if !s.closed && !self.torn_down => {}
             _ => return Err(Error::Closed),
         }
-        if let Link::Backoff { until, error } = &self.link {
-            if request.sent_at < *until {
-                return Err(error.clone());
-            }
-            self.link = Link::Down;
-        }
         let idle = self.in_flight() == 0;
         match self.link {
             Link::Up { .. } => self.pipe.send(request),
             Link::Connecting => self.waiting.push_back(request),
-            Link::Down | Link::Backoff { .. } => {
-                self.waiting.push_back(request);
-                self.connect();
-            }
+            Link::Down => match self.backoff.gate(request.sent_at) {
+                // Refused at once, unsent, while connects back off.
+                Gate::Refuse(error) => return Err(error),
+                Gate::Open | Gate::Probe => {
+                    self.waiting.push_back(request);
+                    self.connect();
+                }
+            },
         }
         if let Some(s) = self.sinks[sink].as_mut() {
             s.in_flight += 1;
@@ -377,7 +363,9 @@ impl Conn {
             Ok((socket, poll.0))
         }) {
             Ok((socket, poll)) => {
-                self.failures = 0;
+                // The backoff ends with the first answer, not the connect: an
+                // endpoint that accepts and closes must not be hammered.
+                self.answered = false;
                 self.last_answer = Instant::now();
                 self.link = Link::Up {
                     socket: Box::new(socket),
@@ -391,11 +379,8 @@ impl Conn {
                 self.flush();
             }
             Err(error) => {
-                self.failures = self.failures.saturating_add(1);
-                self.link = Link::Backoff {
-                    until: Instant::now() + backoff(self.failures),
-                    error: error.clone(),
-                };
+                self.link = Link::Down;
+                self.backoff.failed(Instant::now(), error.clone());
                 // Never sent, so never counted.
                 for request in self.waiting.drain(..) {
                     self.done.push(Done {
@@ -456,15 +441,24 @@ impl Conn {
             match self.pipe.answers(&mut self.done) {
                 Err(_) => return self.lost("Redis answered out of protocol"),
                 Ok(health) => {
-                    if health.answered {
-                        self.last_answer = Instant::now();
-                    }
                     if health.unusable {
                         // A demoted primary (or one still loading): a new
-                        // connection finds the server the name points to now.
-                        return self.lost(
-                            "the server can no longer take writes (READONLY, MASTERDOWN or LOADING)",
+                        // connection finds the server the name points to now,
+                        // after a backoff, as for a failed connect.
+                        let why = "the server can no longer take writes (READONLY, MASTERDOWN or LOADING)";
+                        self.end(why);
+                        self.backoff.failed(
+                            Instant::now(),
+                            Error::Redis(format!("{why}: it was demoted or is loading")),
                         );
+                        return;
+                    }
+                    if health.answered {
+                        self.last_answer = Instant::now();
+                        if !self.answered {
+                            self.answered = true;
+                            self.backoff.succeeded();
+                        }
                     }
                 }
             }
@@ -478,13 +472,32 @@ impl Conn {
         }
     }
 
-    /// The connection failed: every hit on it rejects; the next hit connects anew.
+    /// The connection failed: every hit on it rejects; the next hit connects
+    /// anew. One that ends before it answered anything counts as a failed
+    /// connect for the backoff.
     fn lost(&mut self, why: &str) {
-        let error = Error::Connection(format!(
-            "the connection to Redis failed ({why}); the hit was not sent again and may or may not have counted"
-        ));
+        if !self.answered {
+            return self.failed(why);
+        }
+        self.end(why);
+    }
+
+    /// The connection is unusable: ends it, and backs off before the next.
+    fn failed(&mut self, why: &str) {
+        let error = self.end(why);
+        self.backoff.failed(Instant::now(), error);
+    }
+
+    fn end(&mut self, why: &str) -> Error {
+        let error = Error::Connection {
+            text: format!(
+                "the connection to Redis failed ({why}); the hit was not sent again and may or may not have counted"
+            ),
+            sent: true,
+        };
         self.pipe.fail(&error, &mut self.done);
         self.drop_link();
+        error
     }
 
     fn drop_link(&mut self) {
@@ -531,12 +544,13 @@ impl Conn {
             if let Some(request) = self.waiting.remove(i) {
                 self.done.push(Done {
                     id: request.id,
-                    result: Err(Error::Timeout(
-                        request
+                    result: Err(Error::Timeout {
+                        ms: request
                             .deadline
                             .saturating_duration_since(request.sent_at)
                             .as_millis() as u64,
-                    )),
+                        sent: false,
+                    }),
                 });
             }
         }
@@ -613,16 +627,6 @@ impl Drop for Conn {
         // last store of the connection lets it go.
         unsafe { sys::napi_async_destroy(self.env, self.async_context) };
     }
-}
-
-/// The pause after `failures` failed connects in a row: doubling from
-/// [`FIRST_BACKOFF`] up to [`MAX_BACKOFF`], less up to a quarter at random
-/// so that many processes don't retry in step.
-fn backoff(failures: u32) -> Duration {
-    let doubled = FIRST_BACKOFF.saturating_mul(1 << failures.saturating_sub(1).min(16));
-    doubled
-        .min(MAX_BACKOFF)
-        .mul_f64(1.0 - rand::random::<f64>() / 4.0)
 }
 
 /// Runs `f` on the connection behind a handle, then hands what finished to

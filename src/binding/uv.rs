@@ -142,9 +142,10 @@ impl Uv {
         if status != 0 {
             // SAFETY: an uninitialised handle was never given to libuv.
             unsafe { free(handle) };
-            return Err(Error::Connection(format!(
-                "the event loop refused the socket (libuv error {status})"
-            )));
+            return Err(Error::Connection {
+                text: format!("the event loop refused the socket (libuv error {status})"),
+                sent: false,
+            });
         }
         // SAFETY: an initialised handle of this loop.
         unsafe { (self.unref)(handle) };

@@ -69,6 +69,8 @@ struct Outbox {
     keys: Vec<u8>,
     hits: Vec<Queued>,
     closing: bool,
+    /// Closing because the store was collected: its connections linger.
+    linger: bool,
     /// The dispatcher sleeps: the next change must wake it.
     asleep: bool,
 }
@@ -107,6 +109,7 @@ impl Shared<Outbox> {
         mem::swap(&mut outbox.keys, &mut into.keys);
         mem::swap(&mut outbox.hits, &mut into.hits);
         into.closing = outbox.closing;
+        into.linger = outbox.linger;
         true
     }
 }
@@ -199,26 +202,37 @@ impl Batched {
         self.done.take(into);
     }
 
-    /// Refuses later hits and ends the connection once the hits sent before
-    /// have settled.
+    /// Refuses later hits and, once the hits sent before have settled,
+    /// lets go of the connection (it ends unless another store with the
+    /// same settings holds it).
     pub fn close(&self) {
-        self.closed.store(true, Ordering::Relaxed);
+        self.shut(false);
+    }
+
+    fn shut(&self, linger: bool) {
+        if self.closed.swap(true, Ordering::Relaxed) {
+            return;
+        }
         if let Some(Ok(open)) = self.open.get() {
-            open.outbox.push(|outbox| outbox.closing = true);
+            open.outbox.push(|outbox| {
+                outbox.closing = true;
+                outbox.linger = linger;
+            });
         }
     }
 }
 
 impl Drop for Batched {
     fn drop(&mut self) {
-        // A store nobody holds any more closes too.
-        self.close();
+        // A store nobody holds any more closes too, leaving its connection
+        // open a little longer for a store made in its place.
+        self.shut(true);
     }
 }
 
 /// Sends the queued hits, all that are waiting at once as one batch, and
 /// sleeps until woken when none are; on close waits for the hits sent so
-/// far, then closes the connection. It never polls: a thread that spins
+/// far, then lets go of the connection. It never polls: a thread that spins
 /// while hits are sparse costs a core for nothing.
 async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
@@ -235,18 +249,20 @@ async fn dispatch(
             ready.notified().await;
             continue;
         }
-        let closing = taken.closing;
+        let (closing, linger) = (taken.closing, taken.linger);
         if !taken.hits.is_empty() {
             let (store, done) = (Arc::clone(&store), Arc::clone(&done));
             tokio::spawn(batch(store, done, taken, in_flight.clone()));
         }
         if closing {
-            break;
+            drop(in_flight);
+            let _ = settled.recv().await;
+            if linger {
+                store.linger();
+            }
+            return;
         }
     }
-    drop(in_flight);
-    let _ = settled.recv().await;
-    store.close();
 }
 
 async fn batch(

@@ -72,7 +72,6 @@ struct State {
     map: Option<Arc<Map>>,
     /// A link per node address, kept across refreshes.
     links: HashMap<(String, u16), Arc<Link>>,
-    closed: bool,
     refreshing: bool,
     last_refresh: Option<Instant>,
 }
@@ -103,7 +102,6 @@ impl Cluster {
             state: Mutex::new(State {
                 map: None,
                 links: HashMap::new(),
-                closed: false,
                 refreshing: false,
                 last_refresh: None,
             }),
@@ -139,9 +137,6 @@ impl Cluster {
             ..self.config.clone()
         };
         let link = Arc::new(Link::new(&config)?);
-        if state.closed {
-            link.close();
-        }
         state
             .links
             .insert((host.to_string(), port), Arc::clone(&link));
@@ -160,11 +155,11 @@ impl Cluster {
     /// The master of each key's slot, as the map says (`None` for a slot no
     /// node serves); waits for the first map.
     pub async fn route(&self, keys: impl Iterator<Item = &[u8]>) -> Result<Vec<Option<Arc<Link>>>> {
-        let map = match self.current_map()? {
+        let map = match self.current_map() {
             Some(map) => map,
             None => {
                 self.refresh_now(true).await?;
-                self.current_map()?
+                self.current_map()
                     .ok_or_else(|| Error::Redis("the cluster has no slot map".into()))?
             }
         };
@@ -173,12 +168,8 @@ impl Cluster {
             .collect())
     }
 
-    fn current_map(&self) -> Result<Option<Arc<Map>>> {
-        let state = self.lock();
-        match state.closed {
-            true => Err(Error::Closed),
-            false => Ok(state.map.clone()),
-        }
+    fn current_map(&self) -> Option<Arc<Map>> {
+        self.lock().map.clone()
     }
 
     /// The map may be out of date (a node failed, or answered MOVED): asks
@@ -186,7 +177,7 @@ impl Cluster {
     pub fn stale(self: &Arc<Self>) {
         {
             let mut state = self.lock();
-            if state.refreshing || state.closed {
+            if state.refreshing {
                 return;
             }
             state.refreshing = true;
@@ -204,9 +195,6 @@ impl Cluster {
         let _one = self.refresh.lock().await;
         let (known, last) = {
             let state = self.lock();
-            if state.closed {
-                return Err(Error::Closed);
-            }
             if first && state.map.is_some() {
                 return Ok(());
             }
@@ -241,13 +229,23 @@ impl Cluster {
         let answer = timeout(bound, async {
             let (mut conn, generation) = link.connection().await?;
             let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
-            conn.send_packed_command(&cmd).await.map_err(|e| {
-                link.drop_connection(generation);
-                classify(&e, Stage::Sent)
-            })
+            match conn.send_packed_command(&cmd).await {
+                Ok(answer) => {
+                    link.answered(generation);
+                    Ok(answer)
+                }
+                Err(e) => {
+                    link.failed(generation);
+                    // No hit was sent yet: to the hits waiting, it is a failed connect.
+                    Err(classify(&e, Stage::Connect))
+                }
+            }
         })
         .await
-        .map_err(|_| Error::Timeout(bound.as_millis() as u64))??;
+        .map_err(|_| Error::Timeout {
+            ms: bound.as_millis() as u64,
+            sent: false,
+        })??;
         let masters = parse_slots(&answer, link.host())?;
         let mut map = Map {
             slots: vec![None; SLOTS],
@@ -269,16 +267,6 @@ impl Cluster {
             }
         }
         Ok(map)
-    }
-
-    /// Refuses new hits and closes every node's link.
-    pub fn close(&self) {
-        let mut state = self.lock();
-        state.closed = true;
-        state.map = None;
-        for link in state.links.values() {
-            link.close();
-        }
     }
 }
 
@@ -358,8 +346,7 @@ mod tests {
         assert!(Arc::ptr_eq(&a, &cluster.link("::1", 7001).unwrap()));
         assert!(!Arc::ptr_eq(&a, &cluster.link("::1", 7002).unwrap()));
         assert!(cluster.redirected("no-port").is_err());
-        cluster.close();
-        assert_eq!(cluster.current_map().err(), Some(Error::Closed));
+        assert!(cluster.current_map().is_none());
     }
 
     #[test]

@@ -1,17 +1,24 @@
-//! One multiplexed connection per store: opened by the first hit that needs
-//! it (concurrent hits share one connect), dropped when it fails, and
-//! replaced after a short run of timeouts, so a server that stops answering
-//! (paused, or behind a half-open socket) never leaves the store failing.
-//! Nothing here sends a command again: a hit that was sent may have counted.
+//! One multiplexed connection per target: opened by the first hit that
+//! needs it (concurrent hits share one connect), dropped when it fails, when
+//! the server answers that it was demoted, or when it stops answering (see
+//! [`Stall`]), so that a server that is paused, behind a half-open socket or
+//! no longer a primary never leaves the store failing. After a failed
+//! connect, hits reject at once for a while ([`Backoff`]) and one at a time
+//! tries again. Nothing here sends a command again: a hit that was sent may
+//! have counted.
 //!
 //! The socket (TCP, TLS through rustls with ring, or a Unix socket) is opened
-//! here and the Redis client's connection task is run here too, so a
-//! connection that ends is noticed at once, even with no hit in flight.
+//! here, resolving the host name on every connect (a failover that moves a
+//! DNS name is followed), and the Redis client's connection task is run here
+//! too, so a connection that ends is noticed at once, even with no hit in
+//! flight.
 
+use std::collections::hash_map::RandomState;
+use std::hash::BuildHasher;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures_util::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
@@ -24,10 +31,9 @@ use tokio::task::AbortHandle;
 use tokio_rustls::TlsConnector;
 
 use super::config::{Addr, Config};
+use super::health::{Backoff, Gate, Mark, Stall};
 use crate::errors::{Error, Result};
 
-/// Hits in a row that timed out, after which the connection counts as stuck.
-const TIMEOUTS_BEFORE_REPLACING: u32 = 3;
 /// Requests queued for the connection's writer before senders wait.
 const PIPELINE_BUFFER: usize = 1024;
 
@@ -45,7 +51,7 @@ struct State {
     /// Counts connects, so that a late report about an old connection
     /// leaves its replacement alone.
     generation: u64,
-    closed: bool,
+    backoff: Backoff,
 }
 
 enum Target {
@@ -65,8 +71,10 @@ pub struct Link {
     settings: RedisConnectionInfo,
     timeout: Duration,
     state: Mutex<State>,
-    /// Hits in a row that timed out.
-    timeouts: AtomicU32,
+    stall: Stall,
+    /// The generation of a connection that has answered nothing yet (0:
+    /// none): dropped before it answers, it counts as a failed connect.
+    fresh: AtomicU64,
 }
 
 /// Where a Redis client error happened: a failed connect sent no hit.
@@ -110,9 +118,10 @@ impl Link {
             state: Mutex::new(State {
                 conn: Conn::Down,
                 generation: 0,
-                closed: false,
+                backoff: Backoff::new(RandomState::new().hash_one(config.timeout_ms)),
             }),
-            timeouts: AtomicU32::new(0),
+            stall: Stall::default(),
+            fresh: AtomicU64::new(0),
         })
     }
 
@@ -129,19 +138,20 @@ impl Link {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The connection, opening it if there is none, and its generation.
-    /// Must run on the runtime: a connect is a task of its own, so that it
-    /// finishes (and times out) even if the hit that started it gave up.
+    /// The connection, opening it if there is none (unless backing off),
+    /// and its generation. Must run on the runtime: a connect is a task of
+    /// its own, so that it finishes (and times out) even if the hit that
+    /// started it gave up.
     pub async fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64)> {
         let (connecting, generation) = {
             let mut state = self.lock();
-            if state.closed {
-                return Err(Error::Closed);
+            if let Conn::Up(conn, _) = &state.conn {
+                return Ok((conn.clone(), state.generation));
             }
-            match &state.conn {
-                Conn::Up(conn, _) => return Ok((conn.clone(), state.generation)),
-                Conn::Connecting(connecting) => (connecting.clone(), state.generation),
-                Conn::Down => {
+            match (state.backoff.gate(Instant::now()), &state.conn) {
+                (Gate::Refuse(e), _) => return Err(e),
+                (_, Conn::Connecting(connecting)) => (connecting.clone(), state.generation),
+                (_, _) => {
                     state.generation += 1;
                     let connecting = self.connect(state.generation);
                     state.conn = Conn::Connecting(connecting.clone());
@@ -157,18 +167,21 @@ impl Link {
         let task = tokio::spawn(async move {
             let result = match tokio::time::timeout(link.timeout, link.open()).await {
                 Ok(Ok((conn, driver))) => {
-                    // The task holds the link weakly: a store nobody holds closes its socket.
+                    // The task holds the link weakly: a link nobody holds closes its socket.
                     let weak = Arc::downgrade(&link);
                     let task = tokio::spawn(async move {
                         driver.await;
                         if let Some(link) = Weak::upgrade(&weak) {
-                            link.drop_connection(generation);
+                            link.drop_connection(generation, None);
                         }
                     });
                     Ok((conn, task.abort_handle()))
                 }
                 Ok(Err(e)) => Err(classify(&e, Stage::Connect)),
-                Err(_) => Err(Error::Timeout(link.timeout.as_millis() as u64)),
+                Err(_) => Err(Error::Timeout {
+                    ms: link.timeout.as_millis() as u64,
+                    sent: false,
+                }),
             };
             link.settle(generation, result)
         });
@@ -212,64 +225,99 @@ impl Link {
         result: Result<(MultiplexedConnection, AbortHandle)>,
     ) -> Result<MultiplexedConnection> {
         let mut state = self.lock();
-        let current = state.generation == generation && !state.closed;
+        if state.generation != generation {
+            // Only a connect starts a generation, and this one has not settled.
+            if let Ok((_, task)) = result {
+                task.abort();
+            }
+            return Err(Error::Internal("a connect settled out of turn"));
+        }
         match result {
-            Ok((conn, task)) if current => {
+            Ok((conn, task)) => {
                 state.conn = Conn::Up(conn.clone(), task);
-                self.timeouts.store(0, Ordering::Relaxed);
+                self.stall.reset();
+                self.fresh.store(generation, Ordering::Relaxed);
                 Ok(conn)
             }
-            Ok((_, task)) => {
-                task.abort();
-                Err(Error::Closed)
-            }
             Err(e) => {
-                if current {
-                    state.conn = Conn::Down;
-                }
+                state.conn = Conn::Down;
+                state.backoff.failed(Instant::now(), e.clone());
                 Err(e)
             }
         }
     }
 
-    /// A hit got its answer: the connection works.
-    pub fn answered(&self) {
-        if self.timeouts.load(Ordering::Relaxed) != 0 {
-            self.timeouts.store(0, Ordering::Relaxed);
-        }
+    /// What the connection has answered so far: taken before hits are sent.
+    pub fn mark(&self) -> Mark {
+        self.stall.mark()
     }
 
-    /// Hits sent on this generation's connection timed out.
-    pub fn timed_out(&self, generation: u64, hits: usize) {
-        let hits = u32::try_from(hits).unwrap_or(u32::MAX);
-        if self
-            .timeouts
-            .fetch_add(hits, Ordering::Relaxed)
-            .saturating_add(hits)
-            >= TIMEOUTS_BEFORE_REPLACING
+    /// Hits sent on this generation's connection got their answers.
+    pub fn answered(&self, generation: u64) {
+        self.stall.answered();
+        if self.fresh.load(Ordering::Relaxed) == generation
+            && self
+                .fresh
+                .compare_exchange(generation, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
         {
-            self.drop_connection(generation);
+            self.lock().backoff.succeeded();
         }
     }
 
-    /// The connection of this generation failed or is stuck: it is closed
-    /// (hits still on it reject) and the next hit opens a new one.
-    pub fn drop_connection(&self, generation: u64) {
+    /// Hits sent at `sent` on this generation's connection timed out.
+    pub fn timed_out(&self, generation: u64, sent: Mark, hits: usize) {
+        if self.stall.timed_out(sent, hits) {
+            self.drop_connection(generation, None);
+        }
+    }
+
+    /// The connection of this generation failed while hits were on it.
+    pub fn failed(&self, generation: u64) {
+        self.drop_connection(generation, None);
+    }
+
+    /// The server answered that it no longer takes writes (`error`): the
+    /// connection is dropped, and the next connect waits as after a failed one.
+    pub fn demoted(&self, generation: u64, error: Error) {
+        self.drop_connection(generation, Some(error));
+    }
+
+    /// The connection of this generation is closed (hits still on it
+    /// reject) and the next hit opens a new one. A failure, or a connection
+    /// that answered nothing, counts as a failed connect.
+    fn drop_connection(&self, generation: u64, failure: Option<Error>) {
         let mut state = self.lock();
-        if state.generation == generation {
-            if let Conn::Up(_, task) = &state.conn {
-                task.abort();
-                state.conn = Conn::Down;
-                self.timeouts.store(0, Ordering::Relaxed);
+        if state.generation != generation {
+            return;
+        }
+        if let Conn::Up(_, task) = &state.conn {
+            task.abort();
+            state.conn = Conn::Down;
+            let unanswered = self
+                .fresh
+                .compare_exchange(generation, 0, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok();
+            let failure = failure.or_else(|| {
+                unanswered.then(|| Error::Connection {
+                    text: "a new connection to Redis ended before it answered".into(),
+                    sent: false,
+                })
+            });
+            if let Some(e) = failure {
+                state.backoff.failed(Instant::now(), e);
             }
         }
     }
+}
 
-    /// Refuses new hits; the connection ends once the hits in flight have settled.
-    pub fn close(&self) {
-        let mut state = self.lock();
-        state.closed = true;
-        state.conn = Conn::Down;
+impl Drop for Link {
+    fn drop(&mut self) {
+        // Nobody holds the link: its socket closes now.
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Conn::Up(_, task) = &state.conn {
+            task.abort();
+        }
     }
 }
 
@@ -311,12 +359,15 @@ pub fn classify(error: &RedisError, stage: Stage) -> Error {
         redis::ErrorKind::InvalidClientConfig => {
             Error::Config(format!("the Redis client refused the settings: {error}"))
         }
-        _ => Error::Connection(match stage {
-            Stage::Connect => format!("could not connect to Redis: {error}"),
-            Stage::Sent => format!(
-                "the connection to Redis failed ({error}); the hit was not sent again and may or may not have counted"
-            ),
-        }),
+        _ => Error::Connection {
+            text: match stage {
+                Stage::Connect => format!("could not connect to Redis: {error}; the hit was not sent"),
+                Stage::Sent => format!(
+                    "the connection to Redis failed ({error}); the hit was sent, is not sent again, and may or may not have counted"
+                ),
+            },
+            sent: stage == Stage::Sent,
+        },
     }
 }
 
@@ -369,7 +420,11 @@ mod tests {
     fn client_errors_by_kind_and_stage() {
         let io = RedisError::from(std::io::Error::from(std::io::ErrorKind::ConnectionRefused));
         let connect = classify(&io, Stage::Connect);
-        assert_eq!(connect.code(), "ERR_CONNECTION");
+        assert_eq!(
+            (connect.code(), connect.sent()),
+            ("ERR_CONNECTION", Some(false))
+        );
+        assert_eq!(classify(&io, Stage::Sent).sent(), Some(true));
         assert!(connect.to_string().contains("could not connect"));
         let sent = classify(&io, Stage::Sent).to_string();
         assert!(sent.contains("may or may not have counted"), "{sent}");

@@ -2,12 +2,14 @@
 //!
 //! `config` turns options and environment into a target, `link` keeps one
 //! multiplexed connection (per node of a Redis Cluster, whose slot map
-//! `cluster` keeps), `store` runs a hit (the window script), and `batch` is
-//! the queue JavaScript drives, on the `runtime` thread.
+//! `cluster` keeps), `health` judges a connection (backoff, stalls,
+//! demotions), `store` runs a hit (the window script), and `batch` is the
+//! queue JavaScript drives, on the `runtime` thread.
 
 pub mod batch;
 mod cluster;
 pub mod config;
+pub mod health;
 mod link;
 pub mod pipe;
 pub mod resp;

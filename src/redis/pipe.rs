@@ -7,6 +7,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::health;
 use super::resp::{self, Malformed, Parser, Reply};
 use super::store::Hit;
 use crate::errors::{Error, Result};
@@ -130,7 +131,7 @@ impl Pipe {
                     self.sent.push_back(sent);
                     continue;
                 }
-                if matches!(code.as_str(), "READONLY" | "MASTERDOWN" | "LOADING") {
+                if health::demotion(code) {
                     health.unusable = true;
                 }
             }
@@ -163,7 +164,7 @@ impl Pipe {
                 .as_millis() as u64;
             done.push(Done {
                 id: sent.request.id,
-                result: Err(Error::Timeout(ms)),
+                result: Err(Error::Timeout { ms, sent: true }),
             });
         }
         expired
@@ -320,7 +321,13 @@ mod tests {
         p.send(request(2, "b", start + Duration::from_secs(10)));
         let mut done = Vec::new();
         assert_eq!(p.expire(start, &mut done), 1);
-        assert_eq!(done[0].result, Err(Error::Timeout(2_000)));
+        assert_eq!(
+            done[0].result,
+            Err(Error::Timeout {
+                ms: 2_000,
+                sent: true
+            })
+        );
         assert_eq!(p.next_deadline(), Some(start + Duration::from_secs(10)));
         p.feed(b"*2\r\n:1\r\n:5\r\n*2\r\n:7\r\n:5\r\n");
         p.answers(&mut done).unwrap();
@@ -358,7 +365,13 @@ mod tests {
         p.send(request(1, "a", far));
         p.send(request(2, "b", far));
         let mut done = Vec::new();
-        p.fail(&Error::Connection("lost".into()), &mut done);
+        p.fail(
+            &Error::Connection {
+                text: "lost".into(),
+                sent: true,
+            },
+            &mut done,
+        );
         assert_eq!(done.len(), 2);
         assert_eq!(p.in_flight(), 0);
         p.feed(b":1\r\n");

@@ -125,13 +125,17 @@ impl Target {
             deadline
                 .checked_duration_since(Instant::now())
                 .filter(|d| !d.is_zero())
-                .ok_or(Error::Timeout(timeout.as_millis() as u64))
+                .ok_or(Error::Timeout {
+                    ms: timeout.as_millis() as u64,
+                    sent: false,
+                })
         };
         let failed = |e: io::Error| match e.kind() {
-            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => {
-                Error::Timeout(timeout.as_millis() as u64)
-            }
-            _ => Error::Connection(format!("could not connect to Redis: {e}")),
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Error::Timeout {
+                ms: timeout.as_millis() as u64,
+                sent: false,
+            },
+            _ => unsent(format!("could not connect to Redis: {e}")),
         };
         let stream = match &self.config.addr {
             Addr::Tcp { host, port, .. } => {
@@ -164,7 +168,7 @@ impl Target {
             tls: match &self.tls {
                 Some((config, name)) => Some(
                     ClientConnection::new(Arc::clone(config), name.clone())
-                        .map_err(|e| Error::Connection(format!("could not start TLS: {e}")))?,
+                        .map_err(|e| unsent(format!("could not start TLS: {e}")))?,
                 ),
                 None => None,
             },
@@ -174,7 +178,7 @@ impl Target {
                 tls.complete_io(&mut socket.stream.io())
                     .map_err(|e| match e.kind() {
                         io::ErrorKind::InvalidData => {
-                            Error::Connection(format!("the TLS handshake with Redis failed: {e}"))
+                            unsent(format!("the TLS handshake with Redis failed: {e}"))
                         }
                         _ => failed(e),
                     })?;
@@ -190,6 +194,11 @@ impl Target {
     }
 }
 
+/// A connect's failure: no hit was sent on it.
+fn unsent(text: String) -> Error {
+    Error::Connection { text, sent: false }
+}
+
 enum GreetError {
     Io(io::Error),
     Refused(Error),
@@ -202,10 +211,13 @@ impl From<io::Error> for GreetError {
 }
 
 impl Socket {
-    /// AUTH and SELECT, with blocking reads, before the socket is handed on.
+    /// AUTH and SELECT, then PING, with blocking reads, before the socket
+    /// is handed on: a connect succeeds only once the server has answered,
+    /// so an endpoint that accepts and closes (or never answers) fails the
+    /// connect, and no hit is sent to it.
     fn greet(&mut self, config: &Config) -> std::result::Result<(), GreetError> {
         let mut out = Vec::new();
-        let mut expected = 0;
+        let mut expected = 1;
         if let Some(password) = &config.password {
             match &config.username {
                 Some(user) => {
@@ -219,16 +231,15 @@ impl Socket {
             resp::encode(&mut out, &[b"SELECT", config.db.to_string().as_bytes()]);
             expected += 1;
         }
-        if expected == 0 {
-            return Ok(());
-        }
+        resp::encode(&mut out, &[b"PING"]);
         self.write_all_blocking(&out)?;
         let mut parser = Parser::default();
         let mut buf = [0u8; 4096];
         while expected > 0 {
-            match parser.next().map_err(|_| {
-                GreetError::Refused(Error::Connection("Redis answered out of protocol".into()))
-            })? {
+            match parser
+                .next()
+                .map_err(|_| GreetError::Refused(unsent("Redis answered out of protocol".into())))?
+            {
                 Some(Reply::Error(code, detail)) => {
                     return Err(GreetError::Refused(super::link::server_error(
                         &code,

@@ -5,8 +5,10 @@
 //! not run) a hit is sent once more as EVAL, and in a cluster after MOVED or
 //! ASK (the script did not run either) to the node named: the only safe
 //! retries. Nothing else is ever sent again.
+//!
+//! Stores with the same settings share their connections (see [`Nodes::shared`]).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -17,6 +19,7 @@ use futures_util::future::join_all;
 
 use super::cluster::Cluster;
 use super::config::Config;
+use super::health;
 use super::link::{classify, server_error, Link, Stage};
 use crate::errors::{Error, Result};
 use crate::window::{self, MAX_SAFE};
@@ -37,9 +40,62 @@ pub struct Hit {
 }
 
 /// Where hits go: the one server, or each key's node in a Redis Cluster.
+#[derive(Clone)]
 enum Nodes {
     Single(Arc<Link>),
     Cluster(Arc<Cluster>),
+}
+
+/// The nodes of a store that may still be alive, held weakly.
+enum Held {
+    Single(Weak<Link>),
+    Cluster(Weak<Cluster>),
+}
+
+/// How long the connections of a store that was collected without
+/// `close()` stay open, for a store with the same settings made meanwhile
+/// (an app that makes a store per request).
+const LINGER: Duration = Duration::from_secs(2);
+
+impl Nodes {
+    /// The nodes of a live store with the same settings (target,
+    /// credentials, database, TLS roots, cluster seeds, timeoutMs; the
+    /// prefix plays no part in a connection), else new ones. Sharing is
+    /// sound: a connection carries no state of a store's own, hits of
+    /// several stores are pipelined on it as one store's are, and its
+    /// health (timeouts, backoff) is the server's, the same for all.
+    fn shared(config: &Config) -> Result<Nodes> {
+        static SHARED: Mutex<Vec<(Config, Held)>> = Mutex::new(Vec::new());
+        // Every change leaves the list whole, so a poisoned lock is still usable.
+        let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
+        shared.retain(|(_, held)| held.upgrade().is_some());
+        if let Some(nodes) = shared
+            .iter()
+            .find(|(c, _)| c == config)
+            .and_then(|(_, held)| held.upgrade())
+        {
+            return Ok(nodes);
+        }
+        let nodes = match &config.cluster {
+            Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
+            None => Nodes::Single(Arc::new(Link::new(config)?)),
+        };
+        let held = match &nodes {
+            Nodes::Single(link) => Held::Single(Arc::downgrade(link)),
+            Nodes::Cluster(cluster) => Held::Cluster(Arc::downgrade(cluster)),
+        };
+        shared.push((config.clone(), held));
+        Ok(nodes)
+    }
+}
+
+impl Held {
+    fn upgrade(&self) -> Option<Nodes> {
+        match self {
+            Held::Single(link) => link.upgrade().map(Nodes::Single),
+            Held::Cluster(cluster) => cluster.upgrade().map(Nodes::Cluster),
+        }
+    }
 }
 
 pub struct Store {
@@ -54,12 +110,8 @@ const MAX_REDIRECTS: usize = 5;
 
 impl Store {
     pub fn new(config: &Config) -> Result<Store> {
-        let nodes = match &config.cluster {
-            Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
-            None => Nodes::Single(Arc::new(Link::new(config)?)),
-        };
         Ok(Store {
-            nodes,
+            nodes: Nodes::shared(config)?,
             timeout: Duration::from_millis(config.timeout_ms),
             secrets: config.secrets(),
         })
@@ -83,12 +135,12 @@ impl Store {
             }
             Nodes::Cluster(cluster) => routed(cluster, queries, deadline).await,
         };
-        let timeout = Error::Timeout(self.timeout.as_millis() as u64);
+        let ms = self.timeout.as_millis() as u64;
         let results = answers.into_iter().map(|answer| match answer {
             Answer::Value(value) => outcome(value),
             Answer::Refused(e) => Err(e),
             Answer::Failed(e) => Err(classify(&e, Stage::Sent)),
-            Answer::TimedOut => Err(timeout.clone()),
+            Answer::TimedOut { sent } => Err(Error::Timeout { ms, sent }),
         });
         self.answer(queries, results)
     }
@@ -112,22 +164,28 @@ impl Store {
             .collect()
     }
 
-    /// Ends the connections; later hits reject with [`Error::Closed`].
-    pub fn close(&self) {
-        match &self.nodes {
-            Nodes::Single(link) => link.close(),
-            Nodes::Cluster(cluster) => cluster.close(),
-        }
+    /// Keeps this store's connections open for a while after it is gone
+    /// (they close when no store holds them), for a store with the same
+    /// settings made meanwhile. Runs on the runtime.
+    pub fn linger(&self) {
+        let nodes = self.nodes.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            drop(nodes);
+        });
     }
 }
 
 /// How one hit ended.
 enum Answer {
     Value(Value),
-    /// Not sent: no connection (or the store is closed).
+    /// Not sent: no connection.
     Refused(Error),
     Failed(redis::RedisError),
-    TimedOut,
+    /// `sent` false: timed out while connecting.
+    TimedOut {
+        sent: bool,
+    },
 }
 
 impl Answer {
@@ -153,8 +211,17 @@ impl Answer {
                 "CLUSTERDOWN" | "TRYAGAIN" | "MASTERDOWN" | "READONLY" | "LOADING"
             ),
             Answer::Value(_) => false,
-            Answer::Refused(e) => *e != Error::Closed,
-            Answer::Failed(_) | Answer::TimedOut => true,
+            Answer::Refused(_) | Answer::Failed(_) | Answer::TimedOut { .. } => true,
+        }
+    }
+
+    /// The error of an answer that says the node no longer takes writes.
+    fn demotion(&self) -> Option<Error> {
+        match self {
+            Answer::Value(Value::ServerError(e)) if health::demotion(e.code()) => {
+                Some(server_error(e.code(), e.details(), Stage::Sent))
+            }
+            _ => None,
         }
     }
 }
@@ -171,19 +238,27 @@ async fn on_node(
     let (conn, generation) = match timeout_at(deadline, link.connection()).await {
         Ok(Ok(connected)) => connected,
         Ok(Err(e)) => return chosen.iter().map(|_| Answer::Refused(e.clone())).collect(),
-        Err(_) => return chosen.iter().map(|_| Answer::TimedOut).collect(),
+        Err(_) => {
+            return chosen
+                .iter()
+                .map(|_| Answer::TimedOut { sent: false })
+                .collect()
+        }
     };
+    let mark = link.mark();
     let answers = send(conn, queries, chosen, asking, deadline).await;
     let timeouts = answers
         .iter()
-        .filter(|a| matches!(a, Answer::TimedOut))
+        .filter(|a| matches!(a, Answer::TimedOut { .. }))
         .count();
-    if timeouts > 0 {
-        link.timed_out(generation, timeouts);
+    if let Some(demotion) = answers.iter().find_map(Answer::demotion) {
+        link.demoted(generation, demotion);
+    } else if timeouts > 0 {
+        link.timed_out(generation, mark, timeouts);
     } else if answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
-        link.drop_connection(generation);
+        link.failed(generation);
     } else {
-        link.answered();
+        link.answered(generation);
     }
     answers
 }
@@ -196,7 +271,7 @@ async fn routed(cluster: &Arc<Cluster>, queries: &[Query<'_>], deadline: Instant
     let links = match timeout_at(deadline, cluster.route(queries.iter().map(|q| q.key))).await {
         Ok(Ok(links)) => links,
         Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
-        Err(_) => return all(&|| Answer::TimedOut),
+        Err(_) => return all(&|| Answer::TimedOut { sent: false }),
     };
     let mut answers: Vec<Option<Answer>> = queries.iter().map(|_| None).collect();
     let mut pending: Vec<(usize, Arc<Link>, bool)> = Vec::with_capacity(queries.len());
@@ -336,7 +411,10 @@ async fn pipeline(
             .collect(),
         Ok(Ok(_)) => chosen.iter().map(|_| Answer::Value(Value::Nil)).collect(),
         Ok(Err(e)) => chosen.iter().map(|_| Answer::Failed(e.clone())).collect(),
-        Err(_) => chosen.iter().map(|_| Answer::TimedOut).collect(),
+        Err(_) => chosen
+            .iter()
+            .map(|_| Answer::TimedOut { sent: true })
+            .collect(),
     }
 }
 
@@ -392,8 +470,12 @@ mod tests {
         assert!(!moved.node_trouble());
         assert!(server("-CLUSTERDOWN The cluster is down\r\n").node_trouble());
         assert!(!server("-COUNTRANGE x\r\n").node_trouble());
-        assert!(!Answer::Refused(Error::Closed).node_trouble());
-        assert!(Answer::TimedOut.node_trouble());
+        assert!(Answer::TimedOut { sent: true }.node_trouble());
+        let readonly = server("-READONLY You can't write against a read only replica.\r\n");
+        assert!(readonly.node_trouble());
+        assert_eq!(readonly.demotion().unwrap().code(), "ERR_REDIS");
+        assert_eq!(server("-ERR x\r\n").demotion(), None);
+        assert_eq!(moved.demotion(), None);
     }
 
     #[test]
