@@ -10,6 +10,7 @@ pub mod clock;
 pub mod errors;
 pub mod memory;
 pub mod redis;
+pub mod sliding;
 pub mod window;
 pub mod wtf8;
 

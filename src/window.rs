@@ -130,6 +130,11 @@ pub const CONSUME_SCRIPT: &str = include_str!("window_consume.lua");
 /// The refund as a Lua script (`window_refund.lua`).
 pub const REFUND_SCRIPT: &str = include_str!("window_refund.lua");
 
+/// The longest window of the sliding window, and the longest time a token
+/// bucket takes to fill: 2^52 µs (about 142 years), so that every time the
+/// Lua twins compute is an exact double.
+pub const MAX_PERIOD_MS: u64 = (1 << 52) / US_PER_MS;
+
 /// `n` as a count from 0 to [`MAX_SAFE`], if it is one.
 pub fn non_negative_safe_integer(n: f64) -> Option<i64> {
     let whole = n as i64;

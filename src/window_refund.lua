@@ -22,6 +22,6 @@ end
 local count = stored_count()
 local taken = math.min(amount, math.max(count, 0))
 if taken > 0 then
-  count = redis.call('DECRBY', key, taken)
+  count = redis.call('DECRBY', key, string.format('%.0f', taken))
 end
 return { count, pttl }
