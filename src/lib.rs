@@ -11,6 +11,7 @@ pub mod clock;
 pub mod errors;
 pub mod memory;
 pub mod redis;
+pub mod reset;
 pub mod sliding;
 pub mod window;
 pub mod wtf8;
