@@ -6,10 +6,13 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod bucket;
 pub mod clock;
 pub mod errors;
 pub mod memory;
 pub mod redis;
+pub mod reset;
+pub mod sliding;
 pub mod window;
 pub mod wtf8;
 

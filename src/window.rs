@@ -36,13 +36,14 @@ impl Counter {
     }
 }
 
-/// What the caller must do with its stored counter after a hit.
+/// What the caller must do with its stored state after an operation; `S` is
+/// the algorithm's state (a fixed-window [`Counter`] unless said otherwise).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Change {
+pub enum Change<S = Counter> {
     /// Leave it as it is (a read, or a read of nothing).
     Keep,
-    /// Store this counter (a new window or an update).
-    Put(Counter),
+    /// Store this state (a new window or an update).
+    Put(S),
     /// Its window has ended and this read opened none: it may be dropped.
     Drop,
 }
@@ -119,6 +120,146 @@ pub fn hit(stored: Option<Counter>, now: u64, window_ms: u64, amount: i64) -> Re
             long: window_ms > SHORT_WINDOW_MS,
         }),
     })
+}
+
+// Limit-aware consume and refund, on the same counter (and Redis data layout)
+// as `hit`, so all three agree on one key.
+
+/// The limit-aware consume as a Lua script (`window_consume.lua`).
+pub const CONSUME_SCRIPT: &str = include_str!("window_consume.lua");
+/// The refund as a Lua script (`window_refund.lua`).
+pub const REFUND_SCRIPT: &str = include_str!("window_refund.lua");
+
+/// The longest window of the sliding window, and the longest time a token
+/// bucket takes to fill: 2^52 µs (about 142 years), so that every time the
+/// Lua twins compute is an exact double.
+pub const MAX_PERIOD_MS: u64 = (1 << 52) / US_PER_MS;
+
+/// `n` as a count from 0 to [`MAX_SAFE`], if it is one.
+pub fn non_negative_safe_integer(n: f64) -> Option<i64> {
+    let whole = n as i64;
+    ((0..=MAX_SAFE).contains(&whole) && whole as f64 == n).then_some(whole)
+}
+
+/// Checks the numbers of a consume: `(window_ms, limit, cost)`.
+pub fn check_consume(window_ms: f64, limit: f64, cost: f64) -> Result<(u64, i64, i64)> {
+    let (window_ms, _) = check(window_ms, 0.0)?;
+    let limit = non_negative_safe_integer(limit).ok_or(Error::InvalidRange(
+        "limit must be a safe integer of 0 or more",
+    ))?;
+    let cost = non_negative_safe_integer(cost).ok_or(Error::InvalidRange(
+        "cost must be a safe integer of 0 or more",
+    ))?;
+    Ok((window_ms, limit, cost))
+}
+
+/// Checks the amount of a refund.
+pub fn check_refund(amount: f64) -> Result<i64> {
+    non_negative_safe_integer(amount).ok_or(Error::InvalidRange(
+        "amount must be a safe integer of 0 or more",
+    ))
+}
+
+/// What remains of `limit` at `count`: from 0 to `limit` (a count below 0,
+/// left by refunds through `hit`, still answers at most `limit`).
+pub fn remaining(limit: i64, count: i64) -> i64 {
+    limit.saturating_sub(count).clamp(0, limit)
+}
+
+/// The answer of a limit-aware consume.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Consumed {
+    /// Whether `count + cost <= limit` held, so that `cost` was added.
+    pub allowed: bool,
+    /// The count after this consume (unchanged when refused); 0 with no open window.
+    pub count: i64,
+    /// `limit - count`, from 0 to `limit`.
+    pub remaining: i64,
+    /// Whole ms until the window ends (and frees); `window_ms` with no open window.
+    pub reset_ms: u64,
+    pub change: Change,
+}
+
+/// Adds `cost` only if the count stays within `limit`. A refused consume, and
+/// a consume of cost 0 (a read), change nothing and open no window.
+pub fn consume(
+    stored: Option<Counter>,
+    now: u64,
+    window_ms: u64,
+    limit: i64,
+    cost: i64,
+) -> Consumed {
+    let open = stored.and_then(|c| c.reset_ms(now).map(|reset_ms| (c, reset_ms)));
+    let (count, reset_ms) = open.map_or((0, window_ms), |(c, ms)| (c.count, ms));
+    // Both are within ±MAX_SAFE, so the sum fits, and an allowed sum is safe.
+    let allowed = count + cost <= limit;
+    let (count, change) = match open {
+        _ if !allowed || cost == 0 => {
+            let change = match (open, stored) {
+                (None, Some(_)) => Change::Drop,
+                _ => Change::Keep,
+            };
+            (count, change)
+        }
+        Some((counter, _)) => {
+            let count = count + cost;
+            (count, Change::Put(Counter { count, ..counter }))
+        }
+        None => (
+            cost,
+            Change::Put(Counter {
+                count: cost,
+                ends_at: now.saturating_add(window_ms.saturating_mul(US_PER_MS)),
+                long: window_ms > SHORT_WINDOW_MS,
+            }),
+        ),
+    };
+    Consumed {
+        allowed,
+        count,
+        remaining: remaining(limit, count),
+        reset_ms,
+        change,
+    }
+}
+
+/// The answer of a refund.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refunded {
+    /// The count after the refund; 0 when no window was open.
+    pub count: i64,
+    /// Whole ms until the open window ends; 0 when none was open.
+    pub reset_ms: u64,
+    pub change: Change,
+}
+
+/// Gives back up to `amount` within the open window, never taking the count
+/// below 0, so a late or repeated refund can never lift a window past its
+/// limit. With no open window it does nothing (and opens none).
+pub fn refund(stored: Option<Counter>, now: u64, amount: i64) -> Refunded {
+    let open = stored.and_then(|c| c.reset_ms(now).map(|reset_ms| (c, reset_ms)));
+    let Some((counter, reset_ms)) = open else {
+        return Refunded {
+            count: 0,
+            reset_ms: 0,
+            change: if stored.is_some() {
+                Change::Drop
+            } else {
+                Change::Keep
+            },
+        };
+    };
+    let taken = amount.min(counter.count.max(0));
+    let count = counter.count - taken;
+    Refunded {
+        count,
+        reset_ms,
+        change: if taken == 0 {
+            Change::Keep
+        } else {
+            Change::Put(Counter { count, ..counter })
+        },
+    }
 }
 
 #[cfg(test)]
@@ -218,5 +359,228 @@ mod tests {
         assert!(check(1.0, 0.5).is_err());
         assert_eq!(check(1.0, -(MAX_SAFE as f64)), Ok((1, -MAX_SAFE)));
         assert_eq!(check(MAX_SAFE as f64, -0.0), Ok((MAX_SAFE as u64, 0)));
+    }
+
+    fn open(count: i64, ends_at: u64) -> Counter {
+        Counter {
+            count,
+            ends_at,
+            long: false,
+        }
+    }
+
+    #[test]
+    fn consume_opens_a_window_at_cost() {
+        let o = consume(None, 5 * MS, 60_000, 10, 3);
+        assert_eq!(
+            (o.allowed, o.count, o.remaining, o.reset_ms),
+            (true, 3, 7, 60_000)
+        );
+        assert_eq!(put_of(o.change).ends_at, 60_005 * MS);
+    }
+
+    #[test]
+    fn consume_adds_only_within_the_limit() {
+        let c = open(8, 10_000 * MS);
+        let o = consume(Some(c), 4_000 * MS, 60_000, 10, 2);
+        assert_eq!(
+            (o.allowed, o.count, o.remaining, o.reset_ms),
+            (true, 10, 0, 6_000)
+        );
+        assert_eq!(put_of(o.change), open(10, 10_000 * MS));
+        let o = consume(Some(c), 4_000 * MS, 60_000, 10, 3);
+        assert_eq!(
+            (o.allowed, o.count, o.remaining, o.reset_ms),
+            (false, 8, 2, 6_000)
+        );
+        assert_eq!(o.change, Change::Keep);
+    }
+
+    #[test]
+    fn consume_of_cost_zero_reads() {
+        let o = consume(None, 0, 1_000, 0, 0);
+        assert_eq!(
+            (o.allowed, o.count, o.remaining, o.change),
+            (true, 0, 0, Change::Keep)
+        );
+        let o = consume(Some(open(5, 2 * MS)), 0, 1_000, 5, 0);
+        assert_eq!(
+            (o.allowed, o.count, o.remaining, o.change),
+            (true, 5, 0, Change::Keep)
+        );
+        // Over the limit (hit took it there, or a lower limit is asked now).
+        let o = consume(Some(open(6, 2 * MS)), 0, 1_000, 5, 0);
+        assert_eq!(
+            (o.allowed, o.count, o.remaining, o.change),
+            (false, 6, 0, Change::Keep)
+        );
+    }
+
+    #[test]
+    fn consume_above_the_limit_changes_nothing() {
+        let o = consume(None, 0, 1_000, 4, 5);
+        assert_eq!(
+            (o.allowed, o.count, o.reset_ms, o.change),
+            (false, 0, 1_000, Change::Keep)
+        );
+        let o = consume(Some(open(1, 5 * MS)), 6 * MS, 1_000, 4, 5);
+        assert_eq!((o.allowed, o.count, o.change), (false, 0, Change::Drop));
+        let o = consume(Some(open(0, 5 * MS)), 0, 1_000, MAX_SAFE, MAX_SAFE);
+        assert!(o.allowed);
+        let o = consume(Some(open(1, 5 * MS)), 0, 1_000, MAX_SAFE, MAX_SAFE);
+        assert_eq!((o.allowed, o.count), (false, 1));
+    }
+
+    #[test]
+    fn consume_at_the_window_edge_starts_anew() {
+        let c = open(9, 1_000 * MS);
+        let o = consume(Some(c), 999_001, 500, 10, 2);
+        assert_eq!((o.allowed, o.count, o.reset_ms), (true, 2, 500));
+        let o = consume(Some(c), 999_000, 500, 10, 2);
+        assert_eq!((o.allowed, o.count, o.reset_ms), (false, 9, 1));
+    }
+
+    #[test]
+    fn consume_below_zero_answers_at_most_the_limit_remaining() {
+        let o = consume(Some(open(-4, 5 * MS)), 0, 1_000, 3, 1);
+        assert_eq!((o.allowed, o.count, o.remaining), (true, -3, 3));
+        let o = consume(Some(open(-MAX_SAFE, 5 * MS)), 0, 1_000, MAX_SAFE, MAX_SAFE);
+        assert_eq!((o.allowed, o.count, o.remaining), (true, 0, MAX_SAFE));
+    }
+
+    #[test]
+    fn refund_gives_back_within_the_window_down_to_zero() {
+        let c = open(5, 10 * MS);
+        let o = refund(Some(c), 2 * MS, 2);
+        assert_eq!(
+            (o.count, o.reset_ms, put_of(o.change)),
+            (3, 8, open(3, 10 * MS))
+        );
+        let o = refund(Some(c), 2 * MS, 9);
+        assert_eq!((o.count, o.reset_ms), (0, 8));
+        let o = refund(Some(c), 2 * MS, 0);
+        assert_eq!((o.count, o.change), (5, Change::Keep));
+        let o = refund(Some(open(-2, 10 * MS)), 0, 1);
+        assert_eq!((o.count, o.change), (-2, Change::Keep));
+    }
+
+    #[test]
+    fn refund_opens_no_window() {
+        assert_eq!(
+            refund(None, 0, 3),
+            Refunded {
+                count: 0,
+                reset_ms: 0,
+                change: Change::Keep
+            }
+        );
+        let o = refund(Some(open(5, 10 * MS)), 9_001, 3);
+        assert_eq!((o.count, o.reset_ms, o.change), (0, 0, Change::Drop));
+    }
+
+    #[test]
+    fn checks_of_consume_and_refund() {
+        assert_eq!(check_consume(1_000.0, 0.0, 0.0), Ok((1_000, 0, 0)));
+        assert!(check_consume(0.0, 1.0, 1.0).is_err());
+        assert!(check_consume(1.0, -1.0, 1.0).is_err());
+        assert!(check_consume(1.0, 1.0, -1.0).is_err());
+        assert!(check_consume(1.0, 1.5, 1.0).is_err());
+        assert!(check_consume(1.0, 1.0, f64::NAN).is_err());
+        assert!(check_consume(1.0, 2f64.powi(53), 1.0).is_err());
+        assert_eq!(check_refund(-0.0), Ok(0));
+        assert!(check_refund(-1.0).is_err());
+        assert!(check_refund(f64::INFINITY).is_err());
+    }
+
+    fn put_of(change: Change) -> Counter {
+        match change {
+            Change::Put(c) => c,
+            other => panic!("expected a Put, got {other:?}"),
+        }
+    }
+
+    /// The fixed-window rules as plainly as they are written in the README:
+    /// one `(count, end)` per key, in µs.
+    #[derive(Default)]
+    struct Model(std::collections::HashMap<u8, (i64, u64)>);
+
+    impl Model {
+        fn open(&self, key: u8, now: u64) -> Option<(i64, u64)> {
+            self.0
+                .get(&key)
+                .copied()
+                .filter(|&(_, end)| end >= now + MS)
+        }
+        fn consume(
+            &mut self,
+            key: u8,
+            now: u64,
+            window_ms: u64,
+            limit: i64,
+            cost: i64,
+        ) -> (bool, i64, u64) {
+            let (count, end) = self.open(key, now).unwrap_or((0, now + window_ms * MS));
+            if count + cost > limit {
+                return (false, count, (end - now).div_ceil(MS));
+            }
+            if cost > 0 {
+                self.0.insert(key, (count + cost, end));
+            }
+            (true, count + cost, (end - now).div_ceil(MS))
+        }
+        fn refund(&mut self, key: u8, now: u64, amount: i64) -> (i64, u64) {
+            match self.open(key, now) {
+                None => (0, 0),
+                Some((count, end)) => {
+                    let count = if count > 0 {
+                        (count - amount).max(0)
+                    } else {
+                        count
+                    };
+                    self.0.insert(key, (count, end));
+                    (count, (end - now).div_ceil(MS))
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn consume_and_refund_agree_with_the_model(
+            ops in proptest::collection::vec(
+                (0u8..4, 0u64..1_500_000, 1u64..2_000, 0i64..8, 0i64..4, proptest::bool::ANY),
+                1..200,
+            )
+        ) {
+            let mut stored: std::collections::HashMap<u8, Counter> = Default::default();
+            let mut model = Model::default();
+            let mut now = 0;
+            for (key, step, window_ms, limit, amount, is_refund) in ops {
+                now += step;
+                let held = stored.get(&key).copied();
+                let change = if is_refund {
+                    let o = refund(held, now, amount);
+                    proptest::prop_assert_eq!((o.count, o.reset_ms), model.refund(key, now, amount));
+                    o.change
+                } else {
+                    let o = consume(held, now, window_ms, limit, amount);
+                    proptest::prop_assert_eq!(
+                        (o.allowed, o.count, o.reset_ms),
+                        model.consume(key, now, window_ms, limit, amount)
+                    );
+                    proptest::prop_assert_eq!(o.remaining, (limit - o.count).clamp(0, limit));
+                    o.change
+                };
+                match change {
+                    Change::Keep => {}
+                    Change::Put(c) => {
+                        stored.insert(key, c);
+                    }
+                    Change::Drop => {
+                        stored.remove(&key);
+                    }
+                }
+            }
+        }
     }
 }
