@@ -24,6 +24,96 @@ export interface RateLimitStore {
   readonly shared: boolean;
 }
 
+/** Options of a limit-aware consume. */
+export interface ConsumeOptions {
+  /** Most cost units allowed per window: a safe integer, 0 or more. */
+  limit: number;
+  /** Window length in milliseconds: a positive safe integer. */
+  windowMs: number;
+  /** What this request costs: a safe integer, 0 or more. Default 1; 0 reads. */
+  cost?: number;
+}
+
+/** The answer of a limit-aware consume (fixed or sliding window). */
+export interface ConsumeResult {
+  /** Whether the cost was taken. A refused consume changed nothing. */
+  readonly allowed: boolean;
+  /** The count after this call (the weighted estimate, for a sliding window). */
+  readonly count: number;
+  /** `limit - count`, kept between 0 and `limit`. */
+  readonly remaining: number;
+  /** Milliseconds until the current window ends. */
+  readonly resetMs: number;
+  /** 0 when allowed; else milliseconds until the same consume would pass with no other traffic. */
+  readonly retryMs: number;
+}
+
+/** Options of a token bucket. */
+export interface TokenBucketOptions {
+  /** Most tokens the bucket holds: a positive safe integer. A new key starts full. */
+  capacity: number;
+  /** Tokens that come back every `intervalMs`, whole, up to `capacity`: a positive safe integer. */
+  refill: number;
+  /** Milliseconds between refills: a positive safe integer. */
+  intervalMs: number;
+  /** Tokens this request takes: a safe integer, 0 or more. Default 1; 0 reads. */
+  cost?: number;
+}
+
+/** The answer of a token bucket. */
+export interface TokenBucketResult {
+  /** Whether the tokens were taken. A refused take changed nothing. */
+  readonly allowed: boolean;
+  /** Tokens left after this call. */
+  readonly remaining: number;
+  /** 0 when allowed; else milliseconds until `cost` tokens are in. */
+  readonly retryMs: number;
+  /** Milliseconds until the bucket is full again (0 when it is). */
+  readonly resetMs: number;
+}
+
+/** A sliding window over one store (seed 004's): the previous window weighted by its share still inside. */
+export interface SlidingWindow {
+  /** Adds `amount` (default 1; 0 reads) with no limit; `count` is the estimate including it. */
+  increment(key: string, windowMs: number, amount?: number): Promise<CounterHit>;
+  /** Takes back up to `amount` (default 1), current window first; never below 0, never creates a state. */
+  decrement(key: string, windowMs: number, amount?: number): Promise<CounterHit>;
+  /** Adds `cost` only if the estimate stays within `limit`; a refused consume changes nothing. */
+  consume(key: string, options: ConsumeOptions): Promise<ConsumeResult>;
+}
+
+/**
+ * What ratestore's own stores offer beyond the contract's `hit`: every operation one atomic step per
+ * key (one lock, or one Lua script and one round trip), with the same answer from memoryStore,
+ * redisStore and a Redis Cluster. Each algorithm keeps its own state under its own key (on Redis:
+ * `prefix + key` for the fixed window, `+ ':sw'` for the sliding window, `+ ':tb'` for the token
+ * bucket), so switching an app's algorithm never misreads a counter.
+ */
+export interface RatestoreStore extends RateLimitStore {
+  /**
+   * Fixed window, on `hit`'s counter: adds `cost` only if `count + cost <= limit`. A refused consume
+   * costs one call and changes nothing; with no open window and `cost <= limit` it opens one.
+   */
+  consume(key: string, options: ConsumeOptions): Promise<ConsumeResult>;
+  /**
+   * Gives back up to `amount` (a safe integer, 0 or more) within the open fixed window, never below 0;
+   * resolves `null`, changing nothing, when no window is open: a refund never opens a window.
+   */
+  refund(key: string, amount: number): Promise<CounterHit | null>;
+  /** The sliding-window algorithm over this store. */
+  readonly slidingWindow: SlidingWindow;
+  /** Takes `cost` tokens from the key's bucket if it holds them. */
+  tokenBucket(key: string, options: TokenBucketOptions): Promise<TokenBucketResult>;
+  /** Removes what every algorithm keeps for `key`. */
+  reset(key: string): Promise<void>;
+  /**
+   * Empties the store: memoryStore at once; redisStore every key under its prefix (SCAN and UNLINK in
+   * batches, on every master of a cluster, never KEYS). Rejects with `ERR_CONFIG` when the prefix is
+   * empty, since that would empty the whole database.
+   */
+  resetAll(): Promise<void>;
+}
+
 export interface MemoryStoreOptions {
   /** Most counters held at once. Default 1,000,000. */
   maxKeys?: number;
@@ -35,7 +125,7 @@ export interface MemoryStoreOptions {
 }
 
 /** The store `memoryStore()` returns. */
-export interface MemoryStore extends RateLimitStore {
+export interface MemoryStore extends RatestoreStore {
   readonly shared: false;
   /** Counters held now, including ended windows not yet swept. */
   readonly size: number;
@@ -84,7 +174,7 @@ export interface RedisStoreOptions {
 }
 
 /** The store `redisStore()` returns. */
-export interface RedisStore extends RateLimitStore {
+export interface RedisStore extends RatestoreStore {
   readonly shared: true;
   /**
    * Refuses later hits (they reject with `ERR_CLOSED`) and ends the connection. Resolves once the hits in
