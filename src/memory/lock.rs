@@ -4,6 +4,7 @@
 //! mutex needs a locked instruction that shows on every hit.
 
 use std::cell::UnsafeCell;
+use std::marker::PhantomData;
 use std::ops::{Deref, DerefMut};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -45,7 +46,10 @@ impl<T> SpinLock<T> {
                 }
             }
         }
-        let guard = Guard { lock: self };
+        let guard = Guard {
+            lock: self,
+            _not_auto: PhantomData,
+        };
         if self.poisoned.load(Ordering::Relaxed) {
             return Err(Poisoned);
         }
@@ -55,7 +59,14 @@ impl<T> SpinLock<T> {
 
 pub struct Guard<'a, T> {
     lock: &'a SpinLock<T>,
+    /// Opts out of the auto traits: a guard derefs to `&T`, so it may be
+    /// shared between threads only when `T` may (std's `MutexGuard` rule),
+    /// whatever the lock's own `Sync` says. Not `Send` either, as std's.
+    _not_auto: PhantomData<*const ()>,
 }
+
+// SAFETY: a shared guard gives out only `&T`, which other threads may hold when `T: Sync`.
+unsafe impl<T: Sync> Sync for Guard<'_, T> {}
 
 impl<T> Deref for Guard<'_, T> {
     type Target = T;
@@ -84,7 +95,24 @@ impl<T> Drop for Guard<'_, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::cell::Cell;
     use std::sync::Arc;
+
+    /// Names `Guard<T>`'s `Sync` impl only when it exists: with two candidate
+    /// impls, `_` cannot be inferred, and the check does not compile.
+    trait AmbiguousIfSync<A> {
+        fn check() {}
+    }
+    impl<T: ?Sized> AmbiguousIfSync<()> for T {}
+    impl<T: ?Sized + Sync> AmbiguousIfSync<u8> for T {}
+
+    /// Compiles only while a guard of a `!Sync` value (a `Cell`, which is
+    /// `Send`) is not `Sync`; a guard of a `Sync` value still is.
+    const _: fn() = || {
+        <Guard<'static, Cell<u64>> as AmbiguousIfSync<_>>::check();
+        fn sync<T: Sync>() {}
+        sync::<Guard<'static, u64>>();
+    };
 
     #[test]
     fn threads_take_turns() {
