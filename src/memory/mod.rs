@@ -192,26 +192,28 @@ fn lock(shard: &SpinLock<Shard>) -> Result<Guard<'_, Shard>> {
 /// Opens a table: a private one, or the process-wide one of that name, which
 /// every module and worker thread of the process that asks for it shares.
 pub fn open(name: Option<&str>, max_keys: usize) -> Result<Arc<Table>> {
-    let table = match name {
-        None => Arc::new(Table::new(max_keys)),
-        Some(name) => {
-            static NAMED: OnceLock<Mutex<HashMap<String, Arc<Table>>>> = OnceLock::new();
-            let mut named = NAMED
-                .get_or_init(Default::default)
-                .lock()
-                .map_err(poisoned)?;
-            let table = named
-                .entry(name.to_owned())
-                .or_insert_with(|| Arc::new(Table::new(max_keys)));
-            if table.max_keys() != max_keys {
-                return Err(Error::InvalidRange(
-                    "a memoryStore of this name already exists with another maxKeys",
-                ));
-            }
-            Arc::clone(table)
-        }
+    let Some(name) = name else {
+        let table = Arc::new(Table::new(max_keys));
+        sweep_later(&table)?;
+        return Ok(table);
     };
-    sweeper(&table)?;
+    static NAMED: OnceLock<Mutex<HashMap<String, Arc<Table>>>> = OnceLock::new();
+    let mut named = NAMED
+        .get_or_init(Default::default)
+        .lock()
+        .map_err(poisoned)?;
+    if let Some(table) = named.get(name) {
+        if table.max_keys() != max_keys {
+            return Err(Error::InvalidRange(
+                "a memoryStore of this name already exists with another maxKeys",
+            ));
+        }
+        return Ok(Arc::clone(table));
+    }
+    let table = Arc::new(Table::new(max_keys));
+    // Once per table: a name opened again is swept already.
+    sweep_later(&table)?;
+    named.insert(name.to_owned(), Arc::clone(&table));
     Ok(table)
 }
 
@@ -219,12 +221,15 @@ fn poisoned<T>(_: T) -> Error {
     Error::Internal("a lock was poisoned by an earlier panic")
 }
 
-/// Registers a table with the one sweeper thread of the process. A native
+/// The tables the sweeper thread visits, each once; a table no store holds
+/// any more is let go on its next round.
+static SWEPT: OnceLock<Mutex<Vec<Weak<Table>>>> = OnceLock::new();
+
+/// Registers a new table with the one sweeper thread of the process. A native
 /// thread never keeps Node.js alive, so an idle store lets the process exit.
-fn sweeper(table: &Arc<Table>) -> Result<()> {
-    static TABLES: OnceLock<Mutex<Vec<Weak<Table>>>> = OnceLock::new();
+fn sweep_later(table: &Arc<Table>) -> Result<()> {
     let mut first = false;
-    let tables = TABLES.get_or_init(|| {
+    let tables = SWEPT.get_or_init(|| {
         first = true;
         Mutex::default()
     });
@@ -379,6 +384,17 @@ mod tests {
         }
         assert_eq!(t.sweep(61 * MS * 1000), 10_000);
         assert!(t.is_empty());
+    }
+
+    #[test]
+    fn a_name_opened_again_is_swept_once() {
+        let table = open(Some("memory-test-sweeper"), 5).unwrap();
+        for _ in 0..100_000 {
+            open(Some("memory-test-sweeper"), 5).unwrap();
+        }
+        let swept = SWEPT.get().unwrap().lock().unwrap();
+        let entries = swept.iter().filter(|w| w.as_ptr() == Arc::as_ptr(&table));
+        assert_eq!(entries.count(), 1);
     }
 
     #[test]
