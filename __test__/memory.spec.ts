@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
@@ -180,6 +181,22 @@ describe('memoryStore', () => {
     const counts = await hitFromWorkers(4, { factory: 'memoryStore', options: { name }, key: 'shared', hits });
     expect(counts).toEqual(Array.from({ length: 4 * hits }, (_, i) => i + 1));
     expect((await memoryStore({ name }).hit('shared', 60_000, 0)).count).toBe(4 * hits);
+  });
+
+  it('applies no older time to a window another worker thread opened: every resetMs <= windowMs', async () => {
+    const name = `reset-${process.pid}-${Date.now()}`;
+    const runs = Array.from({ length: 3 }, () => {
+      const worker = new Worker(join(__dirname, 'fixtures', 'reset-worker.js'), {
+        workerData: { name, key: 'shared', windowMs: 1, hits: 30_000 },
+      });
+      return new Promise<number[]>((resolve, reject) => {
+        worker.once('message', resolve);
+        worker.once('error', reject);
+      }).finally(() => worker.terminate());
+    });
+    const resets = (await Promise.all(runs)).flat();
+    expect(resets).toHaveLength(90_000);
+    expect(resets.filter((resetMs) => resetMs > 1)).toEqual([]);
   });
 
   it('counts right in each copy of the package loaded on one thread (a cleared require cache)', async () => {

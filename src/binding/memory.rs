@@ -85,7 +85,7 @@ unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> s
         let (window_ms, amount) = window::check(*bound.io, *bound.io.add(1))?;
         let table = &bound.table;
         let key = raw::with_utf16(env, key, "key must be a string", |k| table.key(k))?;
-        let outcome = table.hit(key, clock::now_us(), window_ms, amount)?;
+        let outcome = table.hit(key, clock::now_us, window_ms, amount)?;
         *bound.io = outcome.count as f64;
         *bound.io.add(1) = outcome.reset_ms as f64;
         Ok(ptr::null_mut())

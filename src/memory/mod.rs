@@ -85,10 +85,19 @@ impl Table {
         &self.shards[(key >> (128 - SHARDS.trailing_zeros())) as usize].0
     }
 
-    /// One hit at time `now` (µs on the process clock). On error nothing changed.
-    pub fn hit(&self, key: KeyHash, now: u64, window_ms: u64, amount: i64) -> Result<Outcome> {
+    /// One hit, at the time `clock` (µs on the process clock) reads once the
+    /// key's shard is locked: a thread that was held up before the lock cannot
+    /// apply an older time to a window opened meanwhile. On error nothing changed.
+    pub fn hit(
+        &self,
+        key: KeyHash,
+        clock: impl Fn() -> u64,
+        window_ms: u64,
+        amount: i64,
+    ) -> Result<Outcome> {
         loop {
             let mut shard = lock(self.shard(key))?;
+            let now = shard.tick(clock());
             match shard.find(key) {
                 Found::At(i) => {
                     let outcome =
@@ -109,7 +118,7 @@ impl Table {
                         if !self.reserve() {
                             // Release the shard before touching the others.
                             drop(shard);
-                            self.make_room(now)?;
+                            self.make_room(&clock)?;
                             continue;
                         }
                         shard.insert(i, Slot::new(key, c));
@@ -131,8 +140,8 @@ impl Table {
 
     /// Frees room for one counter: ended windows first, then the soonest-ending
     /// short ones. Long windows (budgets) are never dropped: the hit fails instead.
-    fn make_room(&self, now: u64) -> Result<()> {
-        if self.sweep(now) > 0 || self.len() < self.max_keys {
+    fn make_room(&self, clock: &impl Fn() -> u64) -> Result<()> {
+        if self.sweep(clock) > 0 || self.len() < self.max_keys {
             return Ok(());
         }
         let mut short: Vec<(u64, KeyHash)> = Vec::new();
@@ -166,12 +175,13 @@ impl Table {
 
     /// Drops every counter whose window has ended and gives back memory when
     /// a shard is mostly empty. Returns how many were dropped.
-    pub fn sweep(&self, now: u64) -> usize {
+    pub fn sweep(&self, clock: impl Fn() -> u64) -> usize {
         let mut dropped = 0;
         for locked in self.shards.iter() {
             let Ok(mut shard) = lock(&locked.0) else {
                 continue;
             };
+            let now = shard.tick(clock());
             let gone = shard.retain(|s| s.counter().reset_ms(now).is_some());
             self.len.fetch_sub(gone, Ordering::Relaxed);
             if gone > 0 {
@@ -247,7 +257,7 @@ fn sweep_later(table: &Arc<Table>) -> Result<()> {
                     Err(_) => return,
                 };
                 for table in live {
-                    table.sweep(clock::now_us());
+                    table.sweep(clock::now_us);
                 }
             })
             .map_err(|_| Error::Internal("could not start the sweeper thread"))?;
@@ -260,6 +270,7 @@ mod tests {
     use super::*;
     use crate::window::SHORT_WINDOW_MS;
     use proptest::prelude::*;
+    use std::sync::atomic::AtomicU64;
 
     const MS: u64 = 1000;
 
@@ -280,43 +291,43 @@ mod tests {
     #[test]
     fn ended_windows_are_swept() {
         let t = Table::new(10);
-        t.hit(1, 0, 10, 1).unwrap();
-        t.hit(2, 0, 1_000, 1).unwrap();
-        assert_eq!(t.sweep(5 * MS), 0);
-        assert_eq!(t.sweep(10 * MS), 1);
+        t.hit(1, || 0, 10, 1).unwrap();
+        t.hit(2, || 0, 1_000, 1).unwrap();
+        assert_eq!(t.sweep(|| 5 * MS), 0);
+        assert_eq!(t.sweep(|| 10 * MS), 1);
         assert_eq!(t.len(), 1);
-        assert_eq!(t.hit(2, 10 * MS, 1_000, 0).unwrap().count, 1);
+        assert_eq!(t.hit(2, || 10 * MS, 1_000, 0).unwrap().count, 1);
     }
 
     #[test]
     fn a_read_of_an_ended_window_drops_it() {
         let t = Table::new(10);
-        t.hit(1, 0, 10, 1).unwrap();
-        assert_eq!(t.hit(1, 10 * MS, 50, 0).unwrap().count, 0);
+        t.hit(1, || 0, 10, 1).unwrap();
+        assert_eq!(t.hit(1, || 10 * MS, 50, 0).unwrap().count, 0);
         assert_eq!(t.len(), 0);
     }
 
     #[test]
     fn full_drops_ended_windows_first() {
         let t = Table::new(2);
-        t.hit(1, 0, 10, 1).unwrap();
-        t.hit(2, 0, 60_000, 1).unwrap();
-        t.hit(3, 20 * MS, 60_000, 1).unwrap();
+        t.hit(1, || 0, 10, 1).unwrap();
+        t.hit(2, || 0, 60_000, 1).unwrap();
+        t.hit(3, || 20 * MS, 60_000, 1).unwrap();
         assert_eq!(t.len(), 2);
-        assert_eq!(t.hit(2, 20 * MS, 60_000, 0).unwrap().count, 1);
-        assert_eq!(t.hit(3, 20 * MS, 60_000, 0).unwrap().count, 1);
+        assert_eq!(t.hit(2, || 20 * MS, 60_000, 0).unwrap().count, 1);
+        assert_eq!(t.hit(3, || 20 * MS, 60_000, 0).unwrap().count, 1);
     }
 
     #[test]
     fn full_then_drops_the_soonest_ending_short_window() {
         let t = Table::new(3);
-        t.hit(1, 0, 30_000, 1).unwrap();
-        t.hit(2, 0, 10_000, 1).unwrap(); // ends first
-        t.hit(3, 0, 20_000, 1).unwrap();
-        t.hit(4, MS, 60_000, 1).unwrap();
-        assert_eq!(t.hit(2, MS, 60_000, 0).unwrap().count, 0);
+        t.hit(1, || 0, 30_000, 1).unwrap();
+        t.hit(2, || 0, 10_000, 1).unwrap(); // ends first
+        t.hit(3, || 0, 20_000, 1).unwrap();
+        t.hit(4, || MS, 60_000, 1).unwrap();
+        assert_eq!(t.hit(2, || MS, 60_000, 0).unwrap().count, 0);
         for k in [1, 3, 4] {
-            assert_eq!(t.hit(k, MS, 60_000, 0).unwrap().count, 1, "key {k}");
+            assert_eq!(t.hit(k, || MS, 60_000, 0).unwrap().count, 1, "key {k}");
         }
     }
 
@@ -324,24 +335,24 @@ mod tests {
     fn full_of_long_windows_refuses_and_changes_nothing() {
         let t = Table::new(2);
         let day = 24 * SHORT_WINDOW_MS;
-        t.hit(1, 0, day, 5).unwrap();
-        t.hit(2, 0, SHORT_WINDOW_MS + 1, 5).unwrap();
-        assert_eq!(t.hit(3, MS, 60_000, 1), Err(Error::StoreFull(2)));
+        t.hit(1, || 0, day, 5).unwrap();
+        t.hit(2, || 0, SHORT_WINDOW_MS + 1, 5).unwrap();
+        assert_eq!(t.hit(3, || MS, 60_000, 1), Err(Error::StoreFull(2)));
         assert_eq!(t.len(), 2);
         // Reads and hits on held keys need no room.
-        assert_eq!(t.hit(3, MS, 60_000, 0).unwrap().count, 0);
-        assert_eq!(t.hit(1, MS, day, 1).unwrap().count, 6);
-        assert_eq!(t.hit(2, MS, day, 0).unwrap().count, 5);
+        assert_eq!(t.hit(3, || MS, 60_000, 0).unwrap().count, 0);
+        assert_eq!(t.hit(1, || MS, day, 1).unwrap().count, 6);
+        assert_eq!(t.hit(2, || MS, day, 0).unwrap().count, 5);
     }
 
     #[test]
     fn a_short_window_is_dropped_before_a_budget() {
         let t = Table::new(2);
-        t.hit(1, 0, 2 * SHORT_WINDOW_MS, 5).unwrap();
-        t.hit(2, 0, SHORT_WINDOW_MS, 5).unwrap();
-        t.hit(3, MS, 2 * SHORT_WINDOW_MS, 1).unwrap();
-        assert_eq!(t.hit(1, MS, 1, 0).unwrap().count, 5);
-        assert_eq!(t.hit(2, MS, 1, 0).unwrap().count, 0);
+        t.hit(1, || 0, 2 * SHORT_WINDOW_MS, 5).unwrap();
+        t.hit(2, || 0, SHORT_WINDOW_MS, 5).unwrap();
+        t.hit(3, || MS, 2 * SHORT_WINDOW_MS, 1).unwrap();
+        assert_eq!(t.hit(1, || MS, 1, 0).unwrap().count, 5);
+        assert_eq!(t.hit(2, || MS, 1, 0).unwrap().count, 0);
     }
 
     #[test]
@@ -352,7 +363,7 @@ mod tests {
                 let t = Arc::clone(&t);
                 std::thread::spawn(move || {
                     (0..10_000)
-                        .map(|_| t.hit(7, 0, 60_000, 1).unwrap().count)
+                        .map(|_| t.hit(7, || 0, 60_000, 1).unwrap().count)
                         .collect::<Vec<_>>()
                 })
             })
@@ -371,19 +382,64 @@ mod tests {
         let keys: Vec<KeyHash> = (0..20_000).map(|i| key(&t, &format!("k{i}"))).collect();
         for (i, &k) in keys.iter().enumerate() {
             let window = if i % 2 == 0 { 10 } else { 60_000 };
-            assert_eq!(t.hit(k, 0, window, 1).unwrap().count, 1);
+            assert_eq!(t.hit(k, || 0, window, 1).unwrap().count, 1);
         }
         for &k in &keys {
-            assert_eq!(t.hit(k, MS, 60_000, 1).unwrap().count, 2);
+            assert_eq!(t.hit(k, || MS, 60_000, 1).unwrap().count, 2);
         }
         assert_eq!(t.len(), 20_000);
-        assert_eq!(t.sweep(20 * MS), 10_000);
+        assert_eq!(t.sweep(|| 20 * MS), 10_000);
         for (i, &k) in keys.iter().enumerate() {
             let want = if i % 2 == 0 { 0 } else { 2 };
-            assert_eq!(t.hit(k, 20 * MS, 60_000, 0).unwrap().count, want);
+            assert_eq!(t.hit(k, || 20 * MS, 60_000, 0).unwrap().count, want);
         }
-        assert_eq!(t.sweep(61 * MS * 1000), 10_000);
+        assert_eq!(t.sweep(|| 61 * MS * 1000), 10_000);
         assert!(t.is_empty());
+    }
+
+    /// A fake clock that gains 1 ms on every read; reads on `slow` threads
+    /// then pause, as a thread preempted right after reading the clock.
+    fn ticking(time: &Arc<AtomicU64>, slow: bool) -> impl Fn() -> u64 {
+        let time = Arc::clone(time);
+        move || {
+            let now = time.fetch_add(MS, Ordering::SeqCst);
+            if slow {
+                std::thread::sleep(Duration::from_millis(3));
+            }
+            now
+        }
+    }
+
+    #[test]
+    fn a_thread_held_up_after_reading_the_clock_applies_no_older_time() {
+        let t = Arc::new(Table::new(10));
+        let time = Arc::new(AtomicU64::new(MS));
+        let handles: Vec<_> = [(true, 30), (false, 3_000)]
+            .into_iter()
+            .map(|(slow, hits)| {
+                let (t, clock) = (Arc::clone(&t), ticking(&time, slow));
+                std::thread::spawn(move || {
+                    (0..hits)
+                        .map(|_| t.hit(7, &clock, 1, 1).unwrap().reset_ms)
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            for reset_ms in h.join().unwrap() {
+                assert!(reset_ms <= 1, "resetMs {reset_ms} for a 1 ms window");
+            }
+        }
+    }
+
+    #[test]
+    fn time_per_key_never_runs_back() {
+        let t = Table::new(10);
+        t.hit(1, || 10 * MS, 5, 1).unwrap();
+        // A clock read that is older than the last one applied counts as the last.
+        assert_eq!(t.hit(1, || 0, 5, 1).unwrap().reset_ms, 5);
+        assert_eq!(t.hit(1, || 12 * MS, 5, 1).unwrap().reset_ms, 3);
+        assert_eq!(t.hit(1, || 0, 5, 1).unwrap().reset_ms, 3);
     }
 
     #[test]
@@ -440,9 +496,9 @@ mod tests {
             for (key, step, window_ms, amount) in ops {
                 now += step;
                 if step % 7 == 0 {
-                    table.sweep(now);
+                    table.sweep(|| now);
                 }
-                let o = table.hit(key, now, window_ms, amount).unwrap();
+                let o = table.hit(key, || now, window_ms, amount).unwrap();
                 prop_assert_eq!((o.count, o.reset_ms), model.hit(key, now, window_ms, amount));
             }
         }

@@ -69,6 +69,8 @@ pub struct Shard {
     /// At least one slot is always empty, which ends every probe.
     slots: Vec<Slot>,
     held: usize,
+    /// The latest time a hit here was applied at: time per key never runs back.
+    now: u64,
 }
 
 /// The key's home slot among `len`: its low 64 bits scaled to the length
@@ -100,7 +102,15 @@ impl Shard {
         Shard {
             slots: vec![Slot::EMPTY; MIN_SLOTS],
             held: 0,
+            now: 0,
         }
+    }
+
+    /// The time to apply a hit at: `now`, or the latest time applied here if
+    /// that is later.
+    pub fn tick(&mut self, now: u64) -> u64 {
+        self.now = self.now.max(now);
+        self.now
     }
 
     pub fn find(&self, key: KeyHash) -> Found {
