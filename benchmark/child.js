@@ -3,7 +3,8 @@
 // blur: `footprint NAME COUNT` (RSS growth for COUNT distinct keys hit once),
 // `stall NAME FROM TO` (per-hit latency while growing from FROM to TO
 // counters) and `full CASE COUNT HITS` (per-hit latency of HITS fresh keys
-// on a memoryStore holding COUNT counters; CASE is room, evicts or refused).
+// on a memoryStore holding COUNT counters; CASE is room, evicts, refused or
+// invalid).
 // NAME "keys only" generates the keys and keeps nothing: the footprint
 // baseline. Prints one JSON line. Run with node --expose-gc.
 
@@ -20,13 +21,17 @@ const keysOnly = { name: 'keys only', create: () => ({ hit: (k) => Promise.resol
 
 const HOUR = 3_600_000;
 /**
- * The full-store cases: the store, and the window its counters are opened with. A 1-hour window is the longest
- * that a full store evicts; a 2-hour one is a budget it keeps, so a fresh key is refused.
+ * The full-store cases: the store, the window its counters are opened with, and the code a fresh key's hit rejects
+ * with, if any. A 1-hour window is the longest that a full store evicts; a 2-hour one is a budget it keeps, so a
+ * fresh key is refused. `invalid` is the floor of a rejected hit: a windowMs of 0, refused by the JS checks.
  */
+const room = (count) => ratestore.memoryStore({ maxKeys: 2 * count });
+const full = (count) => ratestore.memoryStore({ maxKeys: count });
 const FULL = {
-  room: { windowMs: 2 * HOUR, create: (count) => ratestore.memoryStore({ maxKeys: 2 * count }) },
-  evicts: { windowMs: HOUR, create: (count) => ratestore.memoryStore({ maxKeys: count }) },
-  refused: { windowMs: 2 * HOUR, create: (count) => ratestore.memoryStore({ maxKeys: count }), refused: true },
+  room: { windowMs: 2 * HOUR, create: room },
+  evicts: { windowMs: HOUR, create: full },
+  refused: { windowMs: 2 * HOUR, create: full, code: 'ERR_STORE_FULL' },
+  invalid: { windowMs: 2 * HOUR, create: room, code: 'ERR_OUT_OF_RANGE', hitWindowMs: 0 },
 };
 
 function settle() {
@@ -60,8 +65,8 @@ async function stall(store, from, to) {
   return percentiles(latencies);
 }
 
-async function full(which, count, hits) {
-  const { windowMs, create, refused = false } = FULL[which];
+async function fresh(which, count, hits) {
+  const { windowMs, create, code, hitWindowMs = windowMs } = FULL[which];
   const store = create(count);
   for (let i = 0; i < count; i++) await store.hit(key(i), windowMs, 1);
   settle();
@@ -69,12 +74,12 @@ async function full(which, count, hits) {
   for (let i = 0; i < hits; i++) {
     const k = key(count + i);
     const start = performance.now();
-    const error = await store.hit(k, windowMs, 1).then(
+    const error = await store.hit(k, hitWindowMs, 1).then(
       () => undefined,
       (e) => e,
     );
     latencies[i] = performance.now() - start;
-    if (refused !== (error?.code === 'ERR_STORE_FULL')) throw error ?? new Error(`a fresh key was not refused`);
+    if (error?.code !== code) throw error ?? new Error(`a fresh key's hit did not reject with ${code}`);
   }
   return percentiles(latencies);
 }
@@ -84,7 +89,7 @@ async function main() {
   const [scenario, name, ...sizes] = process.argv.slice(2);
   const [a, b] = sizes.map(Number);
   if (scenario === 'full') {
-    process.stdout.write(`${JSON.stringify(await full(name, a, b))}\n`);
+    process.stdout.write(`${JSON.stringify(await fresh(name, a, b))}\n`);
     return;
   }
   const spec = [...memoryStores, turnover, keysOnly].find((s) => s.name === name);
