@@ -2,7 +2,7 @@
 //!
 //! Keys are kept as a 128-bit SipHash-1-3 under a random per-table key: the
 //! same size for every key length, no key text in memory, and no way for a
-//! client to pick colliding keys. Counters are spread over 64 shards, each
+//! client to pick colliding keys. Counters are spread over 80 shards, each
 //! with its own lock and its own expiry index, so that neither a hit, nor
 //! making room in a full table, nor the sweeper ever scans the table.
 

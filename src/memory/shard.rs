@@ -91,24 +91,30 @@ impl Entries {
     fn push(&mut self, entry: Entry) -> u32 {
         let i = self.len;
         assert!(i < NONE - 1, "a shard holds fewer than 2^32 - 1 counters");
-        match self.chunks.last_mut() {
-            Some(chunk) if chunk.len() < CHUNK => chunk.push(entry),
-            _ => {
-                let mut chunk = Vec::with_capacity(CHUNK);
-                chunk.push(entry);
-                self.chunks.push(chunk);
-            }
+        // Every chunk before position i's is full; a spare may follow it.
+        let c = (i >> CHUNK_LOG2) as usize;
+        if c == self.chunks.len() {
+            self.chunks.push(Vec::with_capacity(CHUNK));
         }
+        self.chunks[c].push(entry);
         self.len += 1;
         i
     }
 
-    /// Removes the entry at `i`, moving the last one into its place.
+    /// Removes the entry at `i`, moving the last one into its place. One
+    /// emptied chunk is kept as a spare, so that a shard whose size wavers
+    /// across a chunk's edge does not allocate and free one on every hit.
     fn swap_remove(&mut self, i: u32) {
-        let mut last_chunk = self.chunks.pop().expect("not empty");
-        let last = last_chunk.pop().expect("no chunk is left empty");
-        if !last_chunk.is_empty() {
-            self.chunks.push(last_chunk);
+        let n = self.chunks.len();
+        // The last entry is in the last chunk, or in the one before a spare.
+        let c = if self.chunks[n - 1].is_empty() {
+            n - 2
+        } else {
+            n - 1
+        };
+        let last = self.chunks[c].pop().expect("a chunk holds the last entry");
+        if c + 2 == n && self.chunks[c].is_empty() {
+            self.chunks.pop();
         }
         self.len -= 1;
         if i != self.len {
@@ -491,11 +497,75 @@ mod tests {
         assert_eq!(shard.drop_ended(45 * MS, usize::MAX), 9_000);
         assert!(shard.shrink());
         assert!(shard.index.capacity() < 4_000);
-        assert_eq!(shard.entries.chunks.len(), 1_000usize.div_ceil(CHUNK));
+        // Its chunks, and at most one spare.
+        let chunks = shard.entries.chunks.len();
+        assert!(
+            (0..=1).contains(&(chunks - 1_000usize.div_ceil(CHUNK))),
+            "{chunks} chunks"
+        );
         check(&shard);
         for k in 0..10_000u128 {
             let held = shard.find(k << 64 | k).map(|id| shard.get(id).count);
             assert_eq!(held, (k % 50 >= 45).then_some(k as i64), "key {k}");
+        }
+    }
+
+    #[test]
+    fn a_size_wavering_across_a_chunk_edge_keeps_one_spare() {
+        let mut shard = Shard::new();
+        let key = |k: u64| (k as u128 + 1) << 64 | k as u128;
+        for k in 0..CHUNK as u64 {
+            shard.insert(key(k), counter(k as i64, (k + 1) * MS, false), 60);
+        }
+        for round in 0..4u64 {
+            let k = CHUNK as u64 + round;
+            shard.insert(key(k), counter(k as i64, MS, false), 60);
+            shard.insert(key(k + 100), counter(0, 2 * MS, false), 60);
+            assert_eq!(shard.entries.chunks.len(), 2);
+            for gone in [k, k + 100, round] {
+                shard.remove(shard.find(key(gone)).unwrap());
+                check(&shard);
+            }
+            assert_eq!(shard.entries.chunks.len(), 2, "the spare stays");
+            shard.insert(
+                key(round),
+                counter(round as i64, (round + 1) * MS, false),
+                60,
+            );
+        }
+        for k in 0..CHUNK as u64 {
+            assert_eq!(shard.get(shard.find(key(k)).unwrap()).count, k as i64);
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// Hundreds of keys inserted and removed at random: positions move
+        /// across chunk edges, and the index and lists stay whole.
+        #[test]
+        fn stays_whole_across_chunks(ops in prop::collection::vec((0u128..700, any::<bool>()), 1..3_000)) {
+            let mut shard = Shard::new();
+            let mut held = std::collections::HashSet::new();
+            for (n, (k, add)) in ops.into_iter().enumerate() {
+                let key = k.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+                match (add, shard.find(key)) {
+                    (true, None) => {
+                        shard.insert(key, counter(k as i64, (k as u64 + 1) * MS, k % 3 == 0), 60_000);
+                        held.insert(key);
+                    }
+                    (false, Some(id)) => {
+                        shard.remove(id);
+                        held.remove(&key);
+                    }
+                    _ => {}
+                }
+                if n % 100 == 0 {
+                    check(&shard);
+                }
+            }
+            check(&shard);
+            prop_assert_eq!(shard.entries.len(), held.len());
+            prop_assert!(shard.entries.chunks.len() <= held.len().div_ceil(CHUNK) + 1);
         }
     }
 
