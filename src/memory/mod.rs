@@ -165,20 +165,22 @@ impl Table {
 
     /// Frees room for one counter: an ended window first, else the
     /// soonest-ending short one. Long windows (budgets) are never dropped
-    /// before they end: the hit fails instead. Reads one word per shard and
-    /// locks one shard, whatever the table holds; the caller tries again.
+    /// before they end: the hit fails instead. Reads two words per shard and
+    /// locks one shard at most (none to refuse), whatever the table holds;
+    /// the caller tries again.
     fn make_room(&self, clock: &impl Fn() -> u64) -> Result<()> {
-        if let Some((s, ends_at)) = self.earliest(|f| &f.long) {
+        // Only a shard whose earliest budget may have ended is locked, to
+        // look again at the time read under its lock.
+        let ended = self.earliest(|f| &f.long);
+        if let Some((s, _)) = ended.filter(|&(_, ends_at)| ends_at < clock().saturating_add(MS)) {
             let mut shard = self.lock(s)?;
             let now = shard.tick(clock());
-            if ends_at < now.saturating_add(MS) {
-                if let Some(id) = shard.earliest(true) {
-                    if shard.get(id).reset_ms(now).is_none() {
-                        shard.remove(id);
-                        self.len.fetch_sub(1, Ordering::Relaxed);
-                        self.publish(s, &shard);
-                        return Ok(());
-                    }
+            if let Some(id) = shard.earliest(true) {
+                if shard.get(id).reset_ms(now).is_none() {
+                    shard.remove(id);
+                    self.len.fetch_sub(1, Ordering::Relaxed);
+                    self.publish(s, &shard);
+                    return Ok(());
                 }
             }
         }
