@@ -127,6 +127,8 @@ describe('createLimiter when the store fails', () => {
 
 describe('createLimiter options', () => {
   const store = memoryStore();
+  // A store with every algorithm, never hit here: redisStore connects on its first call only.
+  const rich = redisStore({ url: 'redis://127.0.0.1:9' });
   const make = createLimiter as (options: unknown) => unknown;
   const cases: [string, unknown, ErrorConstructor, RegExp][] = [
     ['no store', { limit: 1, windowMs: 1 }, TypeError, /store must be a RateLimitStore/],
@@ -165,7 +167,7 @@ describe('createLimiter options', () => {
     [
       'two buckets',
       {
-        store,
+        store: rich,
         limits: [
           { algorithm: 'token-bucket', name: 'a', capacity: 1, refill: 1, intervalMs: 1 },
           { algorithm: 'token-bucket', name: 'b', capacity: 1, refill: 1, intervalMs: 1 },
