@@ -3,5 +3,6 @@
 const { memoryStore } = require('./lib/memory.js');
 const { redisStore } = require('./lib/redis.js');
 const { createLimiter } = require('./lib/limiter.js');
+const { clientIp } = require('./lib/client-ip.js');
 
-module.exports = { memoryStore, redisStore, createLimiter };
+module.exports = { memoryStore, redisStore, createLimiter, clientIp };
