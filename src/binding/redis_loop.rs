@@ -55,7 +55,9 @@ enum Link {
     Up {
         socket: Box<Socket>,
         poll: *mut Handle,
-        writing: bool,
+        /// What the poll handle watches for: None before it is started,
+        /// then whether it watches for room to write too.
+        writing: Option<bool>,
     },
 }
 
@@ -363,7 +365,7 @@ impl Conn {
                 self.link = Link::Up {
                     socket: Box::new(socket),
                     poll,
-                    writing: false,
+                    writing: None,
                 };
                 while let Some(request) = self.waiting.pop_front() {
                     self.pipe.send(request);
@@ -400,6 +402,8 @@ impl Conn {
     }
 
     /// Watches the socket for answers, and for room to write if `writing`.
+    /// libuv restarts a poll handle with a system call or two, so only a
+    /// change is passed on.
     fn watch(&mut self, writing: bool) {
         let Link::Up {
             poll, writing: was, ..
@@ -407,10 +411,10 @@ impl Conn {
         else {
             return;
         };
-        if *was && writing {
+        if *was == Some(writing) {
             return;
         }
-        *was = writing;
+        *was = Some(writing);
         let events = uv::READABLE | if writing { uv::WRITABLE } else { 0 };
         // SAFETY: on the loop's thread; `poll` is this link's live handle.
         if unsafe { self.uv.poll_start(*poll, events, on_ready) } != 0 {

@@ -53,6 +53,8 @@ pub struct Pipe {
     /// Bytes waiting to be written.
     pub out: Vec<u8>,
     sent: VecDeque<Sent>,
+    /// How many of `sent` are not settled yet, kept as they change.
+    unsettled: usize,
     parser: Parser,
 }
 
@@ -62,6 +64,7 @@ impl Pipe {
             secrets,
             out: Vec::new(),
             sent: VecDeque::new(),
+            unsettled: 0,
             parser: Parser::default(),
         }
     }
@@ -73,12 +76,13 @@ impl Pipe {
 
     /// Hits sent that are still waiting for their result.
     pub fn unsettled(&self) -> usize {
-        self.sent.iter().filter(|s| !s.settled).count()
+        self.unsettled
     }
 
     /// Encodes a hit for sending.
     pub fn send(&mut self, request: Request) {
         self.encode(&request, false);
+        self.unsettled += 1;
         self.sent.push_back(Sent {
             request,
             settled: false,
@@ -131,6 +135,7 @@ impl Pipe {
                 }
             }
             if !sent.settled {
+                self.unsettled -= 1;
                 let result =
                     outcome(sent.request.op, reply).map_err(|e| self.redact(e, &sent.request));
                 done.push(Done {
@@ -152,6 +157,7 @@ impl Pipe {
                 break;
             }
             sent.settled = true;
+            self.unsettled -= 1;
             expired += 1;
             let ms = sent
                 .request
@@ -195,6 +201,7 @@ impl Pipe {
                 });
             }
         }
+        self.unsettled = 0;
         self.out.clear();
         self.parser = Parser::default();
     }
@@ -284,7 +291,7 @@ mod tests {
         assert!(p.out.is_empty());
         assert_eq!(done[1].id, 2);
         assert_eq!(done[1].result.as_ref().unwrap_err().code(), "ERR_REDIS");
-        assert_eq!(p.in_flight(), 0);
+        assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
     }
 
     #[test]
@@ -295,6 +302,7 @@ mod tests {
         p.send(request(2, "b", start + Duration::from_secs(10)));
         let mut done = Vec::new();
         assert_eq!(p.expire(start, &mut done), 1);
+        assert_eq!((p.in_flight(), p.unsettled()), (2, 1));
         assert_eq!(
             done[0].result,
             Err(Error::Timeout {
