@@ -3,5 +3,6 @@
 const { memoryStore } = require('./lib/memory.js');
 const { redisStore } = require('./lib/redis.js');
 const { createLimiter } = require('./lib/limiter.js');
+const { universalStore, expressStore } = require('./lib/adapters.js');
 
-module.exports = { memoryStore, redisStore, createLimiter };
+module.exports = { memoryStore, redisStore, createLimiter, universalStore, expressStore };

@@ -101,6 +101,7 @@ function checkPositiveInteger(factory, name, value) {
 module.exports = {
   MAX_KEY_LENGTH,
   invalidHit,
+  typeName,
   checkOptions,
   checkOption,
   checkWellFormed,
