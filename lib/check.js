@@ -101,7 +101,6 @@ function checkPositiveInteger(factory, name, value) {
 module.exports = {
   MAX_KEY_LENGTH,
   invalidHit,
-  typeName,
   checkOptions,
   checkOption,
   checkWellFormed,
