@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore, type RedisStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
+import { operationsSuite } from './operations-suite.js';
 import { slotOf, startCluster, type Cluster } from './support/cluster.js';
 import { errorText, makeCertificates, startRedis } from './support/redis.js';
 
@@ -29,6 +30,7 @@ const make = (options: RedisStoreOptions = {}) => {
 
 rateLimitStoreContract('redisStore on a cluster', () => make());
 limiterSuite('redisStore on a cluster', () => make());
+operationsSuite('redisStore on a cluster', () => make());
 
 /** The master port of each slot, as the first node sees it. */
 async function slotMap(): Promise<number[]> {

@@ -6,6 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
+import { operationsSuite } from './operations-suite.js';
 import { errorText, plainRedis, runFixture } from './support/redis.js';
 import { hitFromWorkers } from './support/workers.js';
 
@@ -20,6 +21,7 @@ const make = (options: RedisStoreOptions = {}) => redisStore({ url: server.url, 
 
 rateLimitStoreContract('redisStore', () => make());
 limiterSuite('redisStore', () => make());
+operationsSuite('redisStore', () => make());
 
 const KEY_MARKER = '203.0.113.77-key-marker';
 const TOKEN_MARKER = 'token-marker-5f1c';
@@ -268,6 +270,24 @@ describe('redisStore', () => {
       await new Promise((resolve) => setTimeout(resolve, 100));
     }
     expect((await clients()).has(opened[0])).toBe(false);
+  });
+
+  it('resetAll unlinks only keys under its prefix, with SCAN; an empty prefix is refused', async () => {
+    const mine = `reset-all:${randomUUID()}:`;
+    const store = make({ prefix: mine });
+    await Promise.all(Array.from({ length: 2_500 }, (_, i) => store.hit(`k${i}`, 60_000, 1)));
+    await store.slidingWindow.increment('k0', 60_000, 1);
+    // Outside the prefix: a longer prefix that starts the same, and a glob character.
+    await server.cli('SET', `${mine.slice(0, -1)}x`, 'keep');
+    await server.cli('SET', `other:${randomUUID()}`, 'keep');
+    const before = Number(await server.cli('DBSIZE'));
+    await store.resetAll();
+    expect(await server.cli('--scan', '--pattern', `${mine}*`)).toBe('');
+    expect(Number(await server.cli('DBSIZE'))).toBe(before - 2_501);
+    expect(await server.cli('GET', `${mine.slice(0, -1)}x`)).toBe('keep');
+    const empty = await rejection(make({ prefix: '' }).resetAll());
+    expect(empty.code).toBe('ERR_CONFIG');
+    expect(empty.message).toMatch(/empty prefix/);
   });
 
   describe('lets a process exit by itself', () => {

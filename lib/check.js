@@ -100,6 +100,7 @@ function checkPositiveInteger(factory, name, value) {
 
 module.exports = {
   MAX_KEY_LENGTH,
+  typeName,
   invalidHit,
   checkOptions,
   checkOption,

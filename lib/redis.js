@@ -13,15 +13,21 @@ const {
   notAnswered,
 } = require('./check.js');
 
-const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster'];
+const { OP, Operations, decode } = require('./ops.js');
 
-class RedisStore {
+const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster'];
+/** Numbers per result in the native `results`: the id, then the op's answer. */
+const STRIDE = 6;
+
+class RedisStore extends Operations {
   #native;
   #results;
   // A hit in flight is known by a slot: the index of its promise's settle
   // functions here. Slots are reused once settled, so ids stay small.
   #resolvers = [];
   #rejecters = [];
+  /** The op of each slot's call: how its answer becomes a result. */
+  #ops = [];
   #freeSlots = [];
   #inFlight = 0;
   /** Whether the native side keeps the process (and `#onBatch`) alive: while hits are in flight. */
@@ -54,6 +60,7 @@ class RedisStore {
   };
 
   constructor(options) {
+    super();
     const { url, token, prefix, timeoutMs, tls, cluster } = checkOptions('redisStore', options, OPTIONS);
     checkOption('redisStore', 'url', url, 'string');
     checkOption('redisStore', 'token', token, 'string');
@@ -74,16 +81,35 @@ class RedisStore {
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
     if (invalid !== undefined) return Promise.reject(invalid);
+    return this._call(OP.hit, key, windowMs, amount, 0, 0);
+  }
+
+  /** Reads the environment, on the first call, never at import or construction. */
+  #open() {
+    if (!this.#opened) {
+      this.#opened = true;
+      this.#native.open(process.env);
+    }
+  }
+
+  /** Unlinks every key under the prefix (SCAN and UNLINK in batches, on every master of a cluster). */
+  resetAll() {
+    try {
+      this.#open();
+      return this.#native.resetAll();
+    } catch (error) {
+      return Promise.reject(error);
+    }
+  }
+
+  /** Sends one op (its arguments already checked) and answers the promise of its result. */
+  _call(op, key, a, b, c, d) {
     const store = this.#native;
     const slot = this.#freeSlots.length > 0 ? this.#freeSlots.pop() : this.#resolvers.length;
     try {
-      if (!this.#opened) {
-        // The environment is read on the first hit, never at import or construction.
-        this.#opened = true;
-        store.open(process.env);
-      }
+      this.#open();
       // true is the only success: undefined means it failed and its error could not be thrown.
-      if (store.send(slot, key, windowMs, amount) !== true) throw notAnswered();
+      if (store.send(slot, op, key, a, b, c, d) !== true) throw notAnswered();
     } catch (error) {
       this.#freeSlots.push(slot);
       return Promise.reject(error);
@@ -100,6 +126,7 @@ class RedisStore {
     const promise = new Promise(this.#capture);
     this.#resolvers[slot] = this.#resolve;
     this.#rejecters[slot] = this.#reject;
+    this.#ops[slot] = op;
     return promise;
   }
 
@@ -121,8 +148,11 @@ class RedisStore {
 
   #settle(n, errors) {
     const results = this.#results;
-    for (let i = 0; i < 3 * n; i += 3) {
-      this.#take(this.#resolvers, results[i])({ count: results[i + 1], resetMs: results[i + 2] });
+    for (let i = 0; i < STRIDE * n; i += STRIDE) {
+      const slot = results[i];
+      const op = this.#ops[slot];
+      const result = op === OP.hit ? { count: results[i + 1], resetMs: results[i + 2] } : decode(op, results, i + 1);
+      this.#take(this.#resolvers, slot)(result);
     }
     if (errors !== undefined) {
       for (let i = 0; i < errors.length; i += 2) this.#take(this.#rejecters, errors[i])(errors[i + 1]);

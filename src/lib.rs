@@ -10,6 +10,7 @@ pub mod bucket;
 pub mod clock;
 pub mod errors;
 pub mod memory;
+pub mod ops;
 pub mod redis;
 pub mod reset;
 pub mod sliding;

@@ -8,6 +8,7 @@ mod support;
 use std::time::Duration;
 
 use ratestore::errors::Error;
+use ratestore::ops::Op;
 use ratestore::redis::{Config, Options, Query, Store};
 use ratestore::window::{self, Change, Counter, MAX_SAFE};
 use redis::Commands;
@@ -152,10 +153,10 @@ fn in_redis(
     let result = rt
         .block_on(store.hit(Query {
             key: key.as_bytes(),
-            window_ms: c.window_ms,
-            amount: c.amount,
+            op: Op::Hit,
+            args: [c.window_ms as i64, c.amount, 0, 0],
         }))
-        .map(|hit| (hit.count, hit.reset_ms));
+        .map(|answer| (answer.values[0], answer.values[1] as u64));
     let count: Option<i64> = con.get(key).unwrap();
     let pttl: i64 = con.pttl(key).unwrap();
     // A counter with no TTL that nothing touched reads as ended, as the rules see it.

@@ -26,11 +26,14 @@ use napi_derive::napi;
 
 use super::{raw, redis_loop, throw_core};
 use crate::errors::Error as CoreError;
+use crate::ops::{Args, Op};
 use crate::redis::{Batched, Completion, Config, Options};
 use crate::window;
 
 /// Hits one call of the JS callback hands over at most.
 const BATCH: usize = 1024;
+/// Numbers per result in `results`: the id, then the op's answer.
+const STRIDE: usize = 6;
 /// Deliveries in a row that may fail before the rest is given up (the
 /// environment is then ending): each failure schedules another try.
 const DELIVERY_TRIES: u32 = 8;
@@ -103,6 +106,8 @@ struct StoreData {
     settle: sys::napi_ref,
     results: Arc<raw::Numbers>,
     mode: RefCell<Mode>,
+    /// The settings `open` resolved.
+    config: RefCell<Option<Config>>,
 }
 
 /// How the store sends, chosen by `open` once its settings are known.
@@ -129,7 +134,11 @@ impl StoreData {
             let value: Option<String> = vars.get(name).ok().flatten();
             value.filter(|s| !s.is_empty())
         };
-        let mode = match Config::resolve(&self.options, read) {
+        let resolved = Config::resolve(&self.options, read);
+        if let Ok(config) = &resolved {
+            *self.config.borrow_mut() = Some(config.clone());
+        }
+        let mode = match resolved {
             Err(e) => Mode::Failed(e),
             Ok(config) if config.cluster.is_some() => {
                 let slot = Arc::new(Slot(Mutex::new(None)));
@@ -168,20 +177,14 @@ impl StoreData {
         Ok(())
     }
 
-    fn send(
-        &self,
-        id: u32,
-        key: &[u16],
-        window_ms: u64,
-        amount: i64,
-    ) -> std::result::Result<(), CoreError> {
+    fn send(&self, id: u32, op: Op, args: Args, key: &[u16]) -> std::result::Result<(), CoreError> {
         match &*self.mode.borrow() {
             Mode::Unopened => Err(CoreError::Internal(
                 "a hit was sent before the store was opened",
             )),
             Mode::Failed(e) => Err(e.clone()),
-            Mode::Threaded { batched, .. } => batched.send(id, key, window_ms, amount),
-            Mode::Loop(store) => store.send(id, key, window_ms, amount),
+            Mode::Threaded { batched, .. } => batched.send(id, op, args, key),
+            Mode::Loop(store) => store.send(id, op, args, key),
         }
     }
 
@@ -248,11 +251,12 @@ impl Drop for StoreData {
 
 /// `redisStore(url, token, prefix, timeoutMs, ca, cluster, settle)` →
 /// `{ results, open, send, flush, ref, unref, close }`. `settle(n, errors)`
-/// is called with `n` results in `results` and `errors` (or undefined).
+/// is called with `n` results in `results`, each `[id, …answer]` in six
+/// numbers, and `errors` (`[id, error, …]`, or undefined).
 #[napi(
     js_name = "redisStore",
     ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, settle: (n: number, errors: unknown[] | undefined) => void",
-    ts_return_type = "{ results: Float64Array; open(env: object): void; send(id: number, key: string, windowMs: number, amount: number): true | undefined; flush(): void; ref(): void; unref(): void; close(): void }"
+    ts_return_type = "{ results: Float64Array; open(env: object): void; resetAll(): Promise<void>; send(id: number, op: number, key: string, a: number, b: number, c: number, d: number): true | undefined; flush(): void; ref(): void; unref(): void; close(): void }"
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn redis_store<'e>(
@@ -304,13 +308,14 @@ pub fn redis_store<'e>(
         sys::napi_create_reference(env.raw(), settle.raw(), 0, &mut settle_ref)
     })
     .map_err(|e| throw_core(env, e))?;
-    let results = raw::Numbers::new(3 * BATCH);
+    let results = raw::Numbers::new(STRIDE * BATCH);
     let data = Rc::new(StoreData {
         env: env.raw(),
         options,
         settle: settle_ref,
         results: Arc::clone(&results),
         mode: RefCell::new(Mode::Unopened),
+        config: RefCell::new(None),
     });
     // SAFETY: on the JS thread inside this #[napi] callback; `send` reads
     // its data as the `Rc<StoreData>` given here.
@@ -366,6 +371,24 @@ pub fn redis_store<'e>(
             }),
         )?,
     )?;
+    let resetting = Rc::clone(&data);
+    store.set(
+        "resetAll",
+        env.create_function_from_closure::<(), _, _>("resetAll", move |ctx| {
+            let task = match (&*resetting.mode.borrow(), resetting.config.borrow().clone()) {
+                (Mode::Failed(e), _) => ResetAllTask::failed(e.clone()),
+                (_, Some(config)) => ResetAllTask {
+                    prefix: resetting.options.prefix().as_bytes().to_vec(),
+                    config: Some(config),
+                    error: None,
+                },
+                (_, None) => ResetAllTask::failed(CoreError::Internal(
+                    "resetAll() was called before the store was opened",
+                )),
+            };
+            Ok(ctx.env.spawn(task)?.promise_object())
+        })?,
+    )?;
     store.set(
         "flush",
         env.create_function_from_closure::<(), _, _>(
@@ -377,6 +400,63 @@ pub fn redis_store<'e>(
         )?,
     )?;
     Ok(store)
+}
+
+/// `resetAll()`: unlinks every key under the prefix, on a worker thread
+/// (`redis::reset_all`), and settles its promise with the store's errors.
+struct ResetAllTask {
+    config: Option<Config>,
+    prefix: Vec<u8>,
+    error: Option<CoreError>,
+}
+
+impl ResetAllTask {
+    fn failed(error: CoreError) -> ResetAllTask {
+        ResetAllTask {
+            config: None,
+            prefix: Vec::new(),
+            error: Some(error),
+        }
+    }
+}
+
+impl Task for ResetAllTask {
+    type Output = ();
+    type JsValue = ();
+
+    fn compute(&mut self) -> Result<()> {
+        if let Some(config) = &self.config {
+            if let Err(e) = crate::redis::reset_all::reset_all(config, &self.prefix) {
+                self.error = Some(e);
+            }
+        }
+        match &self.error {
+            None => Ok(()),
+            Some(e) => Err(Error::new(
+                Status::GenericFailure,
+                format!("ratestore: {e}"),
+            )),
+        }
+    }
+
+    fn resolve(&mut self, _env: Env, _output: ()) -> Result<()> {
+        Ok(())
+    }
+
+    fn reject(&mut self, env: Env, err: Error) -> Result<()> {
+        let Some(e) = self.error.take() else {
+            return Err(err);
+        };
+        // SAFETY: napi-rs calls this on the JS thread in the work's completion
+        // callback, inside a handle scope of `env`.
+        match unsafe { raw::error(env.raw(), &e) } {
+            // SAFETY: a live value of that scope.
+            Ok(js) => Err(Error::from(unsafe {
+                Unknown::from_raw_unchecked(env.raw(), js)
+            })),
+            Err(_) => Err(err),
+        }
+    }
 }
 
 /// Creates the store's threadsafe function, idle (unreferenced); its
@@ -450,24 +530,27 @@ unsafe fn threadsafe_function(
     Ok(tsfn)
 }
 
-/// `send(id, key, windowMs, amount)` → true: queues a hit; throws if the
-/// store can't take it (closed, or its settings failed). Returns undefined
-/// only on failure.
+/// `send(id, op, key, a, b, c, d)` → true: queues an op (see `ops::Op`)
+/// with its numbers; throws if the store can't take it (closed, or its
+/// settings failed). Returns undefined only on failure.
 unsafe extern "C" fn send(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node-API calls this on the JS thread with its own env and info.
     unsafe {
         raw::guard(env, || {
-            let ([id, key, window_ms, amount], data) = raw::args::<4>(env, info)?;
+            let ([id, op, key, a, b, c, d], data) = raw::args::<7>(env, info)?;
             // SAFETY: `data` is the Rc<StoreData> this function was made with,
             // owned by the function and freed only after it is collected.
             let data = &*data.cast::<Rc<StoreData>>();
             let id = raw::number(env, id, "id must be a number")? as u32;
-            let (window_ms, amount) = window::check(
-                raw::number(env, window_ms, "windowMs must be a number")?,
-                raw::number(env, amount, "amount must be a number")?,
-            )?;
+            let op = Op::from_code(raw::number(env, op, "op must be a number")?)
+                .ok_or(CoreError::InvalidRange("op names no operation"))?;
+            let mut numbers = [0.0; 4];
+            for (n, value) in numbers.iter_mut().zip([a, b, c, d]) {
+                *n = raw::number(env, value, "an op's numbers must be numbers")?;
+            }
+            let args = op.check(numbers)?;
             raw::with_utf16(env, key, "key must be a string", |key| {
-                data.send(id, key, window_ms, amount)
+                data.send(id, op, args, key)
             })??;
             raw::boolean(env, true)
         })
@@ -576,10 +659,11 @@ pub(super) unsafe fn settle_args(
     let mut error_count = 0;
     for completion in completions.iter().take(count) {
         match &completion.result {
-            Ok(hit) => {
-                results.set(3 * n, f64::from(completion.id));
-                results.set(3 * n + 1, hit.count as f64);
-                results.set(3 * n + 2, hit.reset_ms as f64);
+            Ok(answer) => {
+                results.set(STRIDE * n, f64::from(completion.id));
+                for (i, v) in answer.values.iter().enumerate() {
+                    results.set(STRIDE * n + 1 + i, *v as f64);
+                }
                 n += 1;
             }
             // SAFETY: as the caller promises; every handle is of this scope.

@@ -27,6 +27,7 @@ use super::raw;
 use super::redis::settle_args;
 use super::uv::{self, Handle, Uv};
 use crate::errors::Error;
+use crate::ops::{Args, Op};
 use crate::redis::health::{Backoff, Gate};
 use crate::redis::pipe::{Done, Pipe, Request};
 use crate::redis::socket::{Socket, Target};
@@ -179,17 +180,19 @@ impl LoopStore {
         })
     }
 
-    /// Queues a hit (`key` in UTF-16 code units, sent as WTF-8).
-    pub fn send(&self, id: u32, key: &[u16], window_ms: u64, amount: i64) -> Result<(), Error> {
-        let mut full = Vec::with_capacity(self.prefix.len() + key.len());
+    /// Queues an op on `key` (UTF-16 code units, sent as WTF-8).
+    pub fn send(&self, id: u32, op: Op, args: Args, key: &[u16]) -> Result<(), Error> {
+        let suffix = op.suffix(&args);
+        let mut full = Vec::with_capacity(self.prefix.len() + key.len() + suffix.len());
         full.extend_from_slice(&self.prefix);
         wtf8::extend(&mut full, key);
+        full.extend_from_slice(suffix);
         let now = Instant::now();
         let request = Request {
             id: (self.sink as u64) << 32 | u64::from(id),
+            op,
+            args,
             key: full.into_boxed_slice(),
-            window_ms,
-            amount,
             sent_at: now,
             deadline: now + self.timeout,
         };
@@ -259,7 +262,7 @@ impl Conn {
             connect_timeout: Duration::from_millis(config.timeout_ms),
             async_context,
             link: Link::Down,
-            pipe: Pipe::new(crate::redis::store::sha(), config.secrets()),
+            pipe: Pipe::new(config.secrets()),
             waiting: VecDeque::new(),
             connecting: Arc::new(Mutex::new(Connecting {
                 result: None,

@@ -13,13 +13,14 @@ use tokio::sync::{mpsc, Notify};
 
 use super::config::{Config, Options};
 use super::runtime;
-use super::store::{Hit, Query, Store};
+use super::store::{Query, Store};
 use crate::errors::{Error, Result};
+use crate::ops::{Answer, Args, Op};
 use crate::wtf8;
 
 pub struct Completion {
     pub id: u32,
-    pub result: Result<Hit>,
+    pub result: Result<Answer>,
 }
 
 /// Hits sent as one pipeline at most. A larger batch goes out as several
@@ -78,8 +79,8 @@ struct Outbox {
 struct Queued {
     id: u32,
     key_end: usize,
-    window_ms: u64,
-    amount: i64,
+    op: Op,
+    args: Args,
 }
 
 impl Outbox {
@@ -169,7 +170,7 @@ impl Batched {
     /// Queues a hit on the counter at the prefix + `key` (UTF-16 code units,
     /// as JavaScript holds it, sent as WTF-8); its result comes back through
     /// [`Batched::take`] under `id`.
-    pub fn send(&self, id: u32, key: &[u16], window_ms: u64, amount: i64) -> Result<()> {
+    pub fn send(&self, id: u32, op: Op, args: Args, key: &[u16]) -> Result<()> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::Closed);
         }
@@ -186,11 +187,12 @@ impl Batched {
         open.outbox.push(|outbox| {
             outbox.keys.extend_from_slice(prefix);
             wtf8::extend(&mut outbox.keys, key);
+            outbox.keys.extend_from_slice(op.suffix(&args));
             outbox.hits.push(Queued {
                 id,
                 key_end: outbox.keys.len(),
-                window_ms,
-                amount,
+                op,
+                args,
             });
         });
         Ok(())
@@ -279,8 +281,8 @@ async fn batch(
             let key = &outbox.keys[mem::replace(&mut start, hit.key_end)..hit.key_end];
             Query {
                 key,
-                window_ms: hit.window_ms,
-                amount: hit.amount,
+                op: hit.op,
+                args: hit.args,
             }
         })
         .collect();
@@ -326,8 +328,8 @@ mod tests {
                 o.hits.push(Queued {
                     id,
                     key_end,
-                    window_ms: 1_000,
-                    amount: 1,
+                    op: Op::Hit,
+                    args: [1_000, 1, 0, 0],
                 })
             })
         };

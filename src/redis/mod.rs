@@ -12,6 +12,7 @@ pub mod config;
 pub mod health;
 mod link;
 pub mod pipe;
+pub mod reset_all;
 pub mod resp;
 mod runtime;
 pub mod socket;
@@ -19,4 +20,4 @@ pub mod store;
 
 pub use batch::{Batched, Completion};
 pub use config::{Config, Options};
-pub use store::{Hit, Query, Store};
+pub use store::{Query, Store};

@@ -1,7 +1,8 @@
-//! One connection's pipeline in the event-loop transport: hits encoded as
-//! EVALSHA into the bytes to write, and replies matched to them in order as
-//! they are read. After NOSCRIPT a hit goes out once more as EVAL (the
-//! script did not run); nothing else is ever sent again. No I/O here: the
+//! One connection's pipeline in the event-loop transport: each op encoded
+//! as EVALSHA of its script (or its command) into the bytes to write, and
+//! replies matched to them in order as they are read. After NOSCRIPT an op
+//! goes out once more as EVAL (the script did not run); nothing else is
+//! ever sent again. No I/O here: the
 //! binding moves the bytes when the event loop says the socket is ready.
 
 use std::collections::VecDeque;
@@ -9,25 +10,25 @@ use std::time::Instant;
 
 use super::health;
 use super::resp::{self, Malformed, Parser, Reply};
-use super::store::Hit;
 use crate::errors::{Error, Result};
-use crate::window::{self, MAX_SAFE};
+use crate::ops::{Answer, Args, Op};
 
-/// A hit to send: its id, its counter's key (prefix included) and numbers.
+/// An op to send: its id, its state's key (prefix and suffix included) and
+/// numbers.
 pub struct Request {
-    /// The caller's: which store and which of its hits.
+    /// The caller's: which store and which of its calls.
     pub id: u64,
+    pub op: Op,
+    pub args: Args,
     pub key: Box<[u8]>,
-    pub window_ms: u64,
-    pub amount: i64,
     pub sent_at: Instant,
     pub deadline: Instant,
 }
 
-/// A hit's result, by its request's id.
+/// An op's result, by its request's id.
 pub struct Done {
     pub id: u64,
-    pub result: Result<Hit>,
+    pub result: Result<Answer>,
 }
 
 struct Sent {
@@ -48,7 +49,6 @@ pub struct Health {
 }
 
 pub struct Pipe {
-    sha: &'static str,
     secrets: Vec<Vec<u8>>,
     /// Bytes waiting to be written.
     pub out: Vec<u8>,
@@ -57,9 +57,8 @@ pub struct Pipe {
 }
 
 impl Pipe {
-    pub fn new(sha: &'static str, secrets: Vec<Vec<u8>>) -> Pipe {
+    pub fn new(secrets: Vec<Vec<u8>>) -> Pipe {
         Pipe {
-            sha,
             secrets,
             out: Vec::new(),
             sent: VecDeque::new(),
@@ -88,22 +87,18 @@ impl Pipe {
     }
 
     fn encode(&mut self, request: &Request, eval: bool) {
-        let (mut window, mut amount) = ([0u8; 20], [0u8; 20]);
-        let (command, body): (&[u8], &[u8]) = match eval {
-            false => (b"EVALSHA", self.sha.as_bytes()),
-            true => (b"EVAL", window::SCRIPT.as_bytes()),
-        };
-        resp::encode(
-            &mut self.out,
-            &[
-                command,
-                body,
-                b"1",
-                &request.key,
-                digits(request.window_ms as i64, &mut window),
-                digits(request.amount, &mut amount),
-            ],
-        );
+        let out = &mut self.out;
+        let key: &[u8] = &request.key;
+        match request.op.script() {
+            None => resp::encode(out, &[b"UNLINK", key]),
+            Some(script) => request.op.argv(&request.args, |argv| {
+                let head: [&[u8]; 4] = match eval {
+                    false => [b"EVALSHA", script.sha().as_bytes(), b"1", key],
+                    true => [b"EVAL", script.body.as_bytes(), b"1", key],
+                };
+                resp::encode_parts(out, &head, argv);
+            }),
+        }
     }
 
     /// Adds bytes read from the socket.
@@ -136,7 +131,8 @@ impl Pipe {
                 }
             }
             if !sent.settled {
-                let result = outcome(reply).map_err(|e| self.redact(e, &sent.request));
+                let result =
+                    outcome(sent.request.op, reply).map_err(|e| self.redact(e, &sent.request));
                 done.push(Done {
                     id: sent.request.id,
                     result,
@@ -210,46 +206,29 @@ impl Pipe {
     }
 }
 
-/// `n` in decimal, written into `buf` (no allocation per hit).
-fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    let mut rest = n.unsigned_abs();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        at -= 1;
-        buf[at] = b'-';
-    }
-    &buf[at..]
-}
-
-/// The script's answer, `[count, resetMs]`, or the error it raised.
-fn outcome(reply: Reply) -> Result<Hit> {
-    let wrong_shape = || Error::Redis("the hit script gave an answer of the wrong shape".into());
+/// The op's answer, or the error its script raised.
+fn outcome(op: Op, reply: Reply) -> Result<Answer> {
+    let ints = |items: &[Reply]| -> Option<Vec<i64>> {
+        items
+            .iter()
+            .map(|r| match r {
+                Reply::Int(n) => Some(*n),
+                _ => None,
+            })
+            .collect()
+    };
     match reply {
-        Reply::Array(Some(items)) => match items.as_slice() {
-            [Reply::Int(count), Reply::Int(reset_ms)]
-                if count.abs() <= MAX_SAFE && *reset_ms > 0 =>
-            {
-                Ok(Hit {
-                    count: *count,
-                    reset_ms: *reset_ms as u64,
-                })
-            }
-            _ => Err(wrong_shape()),
+        Reply::Array(Some(items)) => match ints(&items) {
+            Some(values) => op.answer(&values),
+            None => op.answer(&[]),
         },
+        Reply::Int(n) if op == Op::Unlink => op.answer(&[n]),
         Reply::Error(code, detail) => Err(super::link::server_error(
             &code,
             (!detail.is_empty()).then_some(detail.as_str()),
             super::link::Stage::Sent,
         )),
-        _ => Err(wrong_shape()),
+        _ => op.answer(&[]),
     }
 }
 
@@ -262,16 +241,16 @@ mod tests {
     fn request(id: u64, key: &str, deadline: Instant) -> Request {
         Request {
             id,
+            op: Op::Hit,
+            args: [60_000, 1, 0, 0],
             key: key.as_bytes().into(),
-            window_ms: 60_000,
-            amount: 1,
             sent_at: deadline - Duration::from_secs(2),
             deadline,
         }
     }
 
     fn pipe() -> Pipe {
-        Pipe::new("sha1", vec![b"hunter2".to_vec()])
+        Pipe::new(vec![b"hunter2".to_vec()])
     }
 
     #[test]
@@ -280,9 +259,11 @@ mod tests {
         let mut p = pipe();
         p.send(request(1, "a", now));
         p.send(request(2, "b", now));
-        assert!(p
-            .out
-            .starts_with(b"*6\r\n$7\r\nEVALSHA\r\n$4\r\nsha1\r\n$1\r\n1\r\n$1\r\na\r\n"));
+        let sha = Op::Hit.script().unwrap().sha().to_string();
+        let head = format!(
+            "*6\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n1\r\n$1\r\na\r\n$5\r\n60000\r\n$1\r\n1\r\n"
+        );
+        assert!(p.out.starts_with(head.as_bytes()));
         p.out.clear();
         let mut done = Vec::new();
         p.feed(b"*2\r\n:1\r\n:60000\r\n-NOSCRIPT No matching script\r\n");
@@ -307,13 +288,6 @@ mod tests {
     }
 
     #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, -7, 60_000, MAX_SAFE, -MAX_SAFE] {
-            assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes());
-        }
-    }
-
-    #[test]
     fn timed_out_hits_reject_once_and_their_late_replies_are_dropped() {
         let start = Instant::now() + Duration::from_secs(5);
         let mut p = pipe();
@@ -333,13 +307,7 @@ mod tests {
         p.answers(&mut done).unwrap();
         assert_eq!(done.len(), 2);
         assert_eq!(done[1].id, 2);
-        assert_eq!(
-            done[1].result,
-            Ok(Hit {
-                count: 7,
-                reset_ms: 5
-            })
-        );
+        assert_eq!(done[1].result, Ok(Answer::new(&[7, 5])));
     }
 
     #[test]

@@ -17,9 +17,14 @@ pub enum Reply {
 
 /// Appends a command to `out`.
 pub fn encode(out: &mut Vec<u8>, args: &[&[u8]]) {
+    encode_parts(out, args, &[]);
+}
+
+/// Appends a command made of `head` then `tail` to `out`.
+pub fn encode_parts(out: &mut Vec<u8>, head: &[&[u8]], tail: &[&[u8]]) {
     out.push(b'*');
-    push_number(out, args.len() as i64);
-    for arg in args {
+    push_number(out, (head.len() + tail.len()) as i64);
+    for arg in head.iter().chain(tail) {
         out.push(b'$');
         push_number(out, arg.len() as i64);
         out.extend_from_slice(arg);

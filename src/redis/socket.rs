@@ -118,8 +118,19 @@ impl Target {
         &self.config
     }
 
-    /// Connects and greets the server, blocking, within `timeout`.
+    /// Connects and greets the server within `timeout`, blocking; the
+    /// socket it answers is non-blocking, for the event loop.
     pub fn connect(&self, timeout: Duration) -> Result<Socket> {
+        let socket = self.connect_blocking(timeout)?;
+        let failed = |e: io::Error| unsent(format!("could not connect to Redis: {e}"));
+        socket.stream.set_timeouts(None).map_err(failed)?;
+        socket.stream.set_nonblocking().map_err(failed)?;
+        Ok(socket)
+    }
+
+    /// Connects and greets the server within `timeout`; the socket it
+    /// answers blocks, each read and write for at most `timeout`.
+    pub fn connect_blocking(&self, timeout: Duration) -> Result<Socket> {
         let deadline = Instant::now() + timeout;
         let left = || {
             deadline
@@ -188,8 +199,7 @@ impl Target {
             GreetError::Io(e) => failed(e),
             GreetError::Refused(e) => e,
         })?;
-        socket.stream.set_timeouts(None).map_err(failed)?;
-        socket.stream.set_nonblocking().map_err(failed)?;
+        socket.stream.set_timeouts(Some(timeout)).map_err(failed)?;
         Ok(socket)
     }
 }
@@ -258,6 +268,46 @@ impl Socket {
             }
         }
         Ok(())
+    }
+
+    /// Sends one command on a blocking socket and answers its reply (an
+    /// error reply as the error it names).
+    pub fn command(&mut self, args: &[Vec<u8>], timeout_ms: u64) -> Result<Reply> {
+        let parts: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
+        let mut out = Vec::new();
+        resp::encode(&mut out, &parts);
+        let failed = |e: io::Error| match e.kind() {
+            io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => Error::Timeout {
+                ms: timeout_ms,
+                sent: true,
+            },
+            _ => Error::Connection {
+                text: format!(
+                    "the connection to Redis failed ({e}); the command may or may not have run"
+                ),
+                sent: true,
+            },
+        };
+        self.write_all_blocking(&out).map_err(failed)?;
+        let mut parser = Parser::default();
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match parser.next() {
+                Err(_) => return Err(failed(io::ErrorKind::InvalidData.into())),
+                Ok(Some(Reply::Error(code, detail))) => {
+                    return Err(super::link::server_error(
+                        &code,
+                        Some(&detail),
+                        super::link::Stage::Sent,
+                    ))
+                }
+                Ok(Some(reply)) => return Ok(reply),
+                Ok(None) => match self.read_blocking(&mut buf).map_err(failed)? {
+                    0 => return Err(failed(io::ErrorKind::UnexpectedEof.into())),
+                    n => parser.feed(&buf[..n]),
+                },
+            }
+        }
     }
 
     fn write_all_blocking(&mut self, bytes: &[u8]) -> io::Result<()> {

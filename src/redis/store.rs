@@ -8,7 +8,7 @@
 //!
 //! Stores with the same settings share their connections (see [`Nodes::shared`]).
 
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use redis::aio::MultiplexedConnection;
@@ -22,21 +22,14 @@ use super::config::Config;
 use super::health;
 use super::link::{classify, server_error, Link, Stage};
 use crate::errors::{Error, Result};
-use crate::window::{self, MAX_SAFE};
+use crate::ops::{Answer as Values, Args, Op};
 
-/// One hit to make: the counter at `key` (the prefix included).
+/// One op to run: on the state at `key` (prefix and suffix included).
 #[derive(Clone, Copy, Debug)]
 pub struct Query<'a> {
     pub key: &'a [u8],
-    pub window_ms: u64,
-    pub amount: i64,
-}
-
-/// What a hit answers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Hit {
-    pub count: i64,
-    pub reset_ms: u64,
+    pub op: Op,
+    pub args: Args,
 }
 
 /// Where hits go: the one server, or each key's node in a Redis Cluster.
@@ -118,7 +111,7 @@ impl Store {
     }
 
     /// One hit. Runs on the runtime.
-    pub async fn hit(&self, query: Query<'_>) -> Result<Hit> {
+    pub async fn hit(&self, query: Query<'_>) -> Result<Values> {
         let mut results = self.hits(&[query]).await;
         results
             .pop()
@@ -126,7 +119,7 @@ impl Store {
     }
 
     /// Hits sent together, answered in order. Runs on the runtime.
-    pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Hit>> {
+    pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Values>> {
         let deadline = Instant::now() + self.timeout;
         let answers = match &self.nodes {
             Nodes::Single(link) => {
@@ -136,12 +129,15 @@ impl Store {
             Nodes::Cluster(cluster) => routed(cluster, queries, deadline).await,
         };
         let ms = self.timeout.as_millis() as u64;
-        let results = answers.into_iter().map(|answer| match answer {
-            Answer::Value(value) => outcome(value),
-            Answer::Refused(e) => Err(e),
-            Answer::Failed(e) => Err(classify(&e, Stage::Sent)),
-            Answer::TimedOut { sent } => Err(Error::Timeout { ms, sent }),
-        });
+        let results = answers
+            .into_iter()
+            .zip(queries)
+            .map(|(answer, q)| match answer {
+                Answer::Value(value) => outcome(q.op, value),
+                Answer::Refused(e) => Err(e),
+                Answer::Failed(e) => Err(classify(&e, Stage::Sent)),
+                Answer::TimedOut { sent } => Err(Error::Timeout { ms, sent }),
+            });
         self.answer(queries, results)
     }
 
@@ -149,8 +145,8 @@ impl Store {
     fn answer(
         &self,
         queries: &[Query<'_>],
-        results: impl Iterator<Item = Result<Hit>>,
-    ) -> Vec<Result<Hit>> {
+        results: impl Iterator<Item = Result<Values>>,
+    ) -> Vec<Result<Values>> {
         queries
             .iter()
             .zip(results)
@@ -336,8 +332,8 @@ async fn routed(cluster: &Arc<Cluster>, queries: &[Query<'_>], deadline: Instant
         .collect()
 }
 
-/// Sends the chosen hits as EVALSHA, then those that met NOSCRIPT as EVAL:
-/// one answer per chosen hit, in order.
+/// Sends the chosen ops as EVALSHA, then those that met NOSCRIPT as EVAL:
+/// one answer per chosen op, in order.
 async fn send(
     mut conn: MultiplexedConnection,
     queries: &[Query<'_>],
@@ -345,26 +341,13 @@ async fn send(
     asking: bool,
     deadline: Instant,
 ) -> Vec<Answer> {
-    let mut answers = pipeline(
-        &mut conn,
-        "EVALSHA",
-        sha(),
-        queries,
-        chosen,
-        asking,
-        deadline,
-    )
-    .await;
+    let mut answers = pipeline(&mut conn, false, queries, chosen, asking, deadline).await;
     let (missing, at): (Vec<usize>, Vec<usize>) = (0..answers.len())
         .filter(|&j| matches!(&answers[j], Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
         .map(|j| (chosen[j], j))
         .unzip();
     if !missing.is_empty() {
-        let script = window::SCRIPT;
-        let retried = pipeline(
-            &mut conn, "EVAL", script, queries, &missing, asking, deadline,
-        )
-        .await;
+        let retried = pipeline(&mut conn, true, queries, &missing, asking, deadline).await;
         for (j, answer) in at.into_iter().zip(retried) {
             answers[j] = answer;
         }
@@ -372,12 +355,12 @@ async fn send(
     answers
 }
 
-/// Sends `command body 1 key windowMs amount` for the chosen queries as one
-/// pipeline, each after ASKING if `asking`; one answer per chosen query, in order.
+/// Sends each chosen op as one pipeline (`EVALSHA sha 1 key argv…`, or
+/// `EVAL script …` if `eval`; a plain op as its command), each after ASKING
+/// if `asking`; one answer per chosen op, in order.
 async fn pipeline(
     conn: &mut MultiplexedConnection,
-    command: &str,
-    body: &str,
+    eval: bool,
     queries: &[Query<'_>],
     chosen: &[usize],
     asking: bool,
@@ -390,15 +373,24 @@ async fn pipeline(
         if asking {
             pipe.add_command(redis::cmd("ASKING"));
         }
-        // Sized up front: the numbers take at most 20 digits each.
-        let mut cmd =
-            redis::Cmd::with_capacity(6, command.len() + body.len() + 1 + q.key.len() + 40);
-        cmd.arg(command)
-            .arg(body)
-            .arg(1)
-            .arg(q.key)
-            .arg(q.window_ms)
-            .arg(q.amount);
+        let mut cmd = redis::Cmd::with_capacity(8, q.key.len() + 160);
+        match q.op.script() {
+            None => {
+                cmd.arg("UNLINK").arg(q.key);
+            }
+            Some(script) => {
+                match eval {
+                    false => cmd.arg("EVALSHA").arg(script.sha()),
+                    true => cmd.arg("EVAL").arg(script.body),
+                };
+                cmd.arg(1).arg(q.key);
+                q.op.argv(&q.args, |argv| {
+                    for arg in argv {
+                        cmd.arg(*arg);
+                    }
+                });
+            }
+        }
         pipe.add_command(cmd);
     }
     let expected = chosen.len() * per_hit;
@@ -418,28 +410,22 @@ async fn pipeline(
     }
 }
 
-pub fn sha() -> &'static str {
-    static SHA: OnceLock<String> = OnceLock::new();
-    SHA.get_or_init(|| sha1_smol::Sha1::from(window::SCRIPT).digest().to_string())
-}
-
-/// The script's answer, `[count, resetMs]`, or the error it raised.
-fn outcome(answer: Value) -> Result<Hit> {
-    let wrong_shape = || Error::Redis("the hit script gave an answer of the wrong shape".into());
+/// The op's answer, or the error its script raised.
+fn outcome(op: Op, answer: Value) -> Result<Values> {
     match answer {
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(count), Value::Int(reset_ms)]
-                if count.abs() <= MAX_SAFE && *reset_ms > 0 =>
-            {
-                Ok(Hit {
-                    count: *count,
-                    reset_ms: *reset_ms as u64,
+        Value::Array(items) => {
+            let ints: Option<Vec<i64>> = items
+                .iter()
+                .map(|v| match v {
+                    Value::Int(n) => Some(*n),
+                    _ => None,
                 })
-            }
-            _ => Err(wrong_shape()),
-        },
+                .collect();
+            op.answer(&ints.unwrap_or_default())
+        }
+        Value::Int(n) if op == Op::Unlink => op.answer(&[n]),
         Value::ServerError(e) => Err(server_error(e.code(), e.details(), Stage::Sent)),
-        _ => Err(wrong_shape()),
+        _ => op.answer(&[]),
     }
 }
 
@@ -449,8 +435,9 @@ mod tests {
 
     #[test]
     fn the_sha_is_forty_hex_digits() {
-        assert_eq!(sha().len(), 40);
-        assert!(sha()
+        let sha = Op::Hit.script().unwrap().sha();
+        assert_eq!(sha.len(), 40);
+        assert!(sha
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
     }
@@ -479,20 +466,22 @@ mod tests {
     }
 
     #[test]
-    fn answers_become_hits_or_errors() {
+    fn answers_become_values_or_errors() {
         let pair = |a, b| Value::Array(vec![Value::Int(a), Value::Int(b)]);
+        assert_eq!(outcome(Op::Hit, pair(-3, 10)), Ok(Values::new(&[-3, 10])));
+        let max = crate::window::MAX_SAFE;
         assert_eq!(
-            outcome(pair(-3, 10)),
-            Ok(Hit {
-                count: -3,
-                reset_ms: 10
-            })
-        );
-        assert_eq!(
-            outcome(pair(MAX_SAFE + 1, 10)).unwrap_err().code(),
+            outcome(Op::Hit, pair(max + 1, 10)).unwrap_err().code(),
             "ERR_REDIS"
         );
-        assert_eq!(outcome(pair(1, 0)).unwrap_err().code(), "ERR_REDIS");
-        assert_eq!(outcome(Value::Nil).unwrap_err().code(), "ERR_REDIS");
+        assert_eq!(
+            outcome(Op::Hit, pair(1, 0)).unwrap_err().code(),
+            "ERR_REDIS"
+        );
+        assert_eq!(
+            outcome(Op::Hit, Value::Nil).unwrap_err().code(),
+            "ERR_REDIS"
+        );
+        assert_eq!(outcome(Op::Unlink, Value::Int(2)), Ok(Values::new(&[2])));
     }
 }

@@ -1,0 +1,198 @@
+// The operations beyond hit, run on every ratestore store: the same answers
+// from memoryStore, redisStore and a Redis Cluster.
+import { randomUUID } from 'node:crypto';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { describe, expect, it } from 'vitest';
+import type { RatestoreStore } from '../index.js';
+
+const MARKER = '203.0.113.99-operations-marker';
+
+/** The error a call rejects with; it must never show the key. */
+async function rejection(pending: Promise<unknown>): Promise<Error & { code: string }> {
+  const error = await pending.then(
+    () => {
+      throw new Error('the call resolved; it should have rejected');
+    },
+    (e: unknown) => e,
+  );
+  expect(String((error as Error).stack) + JSON.stringify(error)).not.toContain(MARKER);
+  return error as Error & { code: string };
+}
+
+export function operationsSuite(name: string, make: () => RatestoreStore): void {
+  describe(`${name}: operations beyond hit`, () => {
+    const key = () => `ops:${randomUUID()}`;
+
+    it('consume lets exactly limit through 2,000 parallel calls on one key, and a refusal changes nothing', async () => {
+      const store = make();
+      const k = key();
+      const results = await Promise.all(
+        Array.from({ length: 2_000 }, () => store.consume(k, { limit: 50, windowMs: 60_000 })),
+      );
+      expect(results.filter((r) => r.allowed)).toHaveLength(50);
+      const counts = results.filter((r) => r.allowed).map((r) => r.count);
+      expect(new Set(counts).size).toBe(50);
+      for (const r of results.filter((r) => !r.allowed)) {
+        expect(r).toMatchObject({ count: 50, remaining: 0 });
+        expect(r.retryMs).toBeGreaterThan(0);
+        expect(r.retryMs).toBe(r.resetMs);
+      }
+      expect((await store.hit(k, 60_000, 0)).count).toBe(50);
+    });
+
+    it('consume: cost 0 reads, a cost above the limit is refused, and hit shares its counter', async () => {
+      const store = make();
+      const k = key();
+      expect(await store.consume(k, { limit: 3, windowMs: 60_000, cost: 0 })).toEqual({
+        allowed: true,
+        count: 0,
+        remaining: 3,
+        resetMs: 60_000,
+        retryMs: 0,
+      });
+      expect((await store.hit(k, 60_000, 0)).count).toBe(0);
+      expect((await store.consume(k, { limit: 3, windowMs: 60_000, cost: 4 })).allowed).toBe(false);
+      await store.hit(k, 60_000, 2);
+      const r = await store.consume(k, { limit: 3, windowMs: 60_000 });
+      expect(r).toMatchObject({ allowed: true, count: 3, remaining: 0, retryMs: 0 });
+      expect(r.resetMs).toBeLessThanOrEqual(60_000);
+    });
+
+    it('refund gives back within the open window, never below 0, and never opens one', async () => {
+      const store = make();
+      const k = key();
+      expect(await store.refund(k, 1)).toBeNull();
+      expect((await store.hit(k, 60_000, 0)).count).toBe(0);
+      await store.consume(k, { limit: 10, windowMs: 60_000, cost: 3 });
+      expect((await store.refund(k, 2))?.count).toBe(1);
+      expect((await store.refund(k, 5))?.count).toBe(0);
+      const short = key();
+      await store.hit(short, 50, 2);
+      await sleep(80);
+      expect(await store.refund(short, 1)).toBeNull();
+      // The refund that came after the window opened nothing: the next window starts clean.
+      expect((await store.consume(short, { limit: 2, windowMs: 60_000, cost: 2 })).allowed).toBe(true);
+    });
+
+    it('sliding window: weighs the previous window by its share still inside, across an edge', async () => {
+      const store = make();
+      const k = key();
+      const windowMs = 400;
+      // Start just after an edge so the first counts stay in one window.
+      const first = await store.slidingWindow.increment(k, windowMs, 0);
+      await sleep(first.resetMs + 5);
+      const a = await store.slidingWindow.increment(k, windowMs, 4);
+      expect(a.count).toBe(4);
+      await sleep(a.resetMs + 100);
+      // Now inside the next window, with about 3/4 of the previous one still inside.
+      const b = await store.slidingWindow.increment(k, windowMs, 0);
+      expect(b.count).toBeGreaterThanOrEqual(1);
+      expect(b.count).toBeLessThanOrEqual(3);
+      const c = await store.slidingWindow.consume(k, { limit: b.count + 1, windowMs, cost: 2 });
+      expect(c.allowed).toBe(false);
+      expect(c.retryMs).toBeGreaterThan(0);
+      expect(c.retryMs).toBeLessThanOrEqual(windowMs);
+      expect((await store.slidingWindow.consume(k, { limit: b.count + 1, windowMs, cost: 1 })).allowed).toBe(true);
+      expect((await store.slidingWindow.decrement(k, windowMs)).count).toBe(b.count);
+    });
+
+    it('sliding window: exactly limit pass 500 parallel consumes', async () => {
+      const store = make();
+      const k = key();
+      const results = await Promise.all(
+        Array.from({ length: 500 }, () => store.slidingWindow.consume(k, { limit: 20, windowMs: 60_000 })),
+      );
+      expect(results.filter((r) => r.allowed)).toHaveLength(20);
+    });
+
+    it('token bucket: takes, refuses with the time until enough tokens, and refills', async () => {
+      const store = make();
+      const k = key();
+      const bucket = { capacity: 3, refill: 1, intervalMs: 150 };
+      const first = await store.tokenBucket(k, { ...bucket, cost: 3 });
+      expect(first).toMatchObject({ allowed: true, remaining: 0, retryMs: 0 });
+      const refused = await store.tokenBucket(k, bucket);
+      expect(refused.allowed).toBe(false);
+      expect(refused.retryMs).toBeGreaterThan(0);
+      expect(refused.retryMs).toBeLessThanOrEqual(150);
+      await sleep(refused.retryMs + 20);
+      expect(await store.tokenBucket(k, bucket)).toMatchObject({ allowed: true, remaining: 0 });
+      expect((await store.tokenBucket(k, { ...bucket, cost: 4 })).allowed).toBe(false);
+      const parallel = key();
+      const all = await Promise.all(
+        Array.from({ length: 300 }, () => store.tokenBucket(parallel, { capacity: 10, refill: 1, intervalMs: 60_000 })),
+      );
+      expect(all.filter((r) => r.allowed)).toHaveLength(10);
+    });
+
+    it('keeps each algorithm under its own key: switching one never misreads another', async () => {
+      const store = make();
+      const k = key();
+      await store.hit(k, 60_000, 7);
+      expect((await store.slidingWindow.increment(k, 60_000, 0)).count).toBe(0);
+      expect((await store.tokenBucket(k, { capacity: 5, refill: 1, intervalMs: 1_000, cost: 0 })).remaining).toBe(5);
+      expect((await store.hit(k, 60_000, 0)).count).toBe(7);
+    });
+
+    it('reset removes every state of a key, under concurrent hits on other keys', async () => {
+      const store = make();
+      const [k, other] = [key(), key()];
+      await store.hit(k, 60_000, 3);
+      await store.slidingWindow.increment(k, 60_000, 3);
+      await store.tokenBucket(k, { capacity: 5, refill: 1, intervalMs: 60_000, cost: 5 });
+      const busy = Promise.all(Array.from({ length: 200 }, () => store.hit(other, 60_000, 1)));
+      await store.reset(k);
+      await busy;
+      expect((await store.hit(k, 60_000, 0)).count).toBe(0);
+      expect((await store.slidingWindow.increment(k, 60_000, 0)).count).toBe(0);
+      expect((await store.tokenBucket(k, { capacity: 5, refill: 1, intervalMs: 60_000, cost: 0 })).remaining).toBe(5);
+      expect((await store.hit(other, 60_000, 0)).count).toBe(200);
+    });
+
+    it('resetAll empties the store, and it counts again at once', async () => {
+      const store = make();
+      const keys = Array.from({ length: 50 }, key);
+      await Promise.all(keys.map((k) => store.hit(k, 60_000, 2)));
+      await store.resetAll();
+      for (const k of keys.slice(0, 5)) expect((await store.hit(k, 60_000, 0)).count).toBe(0);
+      expect((await store.hit(keys[0], 60_000, 1)).count).toBe(1);
+    });
+
+    it('refuses bad arguments of every operation with a TypeError or RangeError, changing nothing', async () => {
+      const store = make();
+      await store.hit(MARKER, 60_000, 1);
+      const s = store as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+      const sliding = store.slidingWindow as unknown as Record<string, (...args: unknown[]) => Promise<unknown>>;
+      const cases: [string, () => Promise<unknown>, typeof TypeError | typeof RangeError][] = [
+        ['consume without options', () => s.consume(MARKER), TypeError],
+        ['consume with a string limit', () => s.consume(MARKER, { limit: '5', windowMs: 1_000 }), TypeError],
+        ['consume with a negative limit', () => s.consume(MARKER, { limit: -1, windowMs: 1_000 }), RangeError],
+        [
+          'consume with a fractional cost',
+          () => s.consume(MARKER, { limit: 5, windowMs: 1_000, cost: 0.5 }),
+          RangeError,
+        ],
+        ['consume with windowMs 0', () => s.consume(MARKER, { limit: 5, windowMs: 0 }), RangeError],
+        ['consume with a number key', () => s.consume(5, { limit: 5, windowMs: 1_000 }), TypeError],
+        ['refund with a negative amount', () => s.refund(MARKER, -1), RangeError],
+        ['refund with no amount', () => s.refund(MARKER), TypeError],
+        ['sliding increment with NaN', () => sliding.increment(MARKER, NaN), RangeError],
+        ['sliding decrement with a string', () => sliding.decrement(MARKER, 1_000, '1'), TypeError],
+        ['sliding consume with an array', () => sliding.consume(MARKER, []), TypeError],
+        [
+          'token bucket with capacity 0',
+          () => s.tokenBucket(MARKER, { capacity: 0, refill: 1, intervalMs: 1 }),
+          RangeError,
+        ],
+        ['token bucket with no refill', () => s.tokenBucket(MARKER, { capacity: 1, intervalMs: 1 }), TypeError],
+        ['reset with a number', () => s.reset(1), TypeError],
+      ];
+      for (const [what, call, kind] of cases) {
+        const error = await rejection(call());
+        expect(error, what).toBeInstanceOf(kind);
+        expect(error.message, what).toMatch(/^ratestore: /);
+      }
+      expect((await store.hit(MARKER, 60_000, 0)).count).toBe(1);
+    });
+  });
+}

@@ -1,0 +1,162 @@
+'use strict';
+// The operations of ratestore's stores beyond hit, as both stores share them:
+// each op's number (as the native side knows it), the check of its arguments
+// (a bad call is refused before any store is touched), its numbers, and how
+// its answer (up to five integers) becomes the result object.
+
+const { typeError, rangeError, typeName, MAX_KEY_LENGTH } = require('./check.js');
+
+const OP = {
+  hit: 0,
+  consume: 1,
+  refund: 2,
+  slidingIncrement: 3,
+  slidingDecrement: 4,
+  slidingConsume: 5,
+  tokenBucket: 6,
+  unlink: 7,
+};
+
+/** Which state `unlink` removes: every algorithm's, for reset(key). */
+const STATES = [0, 1, 2];
+
+function checkKey(call, key) {
+  if (typeof key !== 'string') return typeError(`${call}: key must be a string, got ${typeName(key)}`);
+  if (key.length > MAX_KEY_LENGTH) {
+    return rangeError(`${call}: key is ${key.length} UTF-16 units long; at most ${MAX_KEY_LENGTH} are accepted`);
+  }
+  return undefined;
+}
+
+/** The error for a number argument that must be a safe integer of at least `min`, or undefined. */
+function checkInteger(call, name, value, min) {
+  if (typeof value !== 'number') return typeError(`${call}: ${name} must be a number, got ${typeName(value)}`);
+  if (!(Number.isSafeInteger(value) && value >= min)) {
+    const what = min === 1 ? 'a positive safe integer' : 'a safe integer of 0 or more';
+    return rangeError(`${call}: ${name} must be ${what}, got ${value}`);
+  }
+  return undefined;
+}
+
+function checkObject(call, options) {
+  if (options === null || typeof options !== 'object' || Array.isArray(options)) {
+    return typeError(`${call}: options must be an object, got ${typeName(options)}`);
+  }
+  return undefined;
+}
+
+/**
+ * Each op's check and numbers: `args(...)` answers `[error]` or `[undefined, a, b, c, d]`.
+ * The native side checks them again, so the core stays safe on its own.
+ */
+function consumeArgs(call, key, options) {
+  const error = checkKey(call, key) ?? checkObject(call, options);
+  if (error) return [error];
+  const { limit, windowMs, cost = 1 } = options;
+  const bad =
+    checkInteger(call, 'limit', limit, 0) ??
+    checkInteger(call, 'windowMs', windowMs, 1) ??
+    checkInteger(call, 'cost', cost, 0);
+  return bad ? [bad] : [undefined, windowMs, limit, cost, 0];
+}
+
+function amountArgs(call, key, windowMs, amount) {
+  const error =
+    checkKey(call, key) ?? checkInteger(call, 'windowMs', windowMs, 1) ?? checkInteger(call, 'amount', amount, 0);
+  return error ? [error] : [undefined, windowMs, amount, 0, 0];
+}
+
+function refundArgs(key, amount) {
+  const call = 'refund(key, amount)';
+  const error = checkKey(call, key) ?? checkInteger(call, 'amount', amount, 0);
+  return error ? [error] : [undefined, amount, 0, 0, 0];
+}
+
+function bucketArgs(key, options) {
+  const call = 'tokenBucket(key, options)';
+  const error = checkKey(call, key) ?? checkObject(call, options);
+  if (error) return [error];
+  const { capacity, refill, intervalMs, cost = 1 } = options;
+  const bad =
+    checkInteger(call, 'capacity', capacity, 1) ??
+    checkInteger(call, 'refill', refill, 1) ??
+    checkInteger(call, 'intervalMs', intervalMs, 1) ??
+    checkInteger(call, 'cost', cost, 0);
+  return bad ? [bad] : [undefined, capacity, refill, intervalMs, cost];
+}
+
+/** The result object of `op` from its answer's integers at `v[at..]`. */
+function decode(op, v, at) {
+  switch (op) {
+    case OP.hit:
+    case OP.slidingIncrement:
+    case OP.slidingDecrement:
+      return { count: v[at], resetMs: v[at + 1] };
+    case OP.consume: {
+      const allowed = v[at] === 1;
+      return { allowed, count: v[at + 1], remaining: v[at + 2], resetMs: v[at + 3], retryMs: allowed ? 0 : v[at + 3] };
+    }
+    case OP.refund:
+      // resetMs 0: no window was open, and none was opened.
+      return v[at + 1] === 0 ? null : { count: v[at], resetMs: v[at + 1] };
+    case OP.slidingConsume:
+      return {
+        allowed: v[at] === 1,
+        count: v[at + 1],
+        remaining: v[at + 2],
+        resetMs: v[at + 3],
+        retryMs: v[at + 4],
+      };
+    case OP.tokenBucket:
+      return { allowed: v[at] === 1, remaining: v[at + 1], retryMs: v[at + 2], resetMs: v[at + 3] };
+    default:
+      return undefined;
+  }
+}
+
+/**
+ * The operations every ratestore store offers, over its `call(op, key, a, b, c, d)`, which answers a
+ * promise of the op's result object (rejecting if the store cannot do it).
+ */
+class Operations {
+  consume(key, options) {
+    const [error, a, b, c, d] = consumeArgs('consume(key, options)', key, options);
+    return error ? Promise.reject(error) : this._call(OP.consume, key, a, b, c, d);
+  }
+
+  refund(key, amount) {
+    const [error, a, b, c, d] = refundArgs(key, amount);
+    return error ? Promise.reject(error) : this._call(OP.refund, key, a, b, c, d);
+  }
+
+  get slidingWindow() {
+    const store = this;
+    return {
+      increment(key, windowMs, amount = 1) {
+        const [error, a, b, c, d] = amountArgs('slidingWindow.increment(key, windowMs, amount)', key, windowMs, amount);
+        return error ? Promise.reject(error) : store._call(OP.slidingIncrement, key, a, b, c, d);
+      },
+      decrement(key, windowMs, amount = 1) {
+        const [error, a, b, c, d] = amountArgs('slidingWindow.decrement(key, windowMs, amount)', key, windowMs, amount);
+        return error ? Promise.reject(error) : store._call(OP.slidingDecrement, key, a, b, c, d);
+      },
+      consume(key, options) {
+        const [error, a, b, c, d] = consumeArgs('slidingWindow.consume(key, options)', key, options);
+        return error ? Promise.reject(error) : store._call(OP.slidingConsume, key, a, b, c, d);
+      },
+    };
+  }
+
+  tokenBucket(key, options) {
+    const [error, a, b, c, d] = bucketArgs(key, options);
+    return error ? Promise.reject(error) : this._call(OP.tokenBucket, key, a, b, c, d);
+  }
+
+  reset(key) {
+    const error = checkKey('reset(key)', key);
+    if (error) return Promise.reject(error);
+    return Promise.all(STATES.map((state) => this._call(OP.unlink, key, state, 0, 0, 0))).then(() => undefined);
+  }
+}
+
+module.exports = { OP, Operations, decode };

@@ -1,0 +1,278 @@
+//! The operations a store runs for JavaScript, as one shape every store and
+//! transport shares: an [`Op`], its checked numbers ([`Args`]), and its
+//! answer ([`Answer`], up to five integers, whose meaning the op gives).
+//! On Redis each op is one Lua script (or one command) on one key.
+
+use std::sync::OnceLock;
+
+use crate::errors::{Error, Result};
+use crate::window::MAX_SAFE;
+use crate::{bucket, sliding, window};
+
+/// An operation, as JavaScript names it by number.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// `hit(key, windowMs, amount)` → `[count, resetMs]`.
+    Hit,
+    /// `consume(key, { limit, windowMs, cost })` → `[allowed, count, remaining, resetMs]`.
+    Consume,
+    /// `refund(key, amount)` → `[count, resetMs]` (`resetMs` 0: no open window).
+    Refund,
+    /// `slidingWindow.increment(key, windowMs, amount)` → `[count, resetMs]`.
+    SlidingIncrement,
+    /// `slidingWindow.decrement(key, windowMs, amount)` → `[count, resetMs]`.
+    SlidingDecrement,
+    /// `slidingWindow.consume(key, { limit, windowMs, cost })` →
+    /// `[allowed, count, remaining, resetMs, retryMs]`.
+    SlidingConsume,
+    /// `tokenBucket(key, { capacity, refill, intervalMs, cost })` →
+    /// `[allowed, remaining, retryMs, resetMs]`.
+    Bucket,
+    /// Removes one of a key's states (`a` names which: 0 fixed, 1 sliding,
+    /// 2 bucket) → `[removed]`.
+    Unlink,
+}
+
+/// An op's numbers, checked: integers in the ranges the op allows.
+pub type Args = [i64; 4];
+
+/// An op's answer: its integers, `len` of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Answer {
+    pub values: [i64; 5],
+    pub len: usize,
+}
+
+impl Answer {
+    pub fn new(values: &[i64]) -> Answer {
+        let mut all = [0; 5];
+        all[..values.len()].copy_from_slice(values);
+        Answer {
+            values: all,
+            len: values.len(),
+        }
+    }
+}
+
+/// A Lua script and its SHA1, for EVALSHA.
+pub struct Script {
+    pub body: &'static str,
+    sha: OnceLock<String>,
+}
+
+impl Script {
+    const fn new(body: &'static str) -> Script {
+        Script {
+            body,
+            sha: OnceLock::new(),
+        }
+    }
+
+    pub fn sha(&self) -> &str {
+        self.sha
+            .get_or_init(|| sha1_smol::Sha1::from(self.body).digest().to_string())
+    }
+}
+
+static HIT: Script = Script::new(window::SCRIPT);
+static CONSUME: Script = Script::new(window::CONSUME_SCRIPT);
+static REFUND: Script = Script::new(window::REFUND_SCRIPT);
+static SLIDING: Script = Script::new(sliding::SCRIPT);
+static BUCKET: Script = Script::new(bucket::SCRIPT);
+
+/// Where a key's state of each algorithm lives: `prefix + key + suffix`.
+pub const SUFFIXES: [&[u8]; 3] = [b"", sliding::KEY_SUFFIX, bucket::KEY_SUFFIX];
+
+impl Op {
+    pub fn from_code(code: f64) -> Option<Op> {
+        Some(match code as i64 {
+            _ if code.fract() != 0.0 => return None,
+            0 => Op::Hit,
+            1 => Op::Consume,
+            2 => Op::Refund,
+            3 => Op::SlidingIncrement,
+            4 => Op::SlidingDecrement,
+            5 => Op::SlidingConsume,
+            6 => Op::Bucket,
+            7 => Op::Unlink,
+            _ => return None,
+        })
+    }
+
+    /// Checks the op's numbers as JavaScript gave them (the JS face checks
+    /// them first, with messages naming each; this keeps the core safe on
+    /// its own). Unused ones are ignored.
+    pub fn check(self, n: [f64; 4]) -> Result<Args> {
+        Ok(match self {
+            Op::Hit => {
+                let (window_ms, amount) = window::check(n[0], n[1])?;
+                [window_ms as i64, amount, 0, 0]
+            }
+            Op::Consume => {
+                let (window_ms, limit, cost) = window::check_consume(n[0], n[1], n[2])?;
+                [window_ms as i64, limit, cost, 0]
+            }
+            Op::Refund => [window::check_refund(n[0])?, 0, 0, 0],
+            Op::SlidingIncrement | Op::SlidingDecrement => {
+                let (window_ms, amount) = sliding::check(n[0], n[1])?;
+                [window_ms as i64, amount, 0, 0]
+            }
+            Op::SlidingConsume => {
+                let (window_ms, limit, cost) = sliding::check_consume(n[0], n[1], n[2])?;
+                [window_ms as i64, limit, cost, 0]
+            }
+            Op::Bucket => {
+                let (p, cost) = bucket::check(n[0], n[1], n[2], n[3])?;
+                [p.capacity, p.refill, p.interval_ms as i64, cost]
+            }
+            Op::Unlink => match n[0] {
+                0.0 => [0; 4],
+                1.0 => [1, 0, 0, 0],
+                2.0 => [2, 0, 0, 0],
+                _ => return Err(Error::InvalidRange("unknown state to remove")),
+            },
+        })
+    }
+
+    /// The script the op runs on Redis (None: a plain command).
+    pub fn script(self) -> Option<&'static Script> {
+        match self {
+            Op::Hit => Some(&HIT),
+            Op::Consume => Some(&CONSUME),
+            Op::Refund => Some(&REFUND),
+            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => Some(&SLIDING),
+            Op::Bucket => Some(&BUCKET),
+            Op::Unlink => None,
+        }
+    }
+
+    /// The suffix of the key the op works on.
+    pub fn suffix(self, args: &Args) -> &'static [u8] {
+        match self {
+            Op::Hit | Op::Consume | Op::Refund => SUFFIXES[0],
+            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => SUFFIXES[1],
+            Op::Bucket => SUFFIXES[2],
+            Op::Unlink => SUFFIXES[args[0] as usize],
+        }
+    }
+
+    /// Calls `f` with the script's ARGV (after `KEYS[1]`), as bytes.
+    pub fn argv<R>(self, args: &Args, f: impl FnOnce(&[&[u8]]) -> R) -> R {
+        let mut bufs = [[0u8; 20]; 4];
+        let [b0, b1, b2, b3] = &mut bufs;
+        let [a0, a1, a2, a3] = *args;
+        match self {
+            Op::Hit => f(&[digits(a0, b0), digits(a1, b1)]),
+            Op::Consume => f(&[digits(a0, b0), digits(a1, b1), digits(a2, b2)]),
+            Op::Refund => f(&[digits(a0, b0)]),
+            Op::SlidingIncrement => f(&[b"increment", digits(a0, b0), digits(a1, b1)]),
+            Op::SlidingDecrement => f(&[b"decrement", digits(a0, b0), digits(a1, b1)]),
+            // The script takes the cost before the limit.
+            Op::SlidingConsume => f(&[b"consume", digits(a0, b0), digits(a2, b2), digits(a1, b1)]),
+            Op::Bucket => f(&[
+                digits(a0, b0),
+                digits(a1, b1),
+                digits(a2, b2),
+                digits(a3, b3),
+            ]),
+            Op::Unlink => f(&[]),
+        }
+    }
+
+    /// How many integers the op answers.
+    pub fn answer_len(self) -> usize {
+        match self {
+            Op::Hit | Op::Refund | Op::SlidingIncrement | Op::SlidingDecrement => 2,
+            Op::Consume | Op::Bucket => 4,
+            Op::SlidingConsume => 5,
+            Op::Unlink => 1,
+        }
+    }
+
+    /// Checks a script's integers: the right count, each a safe integer
+    /// (and a hit's resetMs above 0, as the contract promises).
+    pub fn answer(self, values: &[i64]) -> Result<Answer> {
+        let shape_ok = values.len() == self.answer_len()
+            && values.iter().all(|v| v.abs() <= MAX_SAFE)
+            && (self != Op::Hit || values[1] > 0);
+        if !shape_ok {
+            return Err(Error::Redis(
+                "a script gave an answer of the wrong shape".into(),
+            ));
+        }
+        Ok(Answer::new(values))
+    }
+}
+
+/// `n` in decimal, written into `buf` (no allocation per hit).
+pub fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    &buf[at..]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        for n in [0, 7, -7, 60_000, MAX_SAFE, -MAX_SAFE, i64::MIN] {
+            assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
+    }
+
+    #[test]
+    fn codes_name_ops_and_checks_refuse_bad_numbers() {
+        assert_eq!(Op::from_code(0.0), Some(Op::Hit));
+        assert_eq!(Op::from_code(7.0), Some(Op::Unlink));
+        assert_eq!(Op::from_code(8.0), None);
+        assert_eq!(Op::from_code(1.5), None);
+        assert_eq!(
+            Op::Hit.check([60_000.0, -3.0, 0.0, 0.0]),
+            Ok([60_000, -3, 0, 0])
+        );
+        assert!(Op::Consume.check([60_000.0, -1.0, 1.0, 0.0]).is_err());
+        assert!(Op::Refund.check([-1.0, 0.0, 0.0, 0.0]).is_err());
+        assert!(Op::Bucket.check([10.0, 1.0, 0.0, 1.0]).is_err());
+        assert!(Op::Unlink.check([3.0, 0.0, 0.0, 0.0]).is_err());
+    }
+
+    #[test]
+    fn sliding_consume_sends_its_cost_before_its_limit() {
+        let args = Op::SlidingConsume.check([1_000.0, 10.0, 3.0, 0.0]).unwrap();
+        let argv =
+            Op::SlidingConsume.argv(&args, |a| a.iter().map(|x| x.to_vec()).collect::<Vec<_>>());
+        assert_eq!(
+            argv,
+            [
+                b"consume".to_vec(),
+                b"1000".to_vec(),
+                b"3".to_vec(),
+                b"10".to_vec()
+            ]
+        );
+        assert_eq!(Op::Unlink.suffix(&[1, 0, 0, 0]), b":sw");
+    }
+
+    #[test]
+    fn answers_are_checked() {
+        assert_eq!(Op::Hit.answer(&[3, 10]).unwrap().values[..2], [3, 10]);
+        assert!(Op::Hit.answer(&[3, 0]).is_err());
+        assert!(Op::Hit.answer(&[3]).is_err());
+        assert!(Op::Consume.answer(&[1, MAX_SAFE + 1, 0, 5]).is_err());
+        assert_eq!(Op::SlidingConsume.answer(&[0, 5, 0, 10, 3]).unwrap().len, 5);
+    }
+}

@@ -1,0 +1,143 @@
+//! `resetAll()` on Redis: every key under the prefix unlinked, page by page
+//! (`SCAN … MATCH prefix* COUNT 1000`, then `UNLINK` of what the page found,
+//! never `KEYS`, which blocks the server), on the one server or on every
+//! master of a cluster. It runs blocking, on a worker thread, over
+//! connections of its own: it is rare, and it must not hold up hits.
+
+use std::time::Duration;
+
+use super::cluster::slot;
+use super::config::{Addr, Config};
+use super::resp::Reply;
+use super::socket::Target;
+use crate::errors::{Error, Result};
+use crate::reset::ResetAll;
+
+/// Unlinks every key under `prefix`. Refused for an empty prefix.
+pub fn reset_all(config: &Config, prefix: &[u8]) -> Result<()> {
+    ResetAll::new(prefix)?;
+    let timeout = Duration::from_millis(config.timeout_ms);
+    let nodes = match &config.cluster {
+        None => vec![config.clone()],
+        Some(_) => masters(config, timeout)?,
+    };
+    let secrets = config.secrets();
+    let secrets: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+    for node in nodes {
+        on_node(&node, prefix, timeout).map_err(|e| e.redacted(&secrets))?;
+    }
+    Ok(())
+}
+
+fn on_node(node: &Config, prefix: &[u8], timeout: Duration) -> Result<()> {
+    let ms = timeout.as_millis() as u64;
+    let mut socket = Target::new(node)?.connect_blocking(timeout)?;
+    let mut plan = ResetAll::new(prefix)?;
+    while let Some(scan) = plan.next_scan() {
+        let (cursor, keys) = scan_page(socket.command(&scan, ms)?)?;
+        // On a cluster each UNLINK names keys of one slot; one server takes any.
+        let slot_of = |key: &[u8]| if node.cluster.is_some() { slot(key) } else { 0 };
+        for unlink in plan.on_scan_reply(cursor, keys, slot_of) {
+            socket.command(&unlink, ms)?;
+        }
+    }
+    Ok(())
+}
+
+/// A SCAN reply: the next cursor and the page's keys.
+fn scan_page(reply: Reply) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
+    let wrong = || Error::Redis("SCAN gave an answer of the wrong shape".into());
+    let Reply::Array(Some(mut parts)) = reply else {
+        return Err(wrong());
+    };
+    let (Some(Reply::Array(Some(keys))), Some(Reply::Bulk(Some(cursor)))) =
+        (parts.pop(), parts.pop())
+    else {
+        return Err(wrong());
+    };
+    let keys = keys
+        .into_iter()
+        .map(|k| match k {
+            Reply::Bulk(Some(k)) => Ok(k),
+            _ => Err(wrong()),
+        })
+        .collect::<Result<_>>()?;
+    Ok((cursor, keys))
+}
+
+/// The cluster's masters, from CLUSTER SLOTS asked of the first seed that
+/// answers, each as the config of a single server.
+fn masters(config: &Config, timeout: Duration) -> Result<Vec<Config>> {
+    let seeds = config.cluster.clone().unwrap_or_default();
+    let mut last = Error::Config("no seed node to ask for the cluster's masters".into());
+    for seed in seeds {
+        let node = single(config, seed.clone());
+        let asked = Target::new(&node)
+            .and_then(|t| t.connect_blocking(timeout))
+            .and_then(|mut s| {
+                s.command(
+                    &[b"CLUSTER".to_vec(), b"SLOTS".to_vec()],
+                    timeout.as_millis() as u64,
+                )
+            });
+        match asked {
+            Ok(reply) => return masters_of(config, &seed, reply),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+fn masters_of(config: &Config, seed: &Addr, reply: Reply) -> Result<Vec<Config>> {
+    let wrong = || Error::Redis("CLUSTER SLOTS gave an answer of the wrong shape".into());
+    let Reply::Array(Some(ranges)) = reply else {
+        return Err(wrong());
+    };
+    let tls = matches!(seed, Addr::Tcp { tls: true, .. });
+    let mut found: Vec<(String, u16)> = Vec::new();
+    for range in ranges {
+        let Reply::Array(Some(parts)) = range else {
+            return Err(wrong());
+        };
+        let Some(Reply::Array(Some(master))) = parts.get(2) else {
+            return Err(wrong());
+        };
+        let (Some(Reply::Bulk(Some(host))), Some(Reply::Int(port))) =
+            (master.first(), master.get(1))
+        else {
+            return Err(wrong());
+        };
+        let mut host = String::from_utf8_lossy(host).into_owned();
+        if host.is_empty() {
+            // A node that does not know its own address: the seed's.
+            if let Addr::Tcp {
+                host: seed_host, ..
+            } = seed
+            {
+                host = seed_host.clone();
+            }
+        }
+        let port = u16::try_from(*port).map_err(|_| wrong())?;
+        if !found.contains(&(host.clone(), port)) {
+            found.push((host, port));
+        }
+    }
+    Ok(found
+        .into_iter()
+        .map(|(host, port)| {
+            let mut node = single(config, Addr::Tcp { host, port, tls });
+            // Kept so that UNLINKs are split by slot.
+            node.cluster = Some(Vec::new());
+            node
+        })
+        .collect())
+}
+
+/// The config of one node of the cluster `config` names.
+fn single(config: &Config, addr: Addr) -> Config {
+    Config {
+        addr,
+        cluster: None,
+        ..config.clone()
+    }
+}
