@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import { createRequire } from 'node:module';
 import { join } from 'node:path';
+import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
@@ -180,6 +181,55 @@ describe('memoryStore', () => {
     const counts = await hitFromWorkers(4, { factory: 'memoryStore', options: { name }, key: 'shared', hits });
     expect(counts).toEqual(Array.from({ length: 4 * hits }, (_, i) => i + 1));
     expect((await memoryStore({ name }).hit('shared', 60_000, 0)).count).toBe(4 * hits);
+  });
+
+  it('applies no older time to a window another worker thread opened: every resetMs <= windowMs', async () => {
+    const name = `reset-${process.pid}-${Date.now()}`;
+    const runs = Array.from({ length: 3 }, () => {
+      const worker = new Worker(join(__dirname, 'fixtures', 'reset-worker.js'), {
+        workerData: { name, key: 'shared', windowMs: 1, hits: 30_000 },
+      });
+      return new Promise<number[]>((resolve, reject) => {
+        worker.once('message', resolve);
+        worker.once('error', reject);
+      }).finally(() => worker.terminate());
+    });
+    const resets = (await Promise.all(runs)).flat();
+    expect(resets).toHaveLength(90_000);
+    expect(resets.filter((resetMs) => resetMs > 1)).toEqual([]);
+  });
+
+  describe('a full store', () => {
+    const fill = async (store: ReturnType<typeof memoryStore>, count: number, windowMs: number) => {
+      for (let i = 0; i < count; i++) await store.hit(`held-${i}`, windowMs, 1);
+    };
+
+    it('refuses a fresh key without scanning its budgets', { timeout: 60_000 }, async () => {
+      const store = memoryStore({ maxKeys: 200_000 });
+      await fill(store, 200_000, 2 * HOUR);
+      const start = performance.now();
+      for (let i = 0; i < 2_000; i++) {
+        const error = await store.hit(`fresh-${i}`, 60_000, 1).catch((e: unknown) => e);
+        expect((error as { code: string }).code).toBe('ERR_STORE_FULL');
+      }
+      // A scan of the table per refusal takes seconds here; a bound this loose holds on a busy machine.
+      expect(performance.now() - start).toBeLessThan(1_000);
+    });
+
+    it('turns over without a stall', { timeout: 60_000 }, async () => {
+      const store = memoryStore({ maxKeys: 1_000_000 });
+      await fill(store, 1_000_000, HOUR);
+      const slow: number[] = [];
+      for (let i = 0; i < 100_000; i++) {
+        const start = performance.now();
+        await store.hit(`fresh-${i}`, HOUR, 1);
+        const ms = performance.now() - start;
+        if (ms > 10) slow.push(ms);
+      }
+      // A scan of the table stalls a hit for tens of ms, 6 times here; a busy machine may preempt one or two.
+      expect(slow.length).toBeLessThanOrEqual(2);
+      expect(store.size).toBe(1_000_000);
+    });
   });
 
   it('counts right in each copy of the package loaded on one thread (a cleared require cache)', async () => {

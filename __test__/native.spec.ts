@@ -19,26 +19,34 @@ const prefix = `native:${randomUUID()}:`;
 const redis = () => redisStore({ url: server.url, prefix, timeoutMs: 5_000 });
 
 describe('memory JavaScript can reach', () => {
-  it('a detached or transferred io array never feeds a hit, and the addon exports no array', async () => {
-    const seen = JSON.parse(await runFixture(fixture, ['memory'], ['--expose-gc']));
-    expect(seen.first).toEqual([2, 60_000]);
-    // Whether the engine copies or detaches, a hit reads only numbers written for it.
-    if (seen.detachedLength === 0) expect(seen.afterDetach.code).toBe('ERR_INTERNAL');
-    else expect(seen.afterDetach).toEqual({ answer: 7 });
-    expect(seen.afterTransfer.code).toBe('ERR_INTERNAL');
-    expect(seen.afterTransfer.message).toMatch(/numbers did not reach the store/);
-    expect(seen.size).toBe(1);
-    expect(seen.exports).toEqual([]);
-    expect(seen.jsFaceSize).toBeGreaterThan(0);
-  });
+  it(
+    'a detached or transferred io array never feeds a hit, and the addon exports no array',
+    { timeout: 60_000 },
+    async () => {
+      const seen = JSON.parse(await runFixture(fixture, ['memory'], ['--expose-gc']));
+      expect(seen.first).toEqual([2, 60_000]);
+      // Whether the engine copies or detaches, a hit reads only numbers written for it.
+      if (seen.detachedLength === 0) expect(seen.afterDetach.code).toBe('ERR_INTERNAL');
+      else expect(seen.afterDetach).toEqual({ answer: 7 });
+      expect(seen.afterTransfer.code).toBe('ERR_INTERNAL');
+      expect(seen.afterTransfer.message).toMatch(/numbers did not reach the store/);
+      expect(seen.size).toBe(1);
+      expect(seen.exports).toEqual([]);
+      expect(seen.jsFaceSize).toBeGreaterThan(0);
+    },
+  );
 
-  it('every promise of a Redis delivery settles when settle throws part-way, and detached results are harmless', async () => {
-    const seen = JSON.parse(await runFixture(fixture, ['redis', server.url], ['--expose-gc']));
-    expect(seen.settled + seen.errors).toBe(3_000);
-    expect(seen.errors).toBe(0);
-    expect(seen.detachedResults.calls).toBe(100);
-    expect(seen.worker).toBe(100);
-  });
+  it(
+    'every promise of a Redis delivery settles when settle throws part-way, and detached results are harmless',
+    { timeout: 60_000 },
+    async () => {
+      const seen = JSON.parse(await runFixture(fixture, ['redis', server.url], ['--expose-gc']));
+      expect(seen.settled + seen.errors).toBe(3_000);
+      expect(seen.errors).toBe(0);
+      expect(seen.detachedResults.calls).toBe(100);
+      expect(seen.worker).toBe(100);
+    },
+  );
 });
 
 describe('keys are opaque: no two strings share a counter', () => {

@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,redis,cluster,cpu
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,cpu
 
 const { execFile } = require('node:child_process');
 const { writeFileSync, readFileSync } = require('node:fs');
@@ -14,7 +14,8 @@ const os = require('node:os');
 const { join } = require('node:path');
 const { performance } = require('node:perf_hooks');
 const { promisify } = require('node:util');
-const { memoryStores, floor, redisStores, clusterStores, WINDOW_MS, REFERENCE_LUA } = require('./stores.js');
+const { Worker } = require('node:worker_threads');
+const { memoryStores, turnover, floor, redisStores, clusterStores, WINDOW_MS, REFERENCE_LUA } = require('./stores.js');
 const CLUSTER_STORE = clusterStores.find((s) => !s.peer).name;
 const { summary, bestPeer, table } = require('./stats.js');
 const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
@@ -30,6 +31,9 @@ const SIZES = {
     childRounds: 3,
     footprint: 1_000_000,
     stall: [1_000_000, 1_300_000],
+    full: { count: 1_000_000, hits: 5_000 },
+    workerRounds: 7,
+    workerHits: 200_000,
     redisRounds: 5,
     redisHits: { 1: 8_000, 16: 40_000, 256: 80_000 },
     benchmarkRequests: 500_000,
@@ -40,6 +44,9 @@ const SIZES = {
     childRounds: 1,
     footprint: 1_000_000,
     stall: [1_000_000, 1_300_000],
+    full: { count: 1_000_000, hits: 2_000 },
+    workerRounds: 3,
+    workerHits: 50_000,
     redisRounds: 2,
     redisHits: { 1: 3_000, 16: 15_000, 256: 30_000 },
     benchmarkRequests: 200_000,
@@ -50,12 +57,15 @@ const SIZES = {
     childRounds: 1,
     footprint: 2_000,
     stall: [2_000, 2_600],
+    full: { count: 2_000, hits: 200 },
+    workerRounds: 1,
+    workerHits: 1_000,
     redisRounds: 1,
     redisHits: { 1: 100, 16: 300, 256: 600 },
     benchmarkRequests: 2_000,
   },
 };
-const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'redis', 'cluster', 'cpu'];
+const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'full', 'workers', 'redis', 'cluster', 'cpu'];
 const WIDTHS = [1, 16, 256];
 /** The columns of every Redis table: throughput and latency per hit. */
 const REDIS_COLUMNS = [
@@ -188,9 +198,10 @@ async function footprint(size) {
 }
 
 async function stall(size) {
-  const samples = collect(memoryStores);
+  const stores = [...memoryStores, turnover];
+  const samples = collect(stores);
   for (let round = 0; round < size.childRounds; round++) {
-    for (const entry of rotated(memoryStores, round)) {
+    for (const entry of rotated(stores, round)) {
       const r = await child(['stall', entry.name, ...size.stall.map(String)]);
       for (const measure of ['p50', 'p99', 'p999', 'max']) push(samples, entry.name, measure, r[measure]);
     }
@@ -209,7 +220,101 @@ async function stall(size) {
         { name: 'p999', unit: 'us' },
         { name: 'max', range: true, unit: 'us' },
       ],
-      rows: rows(memoryStores, samples),
+      rows: rows(stores, samples),
+    },
+  ];
+}
+
+/** The full-store cases, as child.js runs them: a fresh key on a store with room, on one that evicts, on one that refuses. */
+const FULL_CASES = [
+  { name: 'room', label: 'with room: maxKeys twice the counters, 2-hour windows', peer: true },
+  { name: 'evicts', label: 'full of 1-hour windows: evicts the soonest-ending' },
+  { name: 'refused', label: 'full of 2-hour windows: refused with ERR_STORE_FULL' },
+  { name: 'invalid', label: 'floor of a rejected hit: windowMs 0, refused by the JS checks' },
+];
+
+async function full(size) {
+  const entries = FULL_CASES.map((c) => ({ ...c, name: c.label }));
+  const samples = collect(entries);
+  const { count, hits } = size.full;
+  for (let round = 0; round < size.childRounds; round++) {
+    for (const [i, entry] of rotated([...FULL_CASES.keys()], round).map((i) => [i, entries[i]])) {
+      const r = await child(['full', FULL_CASES[i].name, String(count), String(hits)]);
+      for (const measure of ['p50', 'p99', 'p999', 'max']) push(samples, entry.name, measure, r[measure]);
+    }
+  }
+  return [
+    {
+      id: 'full',
+      title:
+        `Full store: ${hits.toLocaleString('en-US')} awaited hits of fresh keys on a memoryStore holding ` +
+        `${count.toLocaleString('en-US')} counters, a fresh process per case`,
+      unit: 'us per hit',
+      higherIsBetter: false,
+      peerIs: 'the hit with room',
+      ratioOf: 'p99',
+      columns: [
+        { name: 'p50', unit: 'us' },
+        { name: 'p99', range: true, unit: 'us' },
+        { name: 'p999', unit: 'us' },
+        { name: 'max', unit: 'us' },
+      ],
+      rows: rows(entries, samples),
+    },
+  ];
+}
+
+/** `threads` worker threads hitting one named memoryStore at once: total hits per second over the slowest. */
+async function workerRound(name, threads, hits) {
+  const workers = Array.from(
+    { length: threads },
+    (_, i) =>
+      new Worker(join(__dirname, 'worker.js'), {
+        workerData: { name, hits, keys: KEYS.length, offset: (i * KEYS.length) / threads, windowMs: WINDOW_MS },
+      }),
+  );
+  try {
+    const next = (worker) =>
+      new Promise((resolve, reject) => {
+        worker.once('message', resolve);
+        worker.once('error', reject);
+      });
+    await Promise.all(workers.map(next));
+    const done = workers.map(next);
+    for (const worker of workers) worker.postMessage('go');
+    const elapsed = await Promise.all(done);
+    return (threads * hits) / (Math.max(...elapsed) / 1000);
+  } finally {
+    await Promise.all(workers.map((w) => w.terminate()));
+  }
+}
+
+const WORKER_THREADS = [
+  { name: 'memoryStore({ name }), 1 worker thread', threads: 1, peer: true },
+  { name: 'memoryStore({ name }), 4 worker threads', threads: 4 },
+];
+
+async function workers(size) {
+  const samples = collect(WORKER_THREADS);
+  const store = `bench-workers-${process.pid}`;
+  await workerRound(store, 1, size.workerHits / 10);
+  for (let round = 0; round < size.workerRounds; round++) {
+    for (const entry of rotated(WORKER_THREADS, round)) {
+      push(samples, entry.name, 'ops/s', await workerRound(store, entry.threads, size.workerHits));
+    }
+  }
+  return [
+    {
+      id: 'workers',
+      title:
+        `Worker threads: each makes ${size.workerHits.toLocaleString('en-US')} awaited hits over ` +
+        `${KEYS.length.toLocaleString('en-US')} keys of one named memoryStore, all at once`,
+      unit: 'ops/s, all threads together',
+      higherIsBetter: true,
+      peerIs: 'one thread',
+      ratioOf: 'ops/s',
+      columns: [{ name: 'ops/s', range: true, unit: 'ops/s' }],
+      rows: rows(WORKER_THREADS, samples),
     },
   ];
 }
@@ -318,7 +423,13 @@ function targets(tables) {
     const t = byId.get(id);
     if (!t) return;
     const mine = value(id, store, measure);
-    const base = against === undefined ? bestPeer(t, measure).best : value(id, against, measure);
+    // `against`: the best JS peer when absent, a row's name, or a number (an absolute target).
+    const base =
+      against === undefined
+        ? bestPeer(t, measure).best
+        : typeof against === 'number'
+          ? against
+          : value(id, against, measure);
     if (mine === undefined || !Number.isFinite(base)) {
       lines.push(`- ${what}: not measured in this build`);
       return;
@@ -331,6 +442,40 @@ function targets(tables) {
   check('inflight', 'memoryStore 100-in-flight throughput >= 0.8x', store, 'ops/s 100', (r) => r >= 0.8);
   check('footprint', 'memoryStore bytes per counter <= 0.35x', store, 'B/counter', (r) => r <= 0.35);
   check('stall', 'memoryStore worst stall <= 0.1x', store, 'max', (r) => r <= 0.1);
+  const us = { format: (r) => `${r.toFixed(0)} us` };
+  check('stall', 'memoryStore worst hit while a full store turns over < 1 ms', turnover.name, 'max', (r) => r < 1000, {
+    ...us,
+    against: 1,
+  });
+  const full = FULL_CASES.map((c) => c.label);
+  check(
+    'full',
+    'memoryStore refused hit on a full store, p99 within 3x a hit with room',
+    full[2],
+    'p99',
+    (r) => r <= 3,
+    {
+      against: full[0],
+    },
+  );
+  check(
+    'full',
+    'memoryStore evicting hit on a full store, p99 within 3x a hit with room',
+    full[1],
+    'p99',
+    (r) => r <= 3,
+    {
+      against: full[0],
+    },
+  );
+  check(
+    'full',
+    'memoryStore refused hit, p50 within 3x the floor of a rejected hit (JS checks, no native call)',
+    full[2],
+    'p50',
+    (r) => r <= 3,
+    { against: full[3] },
+  );
   check('redis-256', 'redisStore at 256 in flight >= 1.25x ops/s', 'redisStore()', 'ops/s', (r) => r >= 1.25);
   check(
     'cluster-256',
@@ -402,6 +547,8 @@ async function main() {
   if (only.has('seq') || only.has('inflight')) show(await throughput(size, only));
   if (only.has('footprint')) show(await footprint(size));
   if (only.has('stall')) show(await stall(size));
+  if (only.has('full')) show(await full(size));
+  if (only.has('workers')) show(await workers(size));
   if (only.has('redis')) show(await redis(size, notes));
   if (only.has('cluster')) show(await cluster(size));
   if (only.has('cpu')) show([await cpu(mode)]);
@@ -413,9 +560,17 @@ async function main() {
   // Every run writes the text, so that a smoke run checks it too; only a full run keeps it.
   const text = results(tables, verdicts, notes, args, minutes);
   if (mode === 'full' && !onlyArg) {
-    writeFileSync(join(__dirname, 'RESULTS.md'), text);
+    writeFileSync(join(__dirname, 'RESULTS.md'), text + kept());
     console.log('written to benchmark/RESULTS.md');
   }
+}
+
+/** The part of RESULTS.md from KEPT on (measurements made by hand), which a new run keeps as it is. */
+const KEPT = '<!-- kept by npm run bench: written by hand -->';
+function kept() {
+  const old = readFileSync(join(__dirname, 'RESULTS.md'), { encoding: 'utf8', flag: 'a+' });
+  const at = old.indexOf(KEPT);
+  return at < 0 ? '' : `\n${old.slice(at)}`;
 }
 
 function results(tables, verdicts, notes, args, minutes) {
@@ -446,6 +601,10 @@ function results(tables, verdicts, notes, args, minutes) {
     '  column is the same difference for the JS heap alone.',
     '- Stall: wall time of each awaited hit in a fresh process. On a busy machine the scheduler takes the CPU',
     '  away for a tick now and then (4 ms here), which shows in the max of every store.',
+    '- Full store: a fresh process per case fills a memoryStore with 1,000,000 keys (1-hour or 2-hour windows),',
+    '  then times awaited hits of fresh keys; the floor row is a hit that JavaScript rejects before any native call.',
+    '- Worker threads: each worker thread opens the same `memoryStore({ name })` and makes awaited hits; ops/s is',
+    "  all their hits over the slowest thread's time.",
     '- Redis: one redis-server started by the benchmark (no persistence), one connection per store; the limit',
     '  row is redis-benchmark with its default 50 connections, each pipelining 16.',
     '- Redis Cluster: six redis-server processes started by the benchmark (scripts/redis-cluster.js: 3 masters with',
@@ -455,7 +614,7 @@ function results(tables, verdicts, notes, args, minutes) {
     '',
     'Each adapter gives a store the call shape `hit(key, windowMs, amount)` and passes its result through as it is.',
     '',
-    ...[...memoryStores, floor, ...redisStores, ...clusterStores].map((s) => `- ${s.name}: ${s.about}.`),
+    ...[...memoryStores, turnover, floor, ...redisStores, ...clusterStores].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');
 }

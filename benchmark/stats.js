@@ -44,9 +44,10 @@ function bestPeer({ higherIsBetter, rows }, measure) {
 /**
  * A Markdown table. `rows` are { store, peer, values: {column: summary|number}, note };
  * the ratio column compares `ratioOf` with the best JS peer (`peer: true`), best
- * meaning highest when `higherIsBetter`, else lowest.
+ * meaning highest when `higherIsBetter`, else lowest; `peerIs` names the peer
+ * rows when they are not JS stores.
  */
-function table({ title, unit, higherIsBetter, ratioOf, columns, rows }) {
+function table({ title, unit, higherIsBetter, ratioOf, columns, rows, peerIs = 'the best JS peer' }) {
   const { best, bestName } = bestPeer({ higherIsBetter, rows }, ratioOf);
   const header = ['store'];
   for (const column of columns) {
@@ -57,7 +58,7 @@ function table({ title, unit, higherIsBetter, ratioOf, columns, rows }) {
   const lines = [
     `### ${title}`,
     '',
-    `Unit: ${unit}. Ratio: this store's ${ratioOf} over the best JS peer's (${bestName}); ` +
+    `Unit: ${unit}. Ratio: this store's ${ratioOf} over ${peerIs}'s (${bestName}); ` +
       `${higherIsBetter ? 'higher' : 'lower'} is better.`,
     '',
     `| ${header.join(' | ')} |`,

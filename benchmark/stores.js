@@ -55,6 +55,18 @@ const memoryStores = [
   },
 ];
 
+/**
+ * memoryStore full at `maxKeys` (the default, 1,000,000, in a full run): in the stall scenario every new key past
+ * it evicts the soonest-ending counter, so the store turns over rather than grows.
+ */
+const turnover = {
+  name: 'memoryStore(), full: turns over',
+  about:
+    '`memoryStore({ maxKeys })` with maxKeys the size the stall scenario starts from (the default, 1,000,000, in a ' +
+    'full run): each new key past it evicts the soonest-ending counter',
+  create: (maxKeys) => ratestore.memoryStore({ maxKeys }),
+};
+
 /** The floor for memoryStore: a native call that takes a hit's arguments and does nothing, answered the same way. */
 class NoopStore {
   #hit;
@@ -198,4 +210,4 @@ async function ioredis(port) {
   return client;
 }
 
-module.exports = { WINDOW_MS, MAX_KEYS, REFERENCE_LUA, memoryStores, floor, redisStores, clusterStores };
+module.exports = { WINDOW_MS, MAX_KEYS, REFERENCE_LUA, memoryStores, turnover, floor, redisStores, clusterStores };

@@ -142,7 +142,7 @@ export function runFixture(script: string, args: string[], nodeFlags: string[] =
   const env = { ...process.env };
   for (const name of ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN', 'REDIS_CLUSTER']) delete env[name];
   return new Promise((resolve, reject) => {
-    execFile(process.execPath, [...nodeFlags, script, ...args], { env, timeout: 10_000 }, (error, stdout, stderr) =>
+    execFile(process.execPath, [...nodeFlags, script, ...args], { env, timeout: 25_000 }, (error, stdout, stderr) =>
       error
         ? reject(new Error(`${script} ${args[0]} did not exit cleanly: ${error.message}\n${stderr}`))
         : resolve(stdout.trim()),

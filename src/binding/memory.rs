@@ -86,7 +86,7 @@ unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> s
             let HitData { table, io } = &*data.cast::<HitData>();
             let (window_ms, amount) = take_numbers(io)?;
             let key = raw::with_utf16(env, key, "key must be a string", |k| table.key(k))?;
-            let outcome = table.hit(key, clock::now_us(), window_ms, amount)?;
+            let outcome = table.hit(key, clock::now_us, window_ms, amount)?;
             io.set(0, outcome.reset_ms as f64);
             raw::double(env, outcome.count as f64)
         })

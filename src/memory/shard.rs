@@ -1,209 +1,386 @@
-//! One shard of the memory table: an open-addressing hash table with linear
-//! probing. A slot holds the key beside its counter, so a hit touches one
-//! cache line. Shards grow by half, not double: a table of a million
-//! counters has a third fewer empty slots than with powers of two.
+//! One shard of the memory table. Its counters sit in a dense array, found by
+//! key through a `hashbrown::HashTable` of array positions, and kept in order
+//! of their ends by an expiry index, so that what to sweep or evict is found
+//! without a scan:
+//!
+//! - A counter's end falls in a bucket 1/256 of its window long (windows are
+//!   grouped by their power of two, so each group has its own bucket length).
+//! - Each bucket is a list linked through the counters themselves (two `u32`
+//!   positions each), in the order its counters were opened: for windows of
+//!   one length, the order they end.
+//! - Two ordered maps from a bucket's start to the head of its list, one for
+//!   short windows (evicted when the table is full) and one for long ones
+//!   (never evicted, only dropped once ended). Only buckets in use take room.
+
+use std::collections::BTreeMap;
+use std::ops::{Index, IndexMut};
+
+use hashbrown::HashTable;
 
 use super::KeyHash;
 use crate::window::Counter;
 
-/// Slots in a new or fully shrunk shard.
-const MIN_SLOTS: usize = 16;
-/// The most slots in use, in eighths: below 3/4 linear probes stay short.
-const MAX_LOAD_EIGHTHS: usize = 6;
-
+/// Ends are kept to 2^56 µs (2,284 years) of the process clock, so that the
+/// top byte of `Entry::end` holds the window's group and its long flag.
+const END_MASK: u64 = (1 << 56) - 1;
+const GROUP_SHIFT: u32 = 56;
 const LONG_BIT: u64 = 1 << 63;
+/// A bucket is 1/2^8 of the shortest window of its group.
+const BUCKETS_PER_WINDOW_LOG2: u32 = 8;
+/// Array positions are `u32`: a shard holds fewer than 2^32 counters.
+const NONE: u32 = u32::MAX;
 
-/// A key and its counter in 32 bytes: the count, and the window's end with
-/// the "long window" flag in its top bit. A window always ends after time 0,
-/// so an end of 0 marks an empty slot.
-#[derive(Clone, Copy)]
-pub struct Slot {
-    key: KeyHash,
+/// A key and its counter, with its place in its bucket's list: 40 bytes.
+struct Entry {
+    /// The key hash, as two halves (a `u128` field would align the entry to 16 bytes).
+    key: [u64; 2],
     count: i64,
-    ends_at_long: u64,
+    /// The window's end (µs, low 56 bits), its group (the window's length
+    /// in µs, log 2, 6 bits) and, in the top bit, the long flag.
+    end: u64,
+    prev: u32,
+    next: u32,
 }
 
-impl Slot {
-    const EMPTY: Slot = Slot {
-        key: 0,
-        count: 0,
-        ends_at_long: 0,
-    };
-
-    pub fn new(key: KeyHash, c: Counter) -> Slot {
-        debug_assert!(c.ends_at > 0, "a window ends after time 0");
-        let ends_at = c.ends_at.min(LONG_BIT - 1);
-        Slot {
-            key,
-            count: c.count,
-            ends_at_long: ends_at | if c.long { LONG_BIT } else { 0 },
-        }
+impl Entry {
+    fn key(&self) -> KeyHash {
+        (self.key[1] as u128) << 64 | self.key[0] as u128
     }
 
-    pub fn key(&self) -> KeyHash {
-        self.key
+    fn ends_at(&self) -> u64 {
+        self.end & END_MASK
     }
 
-    pub fn counter(&self) -> Counter {
+    fn long(&self) -> bool {
+        self.end & LONG_BIT != 0
+    }
+
+    fn counter(&self) -> Counter {
         Counter {
             count: self.count,
-            ends_at: self.ends_at_long & !LONG_BIT,
-            long: self.ends_at_long & LONG_BIT != 0,
+            ends_at: self.ends_at(),
+            long: self.long(),
         }
     }
 
-    fn is_empty(&self) -> bool {
-        self.ends_at_long == 0
+    /// The key of this entry's bucket in its map: the bucket's start, then its group.
+    fn bucket(&self) -> u64 {
+        let group = (self.end >> GROUP_SHIFT) & 0x3f;
+        bucket_start(self.ends_at(), group) << 6 | group
     }
 }
 
-/// Where a key was looked for.
-pub enum Found {
-    /// Its slot.
-    At(usize),
-    /// Not held; this empty slot is where it would go.
-    Vacant(usize),
+/// Entries in a shard, by position: filled in chunks of a fixed size, so
+/// that a growing shard never copies them and leaves no freed block behind.
+#[derive(Default)]
+struct Entries {
+    chunks: Vec<Vec<Entry>>,
+    len: u32,
 }
 
+/// 256 entries (10 KiB) a chunk.
+const CHUNK_LOG2: u32 = 8;
+const CHUNK: usize = 1 << CHUNK_LOG2;
+
+impl Entries {
+    fn len(&self) -> usize {
+        self.len as usize
+    }
+
+    /// Adds an entry at the end; returns its position.
+    fn push(&mut self, entry: Entry) -> u32 {
+        let i = self.len;
+        assert!(i < NONE - 1, "a shard holds fewer than 2^32 - 1 counters");
+        // Every chunk before position i's is full; a spare may follow it.
+        let c = (i >> CHUNK_LOG2) as usize;
+        if c == self.chunks.len() {
+            self.chunks.push(Vec::with_capacity(CHUNK));
+        }
+        self.chunks[c].push(entry);
+        self.len += 1;
+        i
+    }
+
+    /// Removes the entry at `i`, moving the last one into its place. One
+    /// emptied chunk is kept as a spare, so that a shard whose size wavers
+    /// across a chunk's edge does not allocate and free one on every hit.
+    fn swap_remove(&mut self, i: u32) {
+        let n = self.chunks.len();
+        // The last entry is in the last chunk, or in the one before a spare.
+        let c = if self.chunks[n - 1].is_empty() {
+            n - 2
+        } else {
+            n - 1
+        };
+        let last = self.chunks[c].pop().expect("a chunk holds the last entry");
+        if c + 2 == n && self.chunks[c].is_empty() {
+            self.chunks.pop();
+        }
+        self.len -= 1;
+        if i != self.len {
+            self[i] = last;
+        }
+    }
+
+    #[cfg(test)]
+    fn iter(&self) -> impl Iterator<Item = &Entry> {
+        self.chunks.iter().flatten()
+    }
+}
+
+impl Index<u32> for Entries {
+    type Output = Entry;
+    fn index(&self, i: u32) -> &Entry {
+        &self.chunks[(i >> CHUNK_LOG2) as usize][i as usize & (CHUNK - 1)]
+    }
+}
+
+impl IndexMut<u32> for Entries {
+    fn index_mut(&mut self, i: u32) -> &mut Entry {
+        &mut self.chunks[(i >> CHUNK_LOG2) as usize][i as usize & (CHUNK - 1)]
+    }
+}
+
+fn bucket_start(ends_at: u64, group: u64) -> u64 {
+    let shift = group.saturating_sub(BUCKETS_PER_WINDOW_LOG2 as u64);
+    ends_at >> shift << shift
+}
+
+/// When a bucket (a key of a map) starts and ends, in µs.
+fn bucket_span(bucket: u64) -> (u64, u64) {
+    let group = bucket & 0x3f;
+    let start = bucket >> 6;
+    let len = 1 << group.saturating_sub(BUCKETS_PER_WINDOW_LOG2 as u64);
+    (start, start.saturating_add(len))
+}
+
+/// The packed end of a counter opened with a window of `window_ms`.
+fn packed_end(c: Counter, window_ms: u64) -> u64 {
+    let window_us = window_ms.saturating_mul(1000).max(1);
+    let group = u64::from(63 - window_us.leading_zeros()).min(63);
+    let long = if c.long { LONG_BIT } else { 0 };
+    c.ends_at.min(END_MASK) | group << GROUP_SHIFT | long
+}
+
+/// The hash the index places a key by: its low half (the shard was chosen
+/// by its top bits).
+fn hash(key: KeyHash) -> u64 {
+    key as u64
+}
+
+#[derive(Default)]
 pub struct Shard {
-    /// At least one slot is always empty, which ends every probe.
-    slots: Vec<Slot>,
-    held: usize,
+    entries: Entries,
+    /// Positions in `entries`, by key.
+    index: HashTable<u32>,
+    short: BTreeMap<u64, u32>,
+    long: BTreeMap<u64, u32>,
+    /// The latest time a hit here was applied at: time per key never runs back.
+    now: u64,
 }
 
-/// The key's home slot among `len`: its low 64 bits scaled to the length
-/// (the shard was chosen by its high bits).
-fn home(key: KeyHash, len: usize) -> usize {
-    ((key as u64 as u128 * len as u128) >> 64) as usize
-}
-
-/// The slot after `i`, wrapping around.
-fn next(i: usize, len: usize) -> usize {
-    if i + 1 == len {
-        0
-    } else {
-        i + 1
-    }
-}
-
-/// How many steps forward from `from` to `to`, wrapping around.
-fn distance(from: usize, to: usize, len: usize) -> usize {
-    if to >= from {
-        to - from
-    } else {
-        to + len - from
-    }
-}
+/// A counter held, by its position in the shard (valid until the next change).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Id(u32);
 
 impl Shard {
     pub fn new() -> Shard {
-        Shard {
-            slots: vec![Slot::EMPTY; MIN_SLOTS],
-            held: 0,
-        }
+        Shard::default()
     }
 
-    pub fn find(&self, key: KeyHash) -> Found {
-        let len = self.slots.len();
-        let mut i = home(key, len);
-        loop {
-            let slot = &self.slots[i];
-            if slot.is_empty() {
-                return Found::Vacant(i);
-            }
-            if slot.key == key {
-                return Found::At(i);
-            }
-            i = next(i, len);
-        }
+    /// The time to apply a hit at: `now`, or the latest time applied here if
+    /// that is later.
+    pub fn tick(&mut self, now: u64) -> u64 {
+        self.now = self.now.max(now);
+        self.now
     }
 
-    pub fn get(&self, i: usize) -> &Slot {
-        &self.slots[i]
+    pub fn find(&self, key: KeyHash) -> Option<Id> {
+        let entries = &self.entries;
+        let halves = [key as u64, (key >> 64) as u64];
+        self.index
+            .find(hash(key), |&i| entries[i].key == halves)
+            .map(|&i| Id(i))
     }
 
-    pub fn set(&mut self, i: usize, slot: Slot) {
-        debug_assert!(!self.slots[i].is_empty());
-        self.slots[i] = slot;
+    pub fn get(&self, id: Id) -> Counter {
+        self.entries[id.0].counter()
     }
 
-    /// Puts a key that is not held; `vacant` is where `find` said it would go.
-    pub fn insert(&mut self, vacant: usize, slot: Slot) {
-        let grow = (self.held + 1) * 8 > self.slots.len() * MAX_LOAD_EIGHTHS;
-        let at = if grow {
-            self.resize(self.slots.len() * 3 / 2);
-            match self.find(slot.key) {
-                Found::Vacant(i) => i,
-                Found::At(_) => unreachable!("insert is only called for a key not held"),
-            }
-        } else {
-            vacant
-        };
-        self.slots[at] = slot;
-        self.held += 1;
-    }
-
-    /// Empties slot `i`, moving later slots of its probe run back so that
-    /// every key stays reachable from its home (no tombstones).
-    pub fn remove(&mut self, mut i: usize) {
-        let len = self.slots.len();
-        let mut j = i;
-        loop {
-            j = next(j, len);
-            if self.slots[j].is_empty() {
-                break;
-            }
-            // The key at j may fill the hole at i if its home is not after i.
-            let from_home = distance(home(self.slots[j].key, len), j, len);
-            if from_home >= distance(i, j, len) {
-                self.slots[i] = self.slots[j];
-                i = j;
-            }
-        }
-        self.slots[i] = Slot::EMPTY;
-        self.held -= 1;
-    }
-
-    /// Empties every slot for which `keep` is false; returns how many.
-    pub fn retain(&mut self, mut keep: impl FnMut(&Slot) -> bool) -> usize {
-        let before = self.held;
-        let mut i = 0;
-        // A removal may move a later slot into i (or, across the end, a slot
-        // seen already to the end): look at i again rather than step over it.
-        while i < self.slots.len() {
-            if !self.slots[i].is_empty() && !keep(&self.slots[i]) {
-                self.remove(i);
-            } else {
-                i += 1;
-            }
-        }
-        before - self.held
-    }
-
-    /// Gives memory back once the shard is mostly empty. Returns true when
-    /// it did.
-    pub fn shrink(&mut self) -> bool {
-        // Half full after shrinking, so that it doesn't grow again soon.
-        let fit = (self.held * 2).max(MIN_SLOTS);
-        if fit * 4 > self.slots.len() {
+    /// Stores counter `c` for the key at `id`, opened with `window_ms` if it is
+    /// a new window. Returns true when the expiry index changed.
+    pub fn put(&mut self, id: Id, c: Counter, window_ms: u64) -> bool {
+        let entry = &mut self.entries[id.0];
+        entry.count = c.count;
+        if c.ends_at.min(END_MASK) == entry.ends_at() && c.long == entry.long() {
             return false;
         }
-        self.resize(fit);
+        self.unlink(id.0);
+        self.entries[id.0].end = packed_end(c, window_ms);
+        self.link(id.0);
         true
     }
 
-    pub fn slots(&self) -> impl Iterator<Item = &Slot> {
-        self.slots.iter().filter(|s| !s.is_empty())
+    /// Adds a key that is not held, with a window of `window_ms` just opened.
+    pub fn insert(&mut self, key: KeyHash, c: Counter, window_ms: u64) {
+        debug_assert!(self.find(key).is_none());
+        let i = self.entries.push(Entry {
+            key: [key as u64, (key >> 64) as u64],
+            count: c.count,
+            end: packed_end(c, window_ms),
+            prev: NONE,
+            next: NONE,
+        });
+        let entries = &self.entries;
+        self.index
+            .insert_unique(hash(key), i, |&j| hash(entries[j].key()));
+        self.link(i);
     }
 
-    fn resize(&mut self, len: usize) {
-        let old = std::mem::replace(&mut self.slots, vec![Slot::EMPTY; len]);
-        for slot in old.into_iter().filter(|s| !s.is_empty()) {
-            let mut i = home(slot.key, len);
-            while !self.slots[i].is_empty() {
-                i = next(i, len);
+    /// Drops the counter at `id`. The last entry moves into its place.
+    pub fn remove(&mut self, id: Id) {
+        let i = id.0;
+        self.unlink(i);
+        let key = self.entries[i].key();
+        self.index
+            .find_entry(hash(key), |&j| j == i)
+            .expect("every entry is indexed")
+            .remove();
+        let last = (self.entries.len() - 1) as u32;
+        self.entries.swap_remove(i);
+        if i == last {
+            return;
+        }
+        // The entry that was last is now at i: repoint its index slot and its list.
+        let moved = &self.entries[i];
+        let (prev, next, bucket, key) = (moved.prev, moved.next, moved.bucket(), moved.key());
+        *self
+            .index
+            .find_mut(hash(key), |&j| j == last)
+            .expect("every entry is indexed") = i;
+        if prev == last {
+            // Alone in its list.
+            let e = &mut self.entries[i];
+            (e.prev, e.next) = (i, i);
+        } else {
+            self.entries[prev].next = i;
+            self.entries[next].prev = i;
+        }
+        let long = self.entries[i].long();
+        let head = self
+            .map(long)
+            .get_mut(&bucket)
+            .expect("every entry is listed");
+        if *head == last {
+            *head = i;
+        }
+    }
+
+    /// When the first counter of the earliest bucket of short (or long)
+    /// windows ends, in µs: `u64::MAX` when none is held.
+    pub fn first(&self, long: bool) -> u64 {
+        self.earliest(long)
+            .map_or(u64::MAX, |id| self.entries[id.0].ends_at())
+    }
+
+    /// The first counter of the earliest bucket of short (or long) windows: the
+    /// soonest to end, to within its bucket.
+    pub fn earliest(&self, long: bool) -> Option<Id> {
+        self.map_ref(long).first_key_value().map(|(_, &i)| Id(i))
+    }
+
+    /// Drops up to `most` counters whose windows have ended by `now`, found
+    /// through the expiry index: every bucket that has ended, whole, and in
+    /// each bucket that holds `now` (one per group at most), counters while
+    /// the first has ended. Returns how many it dropped.
+    pub fn drop_ended(&mut self, now: u64, most: usize) -> usize {
+        let mut dropped = 0;
+        for long in [false, true] {
+            let mut from = 0;
+            while dropped < most {
+                let Some((&bucket, &head)) = self.map_ref(long).range(from..).next() else {
+                    break;
+                };
+                let (start, end) = bucket_span(bucket);
+                if start > now {
+                    break;
+                }
+                if end > now && self.entries[head].counter().reset_ms(now).is_some() {
+                    from = bucket + 1;
+                    continue;
+                }
+                self.remove(Id(head));
+                dropped += 1;
             }
-            self.slots[i] = slot;
+        }
+        dropped
+    }
+
+    /// Gives its index's memory back once the shard is mostly empty (its
+    /// entries give theirs back chunk by chunk). Returns true when it did.
+    pub fn shrink(&mut self) -> bool {
+        let n = self.entries.len();
+        // Half full after shrinking, so that it doesn't grow again soon.
+        if n * 4 > self.index.capacity().max(16) {
+            return false;
+        }
+        let entries = &self.entries;
+        self.index.shrink_to(n * 2, |&j| hash(entries[j].key()));
+        true
+    }
+
+    fn map(&mut self, long: bool) -> &mut BTreeMap<u64, u32> {
+        if long {
+            &mut self.long
+        } else {
+            &mut self.short
+        }
+    }
+
+    fn map_ref(&self, long: bool) -> &BTreeMap<u64, u32> {
+        if long {
+            &self.long
+        } else {
+            &self.short
+        }
+    }
+
+    /// Appends entry `i` to its bucket's list, making the bucket if need be.
+    fn link(&mut self, i: u32) {
+        let (bucket, long) = (self.entries[i].bucket(), self.entries[i].long());
+        match self.map(long).get(&bucket).copied() {
+            None => {
+                self.map(long).insert(bucket, i);
+                let e = &mut self.entries[i];
+                (e.prev, e.next) = (i, i);
+            }
+            Some(head) => {
+                // The list is a ring: the head's prev is its tail.
+                let tail = self.entries[head].prev;
+                self.entries[tail].next = i;
+                self.entries[head].prev = i;
+                let e = &mut self.entries[i];
+                (e.prev, e.next) = (tail, head);
+            }
+        }
+    }
+
+    /// Takes entry `i` out of its bucket's list, dropping the bucket if it empties.
+    fn unlink(&mut self, i: u32) {
+        let e = &self.entries[i];
+        let (prev, next, bucket, long) = (e.prev, e.next, e.bucket(), e.long());
+        if next == i {
+            self.map(long).remove(&bucket);
+            return;
+        }
+        self.entries[prev].next = next;
+        self.entries[next].prev = prev;
+        let head = self
+            .map(long)
+            .get_mut(&bucket)
+            .expect("every entry is listed");
+        if *head == i {
+            *head = next;
         }
     }
 }
@@ -214,105 +391,233 @@ mod tests {
     use proptest::prelude::*;
     use std::collections::HashMap;
 
-    fn counter(count: i64) -> Counter {
+    const MS: u64 = 1000;
+
+    fn counter(count: i64, ends_at: u64, long: bool) -> Counter {
         Counter {
             count,
-            ends_at: 1_000,
-            long: false,
+            ends_at,
+            long,
         }
     }
 
-    fn put(shard: &mut Shard, key: KeyHash, count: i64) {
-        match shard.find(key) {
-            Found::At(i) => shard.set(i, Slot::new(key, counter(count))),
-            Found::Vacant(i) => shard.insert(i, Slot::new(key, counter(count))),
+    /// Every entry is indexed and listed once, in a bucket that holds its end.
+    fn check(shard: &Shard) {
+        assert_eq!(shard.index.len(), shard.entries.len());
+        let mut listed = 0;
+        for long in [false, true] {
+            for (&bucket, &head) in shard.map_ref(long) {
+                let (start, end) = bucket_span(bucket);
+                let mut i = head;
+                loop {
+                    let e = &shard.entries[i];
+                    assert_eq!(e.bucket(), bucket);
+                    assert_eq!(e.long(), long);
+                    assert!((start..end).contains(&e.ends_at()));
+                    assert_eq!(shard.entries[e.next].prev, i);
+                    assert_eq!(shard.find(e.key()), Some(Id(i)));
+                    listed += 1;
+                    i = e.next;
+                    if i == head {
+                        break;
+                    }
+                }
+            }
         }
-    }
-
-    fn get(shard: &Shard, key: KeyHash) -> Option<i64> {
-        match shard.find(key) {
-            Found::At(i) => Some(shard.get(i).counter().count),
-            Found::Vacant(_) => None,
-        }
+        assert_eq!(listed, shard.entries.len());
     }
 
     #[test]
-    fn slots_are_thirty_two_bytes_and_round_trip() {
-        assert_eq!(std::mem::size_of::<Slot>(), 32);
-        let c = Counter {
-            count: -crate::window::MAX_SAFE,
-            ends_at: 123,
-            long: true,
-        };
-        assert_eq!(Slot::new(9, c).counter(), c);
-        assert_eq!(Slot::new(9, c).key(), 9);
+    fn entries_are_forty_bytes_and_round_trip() {
+        assert_eq!(std::mem::size_of::<Entry>(), 40);
+        let mut shard = Shard::new();
+        let c = counter(-crate::window::MAX_SAFE, 123 * MS, true);
+        let key = u128::MAX - 5;
+        shard.insert(key, c, 2);
+        assert_eq!(shard.get(shard.find(key).unwrap()), c);
+        assert_eq!(shard.find(key - 1), None);
     }
 
     #[test]
-    fn crowded_keys_share_homes_near_the_end() {
-        assert_eq!(home(crowded(0), MIN_SLOTS), 13);
-        assert_eq!(home(crowded(3), MIN_SLOTS), 0);
-        assert_eq!(home(crowded(5), MIN_SLOTS), 13);
+    fn ends_past_the_clock_range_are_clamped() {
+        let mut shard = Shard::new();
+        shard.insert(1, counter(1, u64::MAX, true), u64::MAX / 1000);
+        assert_eq!(shard.get(Id(0)).ends_at, END_MASK);
+        assert_eq!(shard.drop_ended(END_MASK - 1_000, 10), 0);
+        assert_eq!(shard.drop_ended(END_MASK - 999, 10), 1);
+        check(&shard);
+    }
+
+    #[test]
+    fn the_earliest_bucket_comes_first_and_ended_ones_go() {
+        let mut shard = Shard::new();
+        shard.insert(1, counter(1, 30_000 * MS, false), 30_000);
+        shard.insert(2, counter(1, 10_000 * MS, false), 10_000);
+        shard.insert(3, counter(1, 20_000 * MS, false), 20_000);
+        shard.insert(4, counter(1, 5_000 * MS, true), 5_000);
+        assert_eq!(
+            shard.get(shard.earliest(false).unwrap()).ends_at,
+            10_000 * MS
+        );
+        assert_eq!(shard.first(false), 10_000 * MS);
+        assert_eq!(shard.get(shard.earliest(true).unwrap()).ends_at, 5_000 * MS);
+        assert_eq!(shard.drop_ended(10_000 * MS, 10), 2);
+        assert_eq!(shard.entries.len(), 2);
+        assert_eq!(shard.first(true), u64::MAX);
+        check(&shard);
+    }
+
+    #[test]
+    fn a_bucket_keeps_the_order_counters_were_opened_in() {
+        let mut shard = Shard::new();
+        // One bucket: 60 s windows, 1/256 of which is 234 ms.
+        for k in 0..100u128 {
+            shard.insert(k, counter(1, 60_000 * MS + k as u64, false), 60_000);
+        }
+        for k in 0..100u128 {
+            let first = shard.earliest(false).unwrap();
+            assert_eq!(shard.find(k), Some(first));
+            shard.remove(first);
+            check(&shard);
+        }
+        assert!(shard.short.is_empty());
     }
 
     #[test]
     fn grows_and_shrinks() {
         let mut shard = Shard::new();
-        for key in 0..1_000u128 {
-            put(
-                &mut shard,
-                key.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835),
-                key as i64,
+        for k in 0..10_000u128 {
+            shard.insert(
+                k << 64 | k,
+                counter(k as i64, (1 + k as u64 % 50) * MS, false),
+                60,
             );
         }
-        assert_eq!(shard.held, 1_000);
-        assert!(shard.slots.len() * MAX_LOAD_EIGHTHS >= 1_000 * 8);
-        assert!(shard.slots.len() * MAX_LOAD_EIGHTHS < 1_000 * 8 * 3 / 2);
-        assert_eq!(shard.retain(|s| s.counter().count < 10), 990);
+        check(&shard);
+        assert_eq!(shard.drop_ended(45 * MS, usize::MAX), 9_000);
         assert!(shard.shrink());
-        assert_eq!(shard.slots.len(), 20, "half full after shrinking");
-        for key in 0..1_000u128 {
-            let want = (key < 10).then_some(key as i64);
-            let hashed = key.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
-            assert_eq!(get(&shard, hashed), want, "key {key}");
+        assert!(shard.index.capacity() < 4_000);
+        // Its chunks, and at most one spare.
+        let chunks = shard.entries.chunks.len();
+        assert!(
+            (0..=1).contains(&(chunks - 1_000usize.div_ceil(CHUNK))),
+            "{chunks} chunks"
+        );
+        check(&shard);
+        for k in 0..10_000u128 {
+            let held = shard.find(k << 64 | k).map(|id| shard.get(id).count);
+            assert_eq!(held, (k % 50 >= 45).then_some(k as i64), "key {k}");
         }
     }
 
-    /// Key `k` of a few crowded homes near the end of 16 slots (13, 14, 15,
-    /// 0 and 1), so that probe runs wrap around and removals shift them back.
-    fn crowded(k: u128) -> KeyHash {
-        (((k % 5 + 13) % 16) << 60) | k
+    #[test]
+    fn a_size_wavering_across_a_chunk_edge_keeps_one_spare() {
+        let mut shard = Shard::new();
+        let key = |k: u64| (k as u128 + 1) << 64 | k as u128;
+        for k in 0..CHUNK as u64 {
+            shard.insert(key(k), counter(k as i64, (k + 1) * MS, false), 60);
+        }
+        for round in 0..4u64 {
+            let k = CHUNK as u64 + round;
+            shard.insert(key(k), counter(k as i64, MS, false), 60);
+            shard.insert(key(k + 100), counter(0, 2 * MS, false), 60);
+            assert_eq!(shard.entries.chunks.len(), 2);
+            for gone in [k, k + 100, round] {
+                shard.remove(shard.find(key(gone)).unwrap());
+                check(&shard);
+            }
+            assert_eq!(shard.entries.chunks.len(), 2, "the spare stays");
+            shard.insert(
+                key(round),
+                counter(round as i64, (round + 1) * MS, false),
+                60,
+            );
+        }
+        for k in 0..CHUNK as u64 {
+            assert_eq!(shard.get(shard.find(key(k)).unwrap()).count, k as i64);
+        }
     }
 
     proptest! {
-        /// The shard must agree with a HashMap through puts, removals and retains.
+        #![proptest_config(ProptestConfig::with_cases(32))]
+        /// Hundreds of keys inserted and removed at random: positions move
+        /// across chunk edges, and the index and lists stay whole.
+        #[test]
+        fn stays_whole_across_chunks(ops in prop::collection::vec((0u128..700, any::<bool>()), 1..3_000)) {
+            let mut shard = Shard::new();
+            let mut held = std::collections::HashSet::new();
+            for (n, (k, add)) in ops.into_iter().enumerate() {
+                let key = k.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+                match (add, shard.find(key)) {
+                    (true, None) => {
+                        shard.insert(key, counter(k as i64, (k as u64 + 1) * MS, k % 3 == 0), 60_000);
+                        held.insert(key);
+                    }
+                    (false, Some(id)) => {
+                        shard.remove(id);
+                        held.remove(&key);
+                    }
+                    _ => {}
+                }
+                if n % 100 == 0 {
+                    check(&shard);
+                }
+            }
+            check(&shard);
+            prop_assert_eq!(shard.entries.len(), held.len());
+            prop_assert!(shard.entries.chunks.len() <= held.len().div_ceil(CHUNK) + 1);
+        }
+    }
+
+    proptest! {
+        /// The shard must agree with a HashMap through inserts, new windows,
+        /// removals and sweeps, its index and lists staying whole.
         #[test]
         fn agrees_with_a_hash_map(
-            ops in prop::collection::vec((0u128..40, 0u8..4, -3i64..4), 1..400)
+            ops in prop::collection::vec((0u128..40, 0u8..5, 1u64..5_000, any::<bool>()), 1..300)
         ) {
             let mut shard = Shard::new();
-            let mut model = HashMap::new();
-            for (k, op, count) in ops {
-                let key = crowded(k);
-                match op {
-                    0 => {
-                        if let Found::At(i) = shard.find(key) {
-                            shard.remove(i);
-                        }
+            let mut model: HashMap<KeyHash, Counter> = HashMap::new();
+            let mut now = 0;
+            for (k, op, window_ms, long) in ops {
+                let key = k.wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+                now += 100 * MS;
+                let c = counter(k as i64, now + window_ms * MS, long);
+                match (op, shard.find(key)) {
+                    (0, Some(id)) => {
+                        shard.remove(id);
                         model.remove(&key);
                     }
-                    1 => {
-                        shard.retain(|s| s.counter().count != count);
-                        model.retain(|_, c| *c != count);
+                    (1, _) => {
+                        let dropped = shard.drop_ended(now, usize::MAX);
+                        let gone: Vec<KeyHash> =
+                            model.keys().filter(|k| shard.find(**k).is_none()).copied().collect();
+                        prop_assert_eq!(gone.len(), dropped);
+                        for k in gone {
+                            prop_assert!(model.remove(&k).unwrap().reset_ms(now).is_none());
+                        }
+                        // Nothing is left in a bucket that has ended.
+                        for e in shard.entries.iter() {
+                            prop_assert!(bucket_span(e.bucket()).1 > now);
+                        }
                     }
-                    _ => {
-                        put(&mut shard, key, count);
-                        model.insert(key, count);
+                    (_, Some(id)) => {
+                        shard.put(id, c, window_ms);
+                        model.insert(key, c);
+                    }
+                    (_, None) => {
+                        shard.insert(key, c, window_ms);
+                        model.insert(key, c);
                     }
                 }
-                prop_assert_eq!(shard.held, model.len());
-                for k in 0..40u128 {
-                    prop_assert_eq!(get(&shard, crowded(k)), model.get(&crowded(k)).copied());
+                check(&shard);
+                prop_assert_eq!(shard.entries.len(), model.len());
+                for (&key, &c) in &model {
+                    prop_assert_eq!(shard.find(key).map(|id| shard.get(id)), Some(c));
+                }
+                for long in [false, true] {
+                    let none = !model.values().any(|c| c.long == long);
+                    prop_assert_eq!(shard.first(long) == u64::MAX, none);
                 }
             }
         }
