@@ -211,45 +211,231 @@ export interface RedisStoreError extends Error {
   readonly sent?: boolean;
 }
 
-export interface LimiterOptions {
-  /** Where the counters are kept. */
-  store: RateLimitStore;
-  /** Requests (or cost units) allowed per window. */
+/** The codes of the errors ratestore throws or rejects with, on their `code` property. */
+export type RatestoreErrorCode =
+  | 'ERR_INVALID_ARG_TYPE'
+  | 'ERR_OUT_OF_RANGE'
+  | 'ERR_COUNT_RANGE'
+  | 'ERR_STORE_FULL'
+  | 'ERR_CONFIG'
+  | 'ERR_CONNECTION'
+  | 'ERR_TIMEOUT'
+  | 'ERR_AUTH'
+  | 'ERR_REDIS'
+  | 'ERR_CLOSED'
+  | 'ERR_NOT_INITIALIZED'
+  | 'ERR_INTERNAL';
+
+/**
+ * What `createLimiter`, `check` and `clientIp` throw (or reject with) for a bad argument: a `TypeError`
+ * with `code: 'ERR_INVALID_ARG_TYPE'` (a wrong type, an unknown option) or a `RangeError` with
+ * `code: 'ERR_OUT_OF_RANGE'` (a number or name out of range). The message names the option, never a key.
+ */
+export interface RatestoreArgumentError extends Error {
+  readonly name: 'TypeError' | 'RangeError';
+  readonly code: 'ERR_INVALID_ARG_TYPE' | 'ERR_OUT_OF_RANGE';
+}
+
+/** The algorithms a limit can use. Sliding windows and token buckets need ratestore's own stores. */
+export type LimitAlgorithm = 'fixed-window' | 'sliding-window' | 'token-bucket';
+
+/**
+ * A window limit: at most `limit` cost units per `windowMs`. A fixed window starts with the first
+ * request and ends `windowMs` later; a sliding window weighs the previous aligned window by its share
+ * still inside (see docs/algorithms.md).
+ */
+export interface WindowLimit {
+  /** Default `'fixed-window'`. */
+  algorithm?: 'fixed-window' | 'sliding-window';
+  /** Cost units allowed per window: a safe integer, 0 or more. */
   limit: number;
-  /** Window length in milliseconds. */
+  /** Window length in milliseconds: a positive safe integer. */
   windowMs: number;
   /**
-   * Allow requests when the store fails (the answer then carries `error`). Default false: a store
-   * error rejects `check`, so a broken store never switches the limit off unnoticed.
+   * The policy's name in draft-8 headers, and the suffix of its counter's key when a request is checked
+   * against several limits. 1 to 64 printable ASCII characters without `"` or `\`; default as
+   * express-rate-limit names its policy: `60-in-1min`.
+   */
+  name?: string;
+}
+
+/** A token bucket: `capacity` tokens, `refill` of them back every `intervalMs`. Needs ratestore's stores. */
+export interface TokenBucketLimit {
+  algorithm: 'token-bucket';
+  /** Most tokens the bucket holds (the headers' limit): a positive safe integer. A new key starts full. */
+  capacity: number;
+  /** Tokens that come back every `intervalMs`: a positive safe integer. */
+  refill: number;
+  /** Milliseconds between refills: a positive safe integer. */
+  intervalMs: number;
+  /** As {@link WindowLimit.name}; default `100-per-10-in-1sec`. */
+  name?: string;
+}
+
+/** One limit a request is checked against. */
+export type Limit = WindowLimit | TokenBucketLimit;
+
+/**
+ * The response headers a limiter writes:
+ * - `'draft-6'` (default): `RateLimit-Policy`, `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`;
+ * - `'draft-7'`: `RateLimit-Policy` and `RateLimit: limit=…, remaining=…, reset=…`;
+ * - `'draft-8'`: the structured fields `RateLimit: "name"; r=…; t=…` and
+ *   `RateLimit-Policy: "name"; q=…; w=…`, one list member per limit;
+ * - `'legacy'`: `X-RateLimit-Limit`, `X-RateLimit-Remaining`, `X-RateLimit-Reset` (epoch seconds);
+ * - `false`: none.
+ *
+ * Every refusal carries `Retry-After` (whole seconds, at least 1), whatever the style.
+ */
+export type HeaderStyle = 'draft-6' | 'draft-7' | 'draft-8' | 'legacy' | false;
+
+interface LimiterCommonOptions {
+  /** Where the counters are kept: ratestore's stores, or any other `RateLimitStore` (fixed windows only). */
+  store: RateLimitStore;
+  /** Default `'draft-6'`. */
+  headers?: HeaderStyle;
+  /**
+   * Let requests through when the store fails (the answer then carries `error`); covers every store call,
+   * the give-back of a refused request's cost included. Default false: a store error rejects `check`, so a
+   * broken store never switches the limit off unnoticed.
    */
   failOpen?: boolean;
 }
 
-export interface LimitResult {
-  /** Whether this request may proceed. A refused request was refunded: it costs nothing. */
-  readonly allowed: boolean;
-  readonly limit: number;
-  /** What is left in this window after this request (0 when refused). */
-  readonly remaining: number;
-  /** Milliseconds until the window ends. */
-  readonly resetMs: number;
-  /** Whole seconds to wait before retrying: at least 1 when refused, 0 when allowed. */
-  readonly retryAfter: number;
-  /** `RateLimit-Limit`, `RateLimit-Remaining`, `RateLimit-Reset`, and `Retry-After` when refused. */
-  readonly headers: Readonly<Record<string, string>>;
-  /** The store's error, only when `failOpen` let the request through. */
-  readonly error?: unknown;
+/** One limit for every key, given at the top level: its counter is kept under the key `check` is given. */
+export type SingleLimiterOptions = LimiterCommonOptions & Limit;
+
+/** Several limits for every key (a burst limit and a daily quota): a request passes only if all allow. */
+export interface MultiLimiterOptions extends LimiterCommonOptions {
+  /** Each limit's counter is kept under `key + ':' + name` when there are several. */
+  limits: Limit | readonly Limit[];
 }
 
-export interface Limiter {
-  /** Counts `cost` (default 1) against `key` and says whether the request may proceed. */
-  check(key: string, cost?: number): Promise<LimitResult>;
+/** Limits by tier (anon, free, pro, admin, …): `check` names the key's tier. */
+export interface TieredLimiterOptions<Tier extends string> extends LimiterCommonOptions {
+  /**
+   * Each tier's limit, or limits. A tier with one limit counts under the key itself, so tiers with one
+   * limit each share a key's counter (an upgrade keeps what the key spent); put the tier in the key to
+   * keep them apart.
+   */
+  tiers: Record<Tier, Limit | readonly Limit[]>;
+}
+
+export type LimiterOptions = SingleLimiterOptions | MultiLimiterOptions;
+
+/** One limit's part of an answer. */
+export interface LimitState {
+  /** The limit's policy name. */
+  readonly name: string;
+  readonly algorithm: LimitAlgorithm;
+  /** Whether this limit allowed the request. A limit whose store failed under `failOpen` allows. */
+  readonly allowed: boolean;
+  /** The limit (a bucket's capacity). */
   readonly limit: number;
+  /** What is left after this request (a refused request took nothing). */
+  readonly remaining: number;
+  /** Milliseconds until the window ends (a bucket: until it is full again, 0 when it is). */
+  readonly resetMs: number;
+  /** When that is, in epoch milliseconds. */
+  readonly resetAt: number;
+  /** 0 when allowed; else whole seconds until the same request could pass with no other traffic, at least 1. */
+  readonly retryAfter: number;
+  /** The policy's window in milliseconds (a bucket: the time to fill from empty). */
   readonly windowMs: number;
 }
 
-/** A fixed-window limiter over any store, for route handlers without a framework limiter. */
+/**
+ * The answer of `check`: seed 001's `consume()` shape (`allowed`, `limit`, `remaining`, `retryAfter`,
+ * `resetAt`), describing the limit that refused (the one that lasts longest) or, when allowed, the one
+ * closest to refusing; every limit's own part is in `limits`.
+ */
+export interface LimitResult<Tier extends string = string> {
+  /** Whether this request may proceed. A refused request costs nothing: every limit is as it was. */
+  readonly allowed: boolean;
+  readonly limit: number;
+  readonly remaining: number;
+  /** Whole seconds to wait before retrying: at least 1 when refused, 0 when allowed. */
+  readonly retryAfter: number;
+  /** When the reported limit's window ends, in epoch milliseconds. */
+  readonly resetAt: number;
+  /** Milliseconds until then. */
+  readonly resetMs: number;
+  /** The headers of the chosen style, and `Retry-After` when refused: pass them to the response. */
+  readonly headers: Readonly<Record<string, string>>;
+  /** Every limit checked, in the order given. */
+  readonly limits: readonly LimitState[];
+  /** The tier checked, on a tiered limiter. */
+  readonly tier?: Tier;
+  /** The store's first error, only when `failOpen` let the check answer despite it. */
+  readonly error?: unknown;
+}
+
+export interface CheckOptions {
+  /** What this request costs: a positive safe integer. Default 1. */
+  cost?: number;
+}
+
+export interface TieredCheckOptions<Tier extends string> extends CheckOptions {
+  /** The key's tier: one of the limiter's. */
+  tier: Tier;
+}
+
+export interface Limiter {
+  /**
+   * Counts `cost` (default 1) against `key` under every limit and says whether the request may proceed.
+   * Rejects with a {@link RatestoreArgumentError} for a bad key or cost, and with the store's error when
+   * it fails (unless `failOpen`).
+   */
+  check(key: string, cost?: number | CheckOptions): Promise<LimitResult<never>>;
+}
+
+export interface TieredLimiter<Tier extends string> {
+  /** As {@link Limiter.check}, under the limits of `options.tier`. */
+  check(key: string, options: TieredCheckOptions<Tier>): Promise<LimitResult<Tier>>;
+  /** The tier names, in the order given. */
+  readonly tiers: readonly Tier[];
+}
+
+/**
+ * A limiter for route handlers and Next.js's proxy, over any store. On ratestore's stores each limit is
+ * one atomic, limit-aware call (a refused request costs one call and changes nothing); on another
+ * `RateLimitStore`, a fixed window is a `hit`, given back when it refuses, and never in a later window.
+ * Bad options throw a {@link RatestoreArgumentError} here.
+ */
+export declare function createLimiter<const Tier extends string>(
+  options: TieredLimiterOptions<Tier>,
+): TieredLimiter<Tier>;
 export declare function createLimiter(options: LimiterOptions): Limiter;
+
+/** A Fetch `Headers` object, or anything with its `get`. */
+export interface HeadersLike {
+  get(name: string): string | null;
+}
+
+/** A Fetch `Request` (Next.js's `NextRequest` too), or Node's `http.IncomingMessage`. */
+export type RequestLike =
+  | { readonly headers: HeadersLike }
+  | {
+      readonly headers: Readonly<Record<string, string | readonly string[] | undefined>>;
+      readonly socket?: { readonly remoteAddress?: string | undefined } | null;
+    };
+
+export interface ClientIpOptions {
+  /**
+   * How many proxies in front of the app append to `x-forwarded-for` (a load balancer, Vercel's edge: 1).
+   * The client's address is the entry the outermost of them wrote; entries further left came from the
+   * client and are never used. Default 0: no proxy, so only the socket's peer counts (a Fetch `Request`
+   * has none, and answers `undefined`).
+   */
+  trustedProxies?: number;
+}
+
+/**
+ * The client's IP address: the socket's peer, or the `x-forwarded-for` entry that the trusted proxies
+ * wrote, counted from the right, so that a client cannot choose its own key by sending the header.
+ * `undefined` when there is no address to trust (or the entry is not an IP address). IPv4-mapped IPv6
+ * addresses and ports are stripped.
+ */
+export declare function clientIp(request: RequestLike | HeadersLike, options?: ClientIpOptions): string | undefined;
 
 // Adapters for other rate limiters: universal-rate-limit's Store and express-rate-limit's.
 

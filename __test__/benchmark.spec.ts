@@ -30,6 +30,8 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^Redis, 16 in flight/),
       expect.stringMatching(/^Redis, 256 in flight/),
       expect.stringMatching(/^Redis Cluster, 256 in flight/),
+      expect.stringMatching(/^Consume in memory/),
+      expect.stringMatching(/^Consume on Redis/),
       expect.stringMatching(/^CPU per hit/),
     ]);
     for (const store of [

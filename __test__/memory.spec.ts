@@ -5,10 +5,12 @@ import { Worker } from 'node:worker_threads';
 import { describe, expect, it } from 'vitest';
 import { memoryStore } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
+import { operationsSuite } from './operations-suite.js';
 import { hitFromWorkers } from './support/workers.js';
 
 rateLimitStoreContract('memoryStore', () => memoryStore());
 rateLimitStoreContract('memoryStore({ name })', () => memoryStore({ name: 'contract' }));
+operationsSuite('memoryStore', () => memoryStore());
 
 const HOUR = 3_600_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));

@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,cpu
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,cpu
 
 const { execFile } = require('node:child_process');
 const { writeFileSync, readFileSync } = require('node:fs');
@@ -21,6 +21,7 @@ const { summary, bestPeer, table } = require('./stats.js');
 const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
 const { startCluster } = require('../scripts/redis-cluster.js');
 const { cpu, cpuTargets } = require('./cpu.js');
+const { memoryConsumers, redisConsumers } = require('./consume.js');
 
 const SIZES = {
   full: {
@@ -65,7 +66,7 @@ const SIZES = {
     benchmarkRequests: 2_000,
   },
 };
-const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'full', 'workers', 'redis', 'cluster', 'cpu'];
+const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'full', 'workers', 'redis', 'cluster', 'consume', 'cpu'];
 const WIDTHS = [1, 16, 256];
 /** The columns of every Redis table: throughput and latency per hit. */
 const REDIS_COLUMNS = [
@@ -372,6 +373,52 @@ async function redisRound(samples, entry, hits, width) {
   push(samples, entry.name, 'p99 us', latencies[Math.floor(hits * 0.99)] * 1000);
 }
 
+/** Limit-aware consumes: awaited one at a time in memory, 16 in flight on Redis. */
+async function consumeScenario(size) {
+  const memory = memoryConsumers.map((spec) => ({ ...spec, store: spec.create() }));
+  const memorySamples = collect(memory);
+  for (const { store } of memory) await drive(store, size.hits, 1);
+  for (let round = 0; round < size.rounds; round++) {
+    for (const entry of rotated(memory, round)) {
+      gc();
+      push(memorySamples, entry.name, 'ops/s', await drive(entry.store, size.hits, 1));
+    }
+  }
+  const server = await startRedis();
+  const redis = [];
+  try {
+    for (const spec of redisConsumers) redis.push({ ...spec, store: await spec.create(server.port) });
+    for (const { store } of redis) await drive(store, size.redisHits[16], 16);
+    const redisSamples = collect(redis);
+    for (let round = 0; round < size.redisRounds; round++) {
+      for (const entry of rotated(redis, round)) await redisRound(redisSamples, entry, size.redisHits[16], 16);
+    }
+    return [
+      {
+        id: 'consume-memory',
+        title: `Consume in memory: awaited limit-aware consumes, one at a time, over ${KEYS.length.toLocaleString('en-US')} keys`,
+        unit: 'ops/s',
+        higherIsBetter: true,
+        ratioOf: 'ops/s',
+        columns: [{ name: 'ops/s', range: true }],
+        rows: rows(memory, memorySamples),
+      },
+      {
+        id: 'consume-redis',
+        title: 'Consume on Redis, 16 in flight: limit-aware consumes on one connection per store (10,000 keys)',
+        unit: 'ops/s; latency in us per call',
+        higherIsBetter: true,
+        ratioOf: 'ops/s',
+        columns: REDIS_COLUMNS,
+        rows: rows(redis, redisSamples),
+      },
+    ];
+  } finally {
+    for (const { store } of redis) await store?.close?.();
+    await server.stop();
+  }
+}
+
 async function cluster(size) {
   const server = await startCluster();
   const entries = [];
@@ -551,6 +598,7 @@ async function main() {
   if (only.has('workers')) show(await workers(size));
   if (only.has('redis')) show(await redis(size, notes));
   if (only.has('cluster')) show(await cluster(size));
+  if (only.has('consume')) show(await consumeScenario(size));
   if (only.has('cpu')) show([await cpu(mode)]);
 
   const verdicts = targets(tables);

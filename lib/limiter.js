@@ -1,55 +1,412 @@
 'use strict';
-// A fixed-window limiter over any RateLimitStore, for route handlers that
-// have no framework limiter: one hit per check, headers on every answer.
+// createLimiter: the limits of a request (one, several, or those of its
+// tier) checked against a store, with the answer's headers. On ratestore's
+// own stores each limit is one atomic, limit-aware call; on any other
+// RateLimitStore a fixed window is a hit, given back when it refuses.
 
-const { checkOptions, checkOption, checkPositiveInteger, typeError, rangeError } = require('./check.js');
+const { checkOptions, checkOption, typeError, rangeError } = require('./check.js');
+const { STYLES, limitHeaders } = require('./headers.js');
 
-const OPTIONS = ['store', 'limit', 'windowMs', 'failOpen'];
+const ALGORITHMS = ['fixed-window', 'sliding-window', 'token-bucket'];
+const WINDOW_OPTIONS = ['algorithm', 'name', 'limit', 'windowMs'];
+const BUCKET_OPTIONS = ['algorithm', 'name', 'capacity', 'refill', 'intervalMs'];
+const COMMON_OPTIONS = ['store', 'headers', 'failOpen'];
+/** The longest sliding window and bucket refill the stores accept (2^52 µs, so that Lua's doubles stay exact). */
+const MAX_SPAN_MS = 4_503_599_627_370;
+/** Policy names: sf-string characters (no quote, no backslash), and short. */
+const NAME = /^[\x20\x21\x23-\x5b\x5d-\x7e]{1,64}$/;
+
+// ---------------------------------------------------------------------------
+// Options
+
+/** An option's name for a message: `limit`, or `limits[1].limit`, `tiers.pro.windowMs`. */
+const at = (path, name) => (path === '' ? name : `${path}.${name}`);
+const fail = (make, message) => make(`createLimiter(options): ${message}`);
+
+function checkInteger(path, name, value, min, max = Number.MAX_SAFE_INTEGER) {
+  if (typeof value !== 'number') {
+    throw fail(typeError, `${at(path, name)} must be a number, got ${value === null ? 'null' : typeof value}`);
+  }
+  if (!(Number.isSafeInteger(value) && value >= min && value <= max)) {
+    const bound = max === Number.MAX_SAFE_INTEGER ? '' : ` up to ${max}`;
+    throw fail(rangeError, `${at(path, name)} must be a safe integer of ${min} or more${bound}, got ${value}`);
+  }
+}
+
+/** express-rate-limit's default policy name (`60-in-1min`), so that draft-8 headers read the same. */
+function duration(ms) {
+  const s = ms / 1000;
+  if (s < 60) return `${s}sec`;
+  if (s < 3600) return `${s / 60}min`;
+  const hours = s / 3600;
+  if (hours < 24) return `${hours}hr${hours > 1 ? 's' : ''}`;
+  const days = hours / 24;
+  return `${days}day${days > 1 ? 's' : ''}`;
+}
+
+/** One limit's options, checked and completed: its algorithm, name, quota, policy window and store call. */
+function readLimit(path, limit, store) {
+  if (limit === null || typeof limit !== 'object' || Array.isArray(limit)) {
+    throw fail(typeError, `${path} must be a limit (an object)`);
+  }
+  const { algorithm = 'fixed-window' } = limit;
+  if (!ALGORITHMS.includes(algorithm)) {
+    const make = typeof algorithm === 'string' ? rangeError : typeError;
+    throw fail(make, `${at(path, 'algorithm')} must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
+  }
+  const bucket = algorithm === 'token-bucket';
+  const known = bucket ? BUCKET_OPTIONS : WINDOW_OPTIONS;
+  for (const option of Object.keys(limit)) {
+    if (!known.includes(option)) {
+      throw fail(
+        typeError,
+        `unknown option "${at(path, option)}" for a ${algorithm} limit; its options are ${known.join(', ')}`,
+      );
+    }
+  }
+  let rule;
+  if (bucket) {
+    const { capacity, refill, intervalMs } = limit;
+    checkInteger(path, 'capacity', capacity, 1);
+    checkInteger(path, 'refill', refill, 1);
+    checkInteger(path, 'intervalMs', intervalMs, 1);
+    // The bucket's policy window: the time it takes to fill from empty.
+    const windowMs = Math.ceil(capacity / refill) * intervalMs;
+    if (windowMs > MAX_SPAN_MS) {
+      throw fail(rangeError, `${path || 'the bucket'}: filling from empty must take at most ${MAX_SPAN_MS} ms`);
+    }
+    const name = `${capacity}-per-${refill}-in-${duration(intervalMs)}`;
+    rule = { algorithm, name, limit: capacity, windowMs, capacity, refill, intervalMs };
+  } else {
+    checkInteger(path, 'limit', limit.limit, 0);
+    const max = algorithm === 'sliding-window' ? MAX_SPAN_MS : undefined;
+    checkInteger(path, 'windowMs', limit.windowMs, 1, max);
+    rule = { algorithm, name: `${limit.limit}-in-${duration(limit.windowMs)}`, limit: limit.limit };
+    rule.windowMs = limit.windowMs;
+  }
+  if (limit.name !== undefined) {
+    if (typeof limit.name !== 'string') throw fail(typeError, `${at(path, 'name')} must be a string`);
+    if (!NAME.test(limit.name)) {
+      throw fail(rangeError, `${at(path, 'name')} must be 1 to 64 printable ASCII characters, without " or \\`);
+    }
+    rule.name = limit.name;
+  }
+  if (algorithm !== 'fixed-window' && !supports(store, algorithm)) {
+    throw fail(
+      typeError,
+      `the ${algorithm} algorithm needs one of ratestore's stores (memoryStore() or redisStore()); ` +
+        'this store has only hit, which counts fixed windows',
+    );
+  }
+  rule.take = TAKES[algorithm](store);
+  return rule;
+}
+
+/** The limits of one tier (or of every key): checked together, each under a key of its own when there are several. */
+function readSet(path, value, store) {
+  const list = Array.isArray(value) ? value : [value];
+  if (list.length === 0) throw fail(rangeError, `${path} must hold at least one limit`);
+  const rules = list.map((limit, i) => readLimit(Array.isArray(value) ? `${path}[${i}]` : path, limit, store));
+  const names = new Set();
+  for (const rule of rules) {
+    if (names.has(rule.name)) {
+      throw fail(rangeError, `${path}: two limits are named "${rule.name}"; give each a name of its own`);
+    }
+    names.add(rule.name);
+  }
+  // Taken tokens cannot be given back, so a bucket goes last, once every other limit allowed; a
+  // second one could leave tokens spent on a request the other refused.
+  if (rules.filter((rule) => rule.algorithm === 'token-bucket').length > 1) {
+    throw fail(
+      rangeError,
+      `${path}: at most one token-bucket limit per request, since taken tokens cannot be given back`,
+    );
+  }
+  for (const rule of rules) rule.suffix = rules.length === 1 ? '' : `:${rule.name}`;
+  return {
+    windows: rules.filter((rule) => rule.algorithm !== 'token-bucket'),
+    bucket: rules.find((rule) => rule.algorithm === 'token-bucket'),
+    rules,
+  };
+}
+
+function supports(store, algorithm) {
+  switch (algorithm) {
+    case 'fixed-window':
+      return typeof store.consume === 'function' && typeof store.refund === 'function';
+    case 'sliding-window': {
+      const sliding = store.slidingWindow;
+      return sliding != null && typeof sliding.consume === 'function' && typeof sliding.decrement === 'function';
+    }
+    case 'token-bucket':
+      return typeof store.tokenBucket === 'function';
+  }
+  return false;
+}
+
+// ---------------------------------------------------------------------------
+// One limit against the store. A take answers { allowed, count?, remaining, resetMs, retryMs } and,
+// when it took something that can be given back, giveBack(): a promise of the new remaining count.
+
+const now = () => performance.now();
+
+/** A fixed window over ratestore's consume: one atomic call; a refusal changes nothing. */
+function takeConsume(store) {
+  return async (key, rule, cost) => {
+    const answer = await store.consume(key, { limit: rule.limit, windowMs: rule.windowMs, cost });
+    return {
+      allowed: answer.allowed,
+      remaining: answer.remaining,
+      resetMs: answer.resetMs,
+      retryMs: answer.allowed ? 0 : answer.resetMs,
+      giveBack: async () => {
+        // refund never opens a window: after the window's end it changes nothing.
+        const back = await store.refund(key, cost);
+        return back === null ? 0 : back.count;
+      },
+    };
+  };
+}
+
+/**
+ * A fixed window over a store that has only hit: the hit counts, and is given back when it went past
+ * the limit. A hit of -cost that lands after the window ended would open the next window at -cost,
+ * which then allows limit + cost; so the refund is sent only while the window is open, and a refund
+ * whose answer shows another window (it landed late) is taken back at once.
+ */
+function takeHit(store) {
+  return async (key, rule, cost) => {
+    const sent = now();
+    const hit = await store.hit(key, rule.windowMs, cost);
+    const answered = now();
+    const window = { end: answered + hit.resetMs, rtt: answered - sent };
+    const giveBack = () => refundHit(store, key, rule, cost, window);
+    if (hit.count <= rule.limit) {
+      return { allowed: true, remaining: remainingOf(rule, hit.count), resetMs: hit.resetMs, retryMs: 0, giveBack };
+    }
+    // Refused: the cost is given back here, so that the answer can say what is left.
+    const refused = {
+      allowed: false,
+      remaining: remainingOf(rule, hit.count),
+      resetMs: hit.resetMs,
+      retryMs: hit.resetMs,
+    };
+    try {
+      const count = await giveBack();
+      if (count !== undefined) refused.remaining = remainingOf(rule, count);
+    } catch (error) {
+      refused.error = error;
+    }
+    return refused;
+  };
+}
+
+/** The count after giving `cost` back to the window `window` of a hit, or undefined when it was left counted. */
+async function refundHit(store, key, rule, cost, window) {
+  const start = now();
+  // The refund would land after the window's end: the cost stays in a window that is ending anyway.
+  if (window.end - start <= window.rtt) return undefined;
+  const back = await store.hit(key, rule.windowMs, -cost);
+  const answered = now();
+  // Both ends are measured on this clock, each late by up to its round trip; a later window ends at
+  // least windowMs after this one, so a gap beyond the round trips means the refund missed its window.
+  if (answered + back.resetMs - window.end > Math.max(window.rtt, answered - start) + 2) {
+    await store.hit(key, rule.windowMs, cost);
+    return undefined;
+  }
+  return back.count;
+}
+
+function takeSliding(store) {
+  const sliding = store.slidingWindow;
+  return async (key, rule, cost) => {
+    const answer = await sliding.consume(key, { limit: rule.limit, windowMs: rule.windowMs, cost });
+    return {
+      allowed: answer.allowed,
+      remaining: answer.remaining,
+      resetMs: answer.resetMs,
+      retryMs: answer.retryMs,
+      giveBack: async () => (await sliding.decrement(key, rule.windowMs, cost)).count,
+    };
+  };
+}
+
+function takeBucket(store) {
+  return async (key, rule, cost) => {
+    const options = { capacity: rule.capacity, refill: rule.refill, intervalMs: rule.intervalMs, cost };
+    const answer = await store.tokenBucket(key, options);
+    return { allowed: answer.allowed, remaining: answer.remaining, resetMs: answer.resetMs, retryMs: answer.retryMs };
+  };
+}
+
+const TAKES = {
+  'fixed-window': (store) => (supports(store, 'fixed-window') ? takeConsume(store) : takeHit(store)),
+  'sliding-window': takeSliding,
+  'token-bucket': takeBucket,
+};
+
+function remainingOf(rule, count) {
+  return Math.min(rule.limit, Math.max(0, rule.limit - count));
+}
+
+// ---------------------------------------------------------------------------
+// The limiter
 
 function createLimiter(options) {
-  const { store, limit, windowMs, failOpen = false } = checkOptions('createLimiter', options, OPTIONS);
+  const all = [...COMMON_OPTIONS, 'limits', 'tiers', ...new Set([...WINDOW_OPTIONS, ...BUCKET_OPTIONS])];
+  const {
+    store,
+    headers = 'draft-6',
+    failOpen = false,
+    limits,
+    tiers,
+    ...single
+  } = checkOptions('createLimiter', options, all);
   if (store === null || typeof store !== 'object' || typeof store.hit !== 'function') {
     throw typeError('createLimiter(options): store must be a RateLimitStore (an object with a hit method)');
   }
-  checkOption('createLimiter', 'limit', limit, 'number');
   checkOption('createLimiter', 'failOpen', failOpen, 'boolean');
-  if (!(limit >= 0 && Number.isSafeInteger(limit))) {
-    throw rangeError(`createLimiter(options): limit must be a non-negative safe integer, got ${limit}`);
+  if (headers !== false && typeof headers !== 'string') {
+    throw typeError(`createLimiter(options): headers must be a string or false, got ${typeof headers}`);
   }
-  checkPositiveInteger('createLimiter', 'windowMs', windowMs);
-
-  function answer(allowed, count, resetMs) {
-    const remaining = Math.max(0, limit - count);
-    const resetSeconds = Math.max(1, Math.ceil(resetMs / 1000));
-    const retryAfter = allowed ? 0 : resetSeconds;
-    const headers = {
-      'RateLimit-Limit': String(limit),
-      'RateLimit-Remaining': String(allowed ? remaining : 0),
-      'RateLimit-Reset': String(resetSeconds),
-    };
-    if (!allowed) headers['Retry-After'] = String(retryAfter);
-    return { allowed, limit, remaining: allowed ? remaining : 0, resetMs, retryAfter, headers };
+  if (headers !== false && !STYLES.includes(headers)) {
+    throw rangeError(`createLimiter(options): headers must be ${STYLES.map((s) => `'${s}'`).join(', ')} or false`);
+  }
+  const forms = [Object.keys(single).length > 0, limits !== undefined, tiers !== undefined].filter(Boolean).length;
+  if (forms !== 1) {
+    throw typeError(
+      'createLimiter(options): give exactly one of: a limit (limit and windowMs, or a token bucket), limits, or tiers',
+    );
   }
 
-  async function check(key, cost = 1) {
+  let sets;
+  if (tiers !== undefined) {
+    if (tiers === null || typeof tiers !== 'object' || Array.isArray(tiers)) {
+      throw typeError('createLimiter(options): tiers must be an object of limits by tier name');
+    }
+    sets = new Map(Object.entries(tiers).map(([tier, set]) => [tier, readSet(`tiers.${tier}`, set, store)]));
+    if (sets.size === 0) throw rangeError('createLimiter(options): tiers must name at least one tier');
+  } else {
+    const set = readSet(limits !== undefined ? 'limits' : '', limits ?? single, store);
+    sets = new Map([[undefined, set]]);
+  }
+  const tierNames = tiers === undefined ? [] : [...sets.keys()];
+
+  /** The set of limits a check asks for, and its cost; throws for bad arguments. */
+  function request(key, how) {
+    if (typeof key !== 'string') throw typeError(`check(key): key must be a string, got ${typeof key}`);
+    let cost = 1;
+    let tier;
+    if (typeof how === 'number') cost = how;
+    else if (how !== undefined) {
+      ({ cost = 1, tier } = checkOptions('check', how, tiers === undefined ? ['cost'] : ['cost', 'tier']));
+    }
     if (typeof cost !== 'number') throw typeError(`check(key, cost): cost must be a number, got ${typeof cost}`);
     if (!(cost >= 1 && Number.isSafeInteger(cost))) {
       throw rangeError(`check(key, cost): cost must be a positive safe integer, got ${cost}`);
     }
-    let hit;
-    try {
-      hit = await store.hit(key, windowMs, cost);
-    } catch (error) {
-      if (!failOpen) throw error;
-      return { ...answer(true, 0, windowMs), error };
+    if (tiers !== undefined && (typeof tier !== 'string' || !sets.has(tier))) {
+      throw (typeof tier === 'string' ? rangeError : typeError)(
+        `check(key, options): options.tier must be one of the limiter's tiers: ${tierNames.join(', ')}`,
+      );
     }
-    if (hit.count <= limit) return answer(true, hit.count, hit.resetMs);
-    // A refused request costs nothing: give its cost back.
-    const refunded = await store.hit(key, windowMs, -cost);
-    return answer(false, refunded.count, refunded.resetMs);
+    return { set: sets.get(tier), cost, tier };
   }
 
-  return { check, limit, windowMs };
+  async function check(key, how) {
+    const { set, cost, tier } = request(key, how);
+    const taken = new Map();
+    const errors = [];
+    const settle = (rule, outcome) => {
+      if (outcome.status === 'rejected') return errors.push(outcome.reason);
+      taken.set(rule, outcome.value);
+      if (outcome.value.error !== undefined) errors.push(outcome.value.error);
+    };
+    // Every window limit at once (one round trip on Redis: the calls share a pipeline), then the
+    // bucket, whose tokens cannot be given back, only once every window allowed.
+    const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
+    outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
+    const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
+    if (set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
+      const [outcome] = await Promise.allSettled([set.bucket.take(key + set.bucket.suffix, set.bucket, cost)]);
+      settle(set.bucket, outcome);
+    }
+    if (errors.length > 0 && !failOpen) {
+      // check rejects: what the other limits took for this request is given back first.
+      await giveBack(taken);
+      throw errors[0];
+    }
+    // A limit whose store failed (failOpen) lets the request through; the others decide.
+    const allowed = allAllow();
+    if (!allowed) {
+      const failures = await giveBack(taken);
+      if (failures.length > 0 && !failOpen) throw failures[0];
+      errors.push(...failures);
+    }
+    return result(set, taken, allowed, tier, errors[0]);
+  }
+
+  /** Gives back what the limits that allowed took, for a request that does not proceed; answers the errors. */
+  async function giveBack(taken) {
+    const failures = [];
+    const backs = [...taken].filter(([, answer]) => answer.allowed && answer.giveBack !== undefined);
+    await Promise.all(
+      backs.map(async ([rule, answer]) => {
+        try {
+          const count = await answer.giveBack();
+          if (count !== undefined) answer.remaining = remainingOf(rule, count);
+        } catch (error) {
+          failures.push(error);
+        }
+      }),
+    );
+    return failures;
+  }
+
+  function result(set, taken, allowed, tier, error) {
+    const at = Date.now();
+    const states = set.rules.map((rule) => {
+      // A limit whose store failed (failOpen) or that was not asked (a bucket after a refusal) is
+      // reported as it was configured, not as counted.
+      const answer = taken.get(rule);
+      const resetMs = answer?.resetMs ?? (rule.algorithm === 'token-bucket' ? 0 : rule.windowMs);
+      const retryAfter = answer === undefined || answer.allowed ? 0 : Math.max(1, Math.ceil(answer.retryMs / 1000));
+      return {
+        name: rule.name,
+        algorithm: rule.algorithm,
+        allowed: answer?.allowed ?? true,
+        limit: rule.limit,
+        remaining: answer?.remaining ?? rule.limit,
+        resetMs,
+        resetAt: at + resetMs,
+        retryAfter,
+        windowMs: rule.windowMs,
+      };
+    });
+    // The limit the answer reports: the refusal that lasts longest, else the one closest to refusing.
+    const current = allowed
+      ? states.reduce((a, b) =>
+          b.remaining < a.remaining || (b.remaining === a.remaining && b.resetMs > a.resetMs) ? b : a,
+        )
+      : states.reduce((a, b) => (!a.allowed && (b.allowed || a.retryAfter >= b.retryAfter) ? a : b));
+    const answer = {
+      allowed,
+      limit: current.limit,
+      remaining: current.remaining,
+      retryAfter: current.retryAfter,
+      resetAt: current.resetAt,
+      resetMs: current.resetMs,
+      headers: limitHeaders(headers, states, current, current.retryAfter),
+      limits: states,
+    };
+    if (tier !== undefined) answer.tier = tier;
+    if (error !== undefined) answer.error = error;
+    return answer;
+  }
+
+  const limiter = { check };
+  if (tiers !== undefined) limiter.tiers = tierNames;
+  return limiter;
 }
 
 module.exports = { createLimiter };

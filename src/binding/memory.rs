@@ -16,7 +16,11 @@ use super::{raw, throw_core};
 use crate::clock;
 use crate::errors::Error;
 use crate::memory::{self, Table};
+use crate::ops::Op;
 use crate::window;
+
+/// Numbers in a store's `io`: a hit uses two, an op five in and five out.
+const IO_LEN: usize = 5;
 
 /// What a hit function holds: its table and its numbers.
 struct HitData {
@@ -27,7 +31,7 @@ struct HitData {
 /// `memoryStore(maxKeys, name?)` → `{ hit(key): count, size(): number, io }`.
 #[napi(
     js_name = "memoryStore",
-    ts_return_type = "{ hit(key: string): number | undefined; size(): number; io: Float64Array }"
+    ts_return_type = "{ hit(key: string): number | undefined; call(key: string): number | undefined; size(): number; clear(): void; io: Float64Array }"
 )]
 pub fn memory_store<'e>(
     env: &'e Env,
@@ -50,28 +54,63 @@ pub fn memory_store<'e>(
         memory::open(name.as_deref(), max_keys as usize)
     };
     let table = open().map_err(|e| throw_core(env, e))?;
-    let io = raw::Numbers::new(2);
+    let io = raw::Numbers::new(IO_LEN);
     let size_of = Arc::clone(&table);
     let size =
         env.create_function_from_closure::<(), _, _>("size", move |_| Ok(size_of.len() as f64))?;
-    let data = HitData {
-        table,
+    let cleared = Arc::clone(&table);
+    let clear = env.create_function_from_closure::<(), _, _>("clear", move |ctx| {
+        cleared.clear().map_err(|e| throw_core(ctx.env, e))
+    })?;
+    let data = || HitData {
+        table: Arc::clone(&table),
         io: Arc::clone(&io),
     };
     // SAFETY: called on the JS thread inside this #[napi] callback; `hit`
-    // reads its data as the `HitData` given here.
+    // and `call` read their data as the `HitData` given here.
     let made = unsafe {
-        raw::function(env.raw(), "hit", hit, data).and_then(|hit| Ok((hit, io.array(env.raw())?)))
+        raw::function(env.raw(), "hit", hit, data()).and_then(|hit| {
+            let call = raw::function(env.raw(), "call", call, data())?;
+            Ok((hit, call, io.array(env.raw())?))
+        })
     };
-    let (hit, io) = made.map_err(|e| throw_core(env, e))?;
+    let (hit, call, io) = made.map_err(|e| throw_core(env, e))?;
     let mut store = Object::new(env)?;
     store.set("size", size)?;
+    store.set("clear", clear)?;
     // SAFETY: live values of this callback's scope.
     unsafe {
         store.set("hit", Unknown::from_raw_unchecked(env.raw(), hit))?;
+        store.set("call", Unknown::from_raw_unchecked(env.raw(), call))?;
         store.set("io", Unknown::from_raw_unchecked(env.raw(), io))?;
     }
     Ok(store)
+}
+
+/// `call(key)` with `io = [op, a, b, c, d]` → how many numbers the op
+/// answered, left in `io` (see `ops::Op`). Returns undefined only on failure.
+unsafe extern "C" fn call(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node-API calls this on the JS thread with its own env and info.
+    unsafe {
+        raw::guard(env, || {
+            let ([key], data) = raw::args::<1>(env, info)?;
+            // SAFETY: `data` is the HitData this function was made with,
+            // owned by the function and freed only after it is collected.
+            let HitData { table, io } = &*data.cast::<HitData>();
+            let code = io.take(0);
+            let numbers = [io.take(1), io.take(2), io.take(3), io.take(4)];
+            let op = Op::from_code(code).ok_or(Error::Internal(
+                "the call's numbers did not reach the store (its io array is detached?)",
+            ))?;
+            let args = op.check(numbers)?;
+            let key = raw::with_utf16(env, key, "key must be a string", |k| table.key(k))?;
+            let answer = table.run(key, clock::now_us, op, &args)?;
+            for (i, v) in answer.values[..answer.len].iter().enumerate() {
+                io.set(i, *v as f64);
+            }
+            raw::double(env, answer.len as f64)
+        })
+    }
 }
 
 /// `hit(key)` with `io = [windowMs, amount]` → the count, `io[0] = resetMs`.

@@ -481,22 +481,11 @@ unsafe fn threadsafe_function(
         pending: VecDeque::new(),
         failures: 0,
     }));
-    let mut name = ptr::null_mut();
     let mut tsfn = ptr::null_mut();
-    // SAFETY: the name is valid UTF-8 of the length given; `context` is
-    // handed to the threadsafe function, which frees it in `finalize`.
+    // SAFETY: as the caller promises; `context` is handed to the threadsafe
+    // function, which frees it in `finalize`.
     let created = unsafe {
-        let label = "ratestore.redisStore";
-        raw::check(
-            env,
-            sys::napi_create_string_utf8(
-                env,
-                label.as_ptr().cast(),
-                label.len() as isize,
-                &mut name,
-            ),
-        )
-        .and_then(|()| {
+        raw::js_string(env, "ratestore.redisStore").and_then(|name| {
             raw::check(
                 env,
                 sys::napi_create_threadsafe_function(

@@ -237,17 +237,7 @@ impl Conn {
         let mut async_context = ptr::null_mut();
         // SAFETY: as the caller promises; the name is a string of this scope.
         unsafe {
-            let mut name = ptr::null_mut();
-            let label = "ratestore.redisStore";
-            raw::check(
-                env,
-                sys::napi_create_string_utf8(
-                    env,
-                    label.as_ptr().cast(),
-                    label.len() as isize,
-                    &mut name,
-                ),
-            )?;
+            let name = raw::js_string(env, "ratestore.redisStore")?;
             raw::check(
                 env,
                 sys::napi_async_init(env, ptr::null_mut(), name, &mut async_context),

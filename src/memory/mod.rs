@@ -7,6 +7,7 @@
 //! making room in a full table, nor the sweeper ever scans the table.
 
 mod shard;
+mod states;
 
 use std::collections::HashMap;
 use std::hash::Hasher;
@@ -156,11 +157,30 @@ impl Table {
 
     /// Takes a place for a new counter, if there is one.
     fn reserve(&self) -> bool {
+        self.reserve_n(1)
+    }
+
+    /// Takes places for `n` new counters, if there are that many.
+    fn reserve_n(&self, n: usize) -> bool {
         self.len
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
-                (n < self.max_keys).then_some(n + 1)
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| {
+                (held + n <= self.max_keys).then_some(held + n)
             })
             .is_ok()
+    }
+
+    /// Drops every counter (`resetAll()`).
+    pub fn clear(&self) -> Result<()> {
+        for s in 0..SHARDS {
+            let mut shard = self.lock(s)?;
+            let now = shard.tick(0);
+            let held = shard.len();
+            *shard = Shard::new();
+            shard.tick(now);
+            self.len.fetch_sub(held, Ordering::Relaxed);
+            self.publish(s, &shard);
+        }
+        Ok(())
     }
 
     /// Frees room for one counter: an ended window first, else the

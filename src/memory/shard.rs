@@ -188,6 +188,11 @@ impl Shard {
         Shard::default()
     }
 
+    /// Counters held.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
     /// The time to apply a hit at: `now`, or the latest time applied here if
     /// that is later.
     pub fn tick(&mut self, now: u64) -> u64 {

@@ -24,7 +24,6 @@ use futures_util::future::{BoxFuture, FutureExt, Shared};
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisConnectionInfo, RedisError};
 use rustls::pki_types::ServerName;
-use rustls::{ClientConfig, RootCertStore};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
@@ -32,6 +31,7 @@ use tokio_rustls::TlsConnector;
 
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Mark, Stall};
+use super::socket;
 use crate::errors::{Error, Result};
 
 /// Requests queued for the connection's writer before senders wait.
@@ -326,26 +326,10 @@ fn tls_connector(
     host: &str,
     ca: Option<&[rustls::pki_types::CertificateDer<'static>]>,
 ) -> Result<(TlsConnector, ServerName<'static>)> {
-    let mut roots = RootCertStore::empty();
-    match ca {
-        Some(certs) => {
-            for cert in certs {
-                roots.add(cert.clone()).map_err(|_| {
-                    Error::Config("tls.ca holds a certificate that can't be used as a CA".into())
-                })?;
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    let config =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|_| Error::Internal("no TLS protocol version is available"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-    let name = ServerName::try_from(host.to_string())
-        .map_err(|_| Error::Config("the URL's host is not a valid TLS server name".into()))?;
-    Ok((TlsConnector::from(Arc::new(config)), name))
+    Ok((
+        TlsConnector::from(socket::tls_config(ca)?),
+        socket::server_name(host)?,
+    ))
 }
 
 /// The one mapping from the Redis client's errors to the store's. Text from

@@ -3,8 +3,8 @@ export default function Home() {
     <main>
       <h1>ratestore with Next.js</h1>
       <p>
-        Rate-limited route handlers: <a href="/api/memory">/api/memory</a> (memoryStore) and{' '}
-        <a href="/api/redis">/api/redis</a> (redisStore, needs REDIS_URL).
+        <a href="/api/hello">/api/hello</a> is limited by <code>proxy.ts</code>; <a href="/limited">/limited</a> by its
+        own route handler.
       </p>
     </main>
   );

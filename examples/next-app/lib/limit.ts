@@ -1,31 +1,23 @@
-// One place for what both routes do: the limits (from the environment, so a test can use
-// short windows), the client key, and the answer with the limiter's headers.
-import type { Limiter, LimiterOptions } from 'ratestore';
+// What the proxy and the route handler share: the store, the limit (from the environment, so that a
+// test can use short windows) and the client's key.
+import { clientIp, memoryStore, redisStore, type RateLimitStore, type WindowLimit } from 'ratestore';
 
-export function limits(): Pick<LimiterOptions, 'limit' | 'windowMs'> {
+export function limit(): WindowLimit {
   return {
     limit: Number(process.env.RATE_LIMIT ?? 10),
     windowMs: Number(process.env.RATE_WINDOW_MS ?? 60_000),
   };
 }
 
-// Behind Vercel or another proxy that sets it, x-forwarded-for is the client address.
-function clientKey(request: Request): string {
-  const forwarded = request.headers.get('x-forwarded-for');
-  return `ip:${forwarded?.split(',')[0].trim() || 'unknown'}`;
+// redisStore() reads REDIS_URL (or KV_URL) and REDIS_TOKEN on its first hit, never here: `next build`
+// loads this module with no credentials set. memoryStore({ name }) keeps its counters across the dev
+// server's module reloads.
+export function store(name: string): RateLimitStore {
+  return process.env.RATE_STORE === 'redis' ? redisStore() : memoryStore({ name });
 }
 
-export async function limited(limiter: Limiter, request: Request, store: string): Promise<Response> {
-  let answer;
-  try {
-    answer = await limiter.check(clientKey(request));
-  } catch (error) {
-    // A store that cannot count refuses the request: the limit never switches off unnoticed.
-    console.error(error);
-    return Response.json({ error: 'rate limiter unavailable' }, { status: 503 });
-  }
-  if (!answer.allowed) {
-    return Response.json({ error: 'too many requests' }, { status: 429, headers: answer.headers });
-  }
-  return Response.json({ store, remaining: answer.remaining }, { headers: answer.headers });
+// One proxy in front (Vercel, or a load balancer) appends the client's address to x-forwarded-for;
+// the entries left of it came from the client and are not believed.
+export function clientKey(request: Request): string {
+  return `ip:${clientIp(request, { trustedProxies: 1 }) ?? 'unknown'}`;
 }

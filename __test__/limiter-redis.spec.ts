@@ -1,0 +1,64 @@
+// What a check costs on Redis, counted by the server itself (INFO commandstats): one script per
+// limit, and a refused request one call that changes nothing.
+import { randomUUID } from 'node:crypto';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLimiter, redisStore, type RedisStore } from '../index.js';
+import { startRedis, type RedisServer } from './support/redis.js';
+
+let server: RedisServer;
+let store: RedisStore;
+
+beforeAll(async () => {
+  server = await startRedis();
+  store = redisStore({ url: server.url, prefix: 'limiter:' });
+});
+
+afterAll(async () => {
+  await store?.close();
+  await server?.stop();
+});
+
+/**
+ * Scripts the server has run so far: EVALSHA, and EVAL when a script is first sent (an EVALSHA that
+ * answered NOSCRIPT ran nothing: it is a failed call).
+ */
+async function scripts(): Promise<number> {
+  const stats = await server.cli('INFO', 'commandstats');
+  let ran = 0;
+  for (const [line] of stats.matchAll(/^cmdstat_(?:evalsha|eval):.*$/gm)) {
+    ran += Number(/calls=(\d+)/.exec(line)![1]) - Number(/failed_calls=(\d+)/.exec(line)?.[1] ?? 0);
+  }
+  return ran;
+}
+
+async function costOf(check: () => Promise<unknown>): Promise<number> {
+  const before = await scripts();
+  await check();
+  return (await scripts()) - before;
+}
+
+describe('createLimiter over redisStore', () => {
+  it('allows and refuses in one script each; a refusal changes nothing', async () => {
+    const limiter = createLimiter({ store, limit: 1, windowMs: 60_000 });
+    const key = randomUUID();
+    expect(await costOf(() => limiter.check(key))).toBe(1);
+    expect(await costOf(() => limiter.check(key))).toBe(1);
+    expect(await server.cli('GET', `limiter:${key}`)).toBe('1');
+  });
+
+  it('checks several windows in one round of scripts, and refunds only when a later one refuses', async () => {
+    const limiter = createLimiter({
+      store,
+      limits: [
+        { name: 'burst', limit: 1, windowMs: 60_000 },
+        { name: 'daily', limit: 5, windowMs: 86_400_000 },
+      ],
+    });
+    const key = randomUUID();
+    expect(await costOf(() => limiter.check(key))).toBe(2);
+    // burst refuses; daily took the cost and gives it back: one more script.
+    expect(await costOf(() => limiter.check(key))).toBe(3);
+    expect(await server.cli('GET', `limiter:${key}:burst`)).toBe('1');
+    expect(await server.cli('GET', `limiter:${key}:daily`)).toBe('1');
+  });
+});

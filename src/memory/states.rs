@@ -1,0 +1,453 @@
+//! The operations beyond hit on the memory table: each the pure function of
+//! its algorithm (`window`, `sliding`, `bucket`) applied under one shard lock.
+//!
+//! Every state is kept in the table's own counters (a count and an end), so
+//! each costs what a fixed-window counter does: the sliding window as two
+//! (the current and the previous window's counts; the window's start is
+//! its end less one or two windows), the token bucket as one (the tokens;
+//! the last refill is its end less the time to refill what is missing).
+//! Their keys differ from the fixed window's in the low half of the hash
+//! only, so a key's states share its shard (and its lock), and switching an
+//! algorithm never misreads a counter.
+
+use super::{KeyHash, Table};
+use crate::bucket::{self, Bucket, Params};
+use crate::errors::Result;
+use crate::ops::{Answer, Args, Op};
+use crate::sliding::{self, Sliding};
+use crate::window::{self, Change, Counter, SHORT_WINDOW_MS};
+
+const SLIDING_CURRENT: u128 = 0x9e37_79b9_7f4a_7c15;
+const SLIDING_PREVIOUS: u128 = 0xc2b2_ae3d_27d4_eb4f;
+const BUCKET: u128 = 0x1656_67b1_9e37_79f9;
+const US_PER_MS: u64 = 1000;
+
+/// What an op does to one of its key's counters.
+#[derive(Clone, Copy, Debug)]
+enum Write {
+    Keep,
+    /// Store this counter, indexed as a window of this many ms.
+    Put(Counter, u64),
+    Drop,
+}
+
+/// The keys of the counters an op reads and writes (one or two).
+fn keys(key: KeyHash, op: Op, args: &Args) -> ([KeyHash; 2], usize) {
+    let sliding = ([key ^ SLIDING_CURRENT, key ^ SLIDING_PREVIOUS], 2);
+    match op {
+        Op::Hit | Op::Consume | Op::Refund => ([key, key], 1),
+        Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => sliding,
+        Op::Bucket => ([key ^ BUCKET, key], 1),
+        Op::Unlink => match args[0] {
+            0 => ([key, key], 1),
+            1 => sliding,
+            _ => ([key ^ BUCKET, key], 1),
+        },
+    }
+}
+
+fn write(change: Change<Counter>, window_ms: u64) -> Write {
+    match change {
+        Change::Keep => Write::Keep,
+        Change::Put(c) => Write::Put(c, window_ms),
+        Change::Drop => Write::Drop,
+    }
+}
+
+/// The sliding window's state from its two counters.
+fn sliding_state(held: [Option<Counter>; 2], window_ms: u64) -> Option<Sliding> {
+    let ends_at = held[0].or(held[1])?.ends_at;
+    let (current, previous) = (
+        held[0].map_or(0, |c| c.count),
+        held[1].map_or(0, |c| c.count),
+    );
+    let windows = if current == 0 { 1 } else { 2 };
+    Some(Sliding {
+        start: ends_at.saturating_sub(windows * window_ms * US_PER_MS),
+        current,
+        previous,
+        ends_at,
+    })
+}
+
+/// The two counters of a sliding window's state.
+fn sliding_writes(change: Change<Sliding>, window_ms: u64) -> [Write; 2] {
+    let long = window_ms > SHORT_WINDOW_MS;
+    let counter = |count: i64, ends_at| match count {
+        0 => Write::Drop,
+        count => Write::Put(
+            Counter {
+                count,
+                ends_at,
+                long,
+            },
+            window_ms,
+        ),
+    };
+    match change {
+        Change::Keep => [Write::Keep; 2],
+        Change::Drop => [Write::Drop; 2],
+        Change::Put(s) => [
+            counter(s.current, s.ends_at),
+            counter(s.previous, s.ends_at),
+        ],
+    }
+}
+
+/// The time a bucket takes to fill from empty, in ms: what it is indexed by.
+fn fill_ms(p: &Params) -> u64 {
+    let refills = (p.capacity + p.refill - 1) / p.refill;
+    refills as u64 * p.interval_ms
+}
+
+fn bucket_state(held: Option<Counter>, p: &Params) -> Option<Bucket> {
+    let c = held?;
+    let missing = (p.capacity - c.count).max(0);
+    let refills = (missing + p.refill - 1) / p.refill;
+    let to_full = refills as u64 * p.interval_ms * US_PER_MS;
+    Some(Bucket {
+        tokens: c.count,
+        refilled_at: c.ends_at.saturating_sub(to_full),
+        ends_at: c.ends_at,
+    })
+}
+
+/// The op at `now` on the counters it reads: its answer and its writes.
+fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answer, [Write; 2])> {
+    let keep = Write::Keep;
+    Ok(match op {
+        Op::Hit => {
+            let o = window::hit(held[0], now, a[0] as u64, a[1])?;
+            (
+                Answer::new(&[o.count, o.reset_ms as i64]),
+                [write(o.change, a[0] as u64), keep],
+            )
+        }
+        Op::Consume => {
+            let c = window::consume(held[0], now, a[0] as u64, a[1], a[2]);
+            let values = [
+                i64::from(c.allowed),
+                c.count,
+                c.remaining,
+                c.reset_ms as i64,
+            ];
+            (Answer::new(&values), [write(c.change, a[0] as u64), keep])
+        }
+        Op::Refund => {
+            let r = window::refund(held[0], now, a[0]);
+            let window_ms = held[0].map_or(0, |c| c.ends_at.saturating_sub(now) / US_PER_MS);
+            (
+                Answer::new(&[r.count, r.reset_ms as i64]),
+                [write(r.change, window_ms), keep],
+            )
+        }
+        Op::SlidingIncrement | Op::SlidingDecrement => {
+            let window_ms = a[0] as u64;
+            let stored = sliding_state(held, window_ms);
+            let h = match op {
+                Op::SlidingIncrement => sliding::increment(stored, now, window_ms, a[1])?,
+                _ => sliding::decrement(stored, now, window_ms, a[1]),
+            };
+            (
+                Answer::new(&[h.count, h.reset_ms as i64]),
+                sliding_writes(h.change, window_ms),
+            )
+        }
+        Op::SlidingConsume => {
+            let window_ms = a[0] as u64;
+            let c = sliding::consume(sliding_state(held, window_ms), now, window_ms, a[1], a[2]);
+            let values = [
+                i64::from(c.allowed),
+                c.count,
+                c.remaining,
+                c.reset_ms as i64,
+                c.retry_ms as i64,
+            ];
+            (Answer::new(&values), sliding_writes(c.change, window_ms))
+        }
+        Op::Bucket => {
+            let p = Params {
+                capacity: a[0],
+                refill: a[1],
+                interval_ms: a[2] as u64,
+            };
+            let t = bucket::take(bucket_state(held[0], &p), now, &p, a[3]);
+            let fill = fill_ms(&p);
+            let change = match t.change {
+                Change::Keep => Write::Keep,
+                Change::Drop => Write::Drop,
+                Change::Put(b) => Write::Put(
+                    Counter {
+                        count: b.tokens,
+                        ends_at: b.ends_at,
+                        long: fill > SHORT_WINDOW_MS,
+                    },
+                    fill,
+                ),
+            };
+            let values = [
+                i64::from(t.allowed),
+                t.remaining,
+                t.retry_ms as i64,
+                t.reset_ms as i64,
+            ];
+            (Answer::new(&values), [change, keep])
+        }
+        Op::Unlink => {
+            let removed = held.iter().flatten().count() as i64;
+            (Answer::new(&[removed]), [Write::Drop; 2])
+        }
+    })
+}
+
+impl Table {
+    /// Runs `op` on `key` under the key's shard lock, at the time `clock`
+    /// reads once it is held. On error nothing changed.
+    pub fn run(
+        &self,
+        key: KeyHash,
+        clock: impl Fn() -> u64,
+        op: Op,
+        args: &Args,
+    ) -> Result<Answer> {
+        if op == Op::Hit {
+            // The contract's hit keeps its own path, measured on every request.
+            let o = self.hit(key, clock, args[0] as u64, args[1])?;
+            return Ok(Answer::new(&[o.count, o.reset_ms as i64]));
+        }
+        let (keys, n) = keys(key, op, args);
+        let keys = &keys[..n];
+        let s = Self::shard_of(key);
+        loop {
+            let mut shard = self.lock(s)?;
+            let now = shard.tick(clock());
+            let mut held = [None; 2];
+            for (h, &k) in held.iter_mut().zip(keys) {
+                *h = shard.find(k).map(|id| shard.get(id));
+            }
+            let (answer, writes) = apply(op, args, held, now)?;
+            let new = keys
+                .iter()
+                .zip(&writes)
+                .filter(|&(&k, w)| matches!(w, Write::Put(..)) && shard.find(k).is_none())
+                .count();
+            if new > 0 && !self.reserve_n(new) {
+                // Release the shard before touching another.
+                drop(shard);
+                self.make_room(&clock)?;
+                continue;
+            }
+            let mut reindexed = false;
+            for (&k, w) in keys.iter().zip(writes) {
+                match (shard.find(k), w) {
+                    (_, Write::Keep) | (None, Write::Drop) => {}
+                    (Some(id), Write::Put(c, window_ms)) => {
+                        reindexed |= shard.put(id, c, window_ms)
+                    }
+                    (None, Write::Put(c, window_ms)) => {
+                        shard.insert(k, c, window_ms);
+                        reindexed = true;
+                    }
+                    (Some(id), Write::Drop) => {
+                        shard.remove(id);
+                        self.len.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+                        reindexed = true;
+                    }
+                }
+            }
+            if reindexed {
+                self.publish(s, &shard);
+            }
+            return Ok(answer);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::errors::Error;
+    use proptest::prelude::*;
+
+    const MS: u64 = 1000;
+
+    fn run(t: &Table, key: KeyHash, now: u64, op: Op, args: [f64; 4]) -> Vec<i64> {
+        let args = op.check(args).unwrap();
+        let a = t.run(key, || now, op, &args).unwrap();
+        a.values[..a.len].to_vec()
+    }
+
+    #[test]
+    fn consume_and_refund_share_hits_counter() {
+        let t = Table::new(10);
+        t.hit(1, || 0, 60_000, 3).unwrap();
+        assert_eq!(
+            run(&t, 1, 0, Op::Consume, [60_000.0, 4.0, 1.0, 0.0]),
+            [1, 4, 0, 60_000]
+        );
+        assert_eq!(
+            run(&t, 1, 0, Op::Consume, [60_000.0, 4.0, 1.0, 0.0]),
+            [0, 4, 0, 60_000]
+        );
+        assert_eq!(
+            run(&t, 1, MS, Op::Refund, [9.0, 0.0, 0.0, 0.0]),
+            [0, 59_999]
+        );
+        assert_eq!(run(&t, 2, 0, Op::Refund, [1.0, 0.0, 0.0, 0.0]), [0, 0]);
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn the_sliding_window_lives_in_two_counters_and_agrees_with_its_rules() {
+        let t = Table::new(10);
+        let w = 1_000u64;
+        // At the start of a window, then in the next one, 3/4 of the way in... 1/4 left.
+        let start = 10 * w * MS;
+        assert_eq!(
+            run(
+                &t,
+                7,
+                start,
+                Op::SlidingIncrement,
+                [w as f64, 4.0, 0.0, 0.0]
+            ),
+            [4, 1_000]
+        );
+        let later = start + w * MS + 750 * MS;
+        let stored = match sliding::increment(None, start, w, 4).unwrap().change {
+            Change::Put(s) => Some(s),
+            _ => None,
+        };
+        let want = sliding::increment(stored, later, w, 0).unwrap();
+        assert_eq!(
+            run(
+                &t,
+                7,
+                later,
+                Op::SlidingIncrement,
+                [w as f64, 0.0, 0.0, 0.0]
+            ),
+            [want.count, want.reset_ms as i64]
+        );
+        assert_eq!(t.len(), 1, "the previous window alone is one counter");
+        assert_eq!(
+            run(&t, 7, later, Op::SlidingConsume, [w as f64, 3.0, 2.0, 0.0])[0],
+            1
+        );
+        assert_eq!(t.len(), 2);
+        // The fixed window of the same key is apart.
+        assert_eq!(t.hit(7, || later, 60_000, 0).unwrap().count, 0);
+        assert_eq!(run(&t, 7, later, Op::Unlink, [1.0, 0.0, 0.0, 0.0]), [2]);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn the_bucket_lives_in_one_counter() {
+        let t = Table::new(10);
+        let take = |now, cost: f64| run(&t, 3, now, Op::Bucket, [3.0, 1.0, 100.0, cost]);
+        assert_eq!(take(0, 3.0), [1, 0, 0, 300]);
+        assert_eq!(take(50 * MS, 1.0), [0, 0, 50, 250]);
+        assert_eq!(take(100 * MS, 1.0), [1, 0, 0, 300]);
+        assert_eq!(t.len(), 1);
+        assert_eq!(take(400 * MS, 0.0), [1, 3, 0, 0], "full again");
+    }
+
+    #[test]
+    fn new_states_need_room_and_a_full_table_refuses_budgets() {
+        let t = Table::new(1);
+        let day = 24.0 * SHORT_WINDOW_MS as f64;
+        run(&t, 1, 0, Op::Consume, [day, 10.0, 1.0, 0.0]);
+        let args = Op::SlidingIncrement.check([day, 1.0, 0.0, 0.0]).unwrap();
+        assert_eq!(
+            t.run(2, || 0, Op::SlidingIncrement, &args),
+            Err(Error::StoreFull(1))
+        );
+        assert_eq!(t.len(), 1);
+    }
+
+    /// The pure functions with their state kept whole, as Redis keeps it.
+    #[derive(Default)]
+    struct Model {
+        sliding: Option<Sliding>,
+        bucket: Option<Bucket>,
+    }
+
+    fn kept<S>(stored: &mut Option<S>, change: Change<S>) {
+        match change {
+            Change::Keep => {}
+            Change::Put(s) => *stored = Some(s),
+            Change::Drop => *stored = None,
+        }
+    }
+
+    impl Model {
+        fn run(&mut self, now: u64, op: Op, a: &Args) -> Vec<i64> {
+            match op {
+                Op::SlidingIncrement | Op::SlidingDecrement => {
+                    let h = match op {
+                        Op::SlidingIncrement => {
+                            sliding::increment(self.sliding, now, a[0] as u64, a[1]).unwrap()
+                        }
+                        _ => sliding::decrement(self.sliding, now, a[0] as u64, a[1]),
+                    };
+                    kept(&mut self.sliding, h.change);
+                    vec![h.count, h.reset_ms as i64]
+                }
+                Op::SlidingConsume => {
+                    let c = sliding::consume(self.sliding, now, a[0] as u64, a[1], a[2]);
+                    kept(&mut self.sliding, c.change);
+                    vec![
+                        i64::from(c.allowed),
+                        c.count,
+                        c.remaining,
+                        c.reset_ms as i64,
+                        c.retry_ms as i64,
+                    ]
+                }
+                _ => {
+                    let p = Params {
+                        capacity: a[0],
+                        refill: a[1],
+                        interval_ms: a[2] as u64,
+                    };
+                    let t = bucket::take(self.bucket, now, &p, a[3]);
+                    kept(&mut self.bucket, t.change);
+                    vec![
+                        i64::from(t.allowed),
+                        t.remaining,
+                        t.retry_ms as i64,
+                        t.reset_ms as i64,
+                    ]
+                }
+            }
+        }
+    }
+
+    proptest! {
+        /// The table keeps the sliding window in two counters and the bucket
+        /// in one: it must answer as the whole states do, step by step.
+        #[test]
+        fn the_table_agrees_with_whole_states(
+            steps in prop::collection::vec((0u8..4, 0u64..900_000, 0i64..4), 1..120)
+        ) {
+            let table = Table::new(100);
+            let mut model = Model::default();
+            let mut now = 5_000_000;
+            for (kind, step, n) in steps {
+                now += step;
+                if step % 5 == 0 {
+                    table.sweep(|| now);
+                }
+                let (op, args) = match kind {
+                    0 => (Op::SlidingIncrement, [400.0, n as f64, 0.0, 0.0]),
+                    1 => (Op::SlidingDecrement, [400.0, n as f64, 0.0, 0.0]),
+                    2 => (Op::SlidingConsume, [400.0, 5.0, n as f64, 0.0]),
+                    _ => (Op::Bucket, [4.0, 1.0, 150.0, n as f64]),
+                };
+                let args = op.check(args).unwrap();
+                let got = table.run(9, || now, op, &args).unwrap();
+                prop_assert_eq!(got.values[..got.len].to_vec(), model.run(now, op, &args), "{:?} at {}", op, now);
+            }
+        }
+    }
+}
