@@ -223,6 +223,7 @@ export type RatestoreErrorCode =
   | 'ERR_AUTH'
   | 'ERR_REDIS'
   | 'ERR_CLOSED'
+  | 'ERR_NOT_INITIALIZED'
   | 'ERR_INTERNAL';
 
 /**
@@ -435,3 +436,108 @@ export interface ClientIpOptions {
  * addresses and ports are stripped.
  */
 export declare function clientIp(request: RequestLike | HeadersLike, options?: ClientIpOptions): string | undefined;
+
+// Adapters for other rate limiters: universal-rate-limit's Store and express-rate-limit's.
+
+/** The algorithm an adapter counts with, on its ratestore store. */
+export type AdapterAlgorithm = 'fixed-window' | 'sliding-window';
+
+/** What universal-rate-limit's `increment` answers. */
+export interface IncrementResult {
+  /** Hits counted against the key, this one included (for a sliding window: the weighted estimate). */
+  totalHits: number;
+  /** When the current window ends. */
+  resetTime: Date;
+}
+
+/** universal-rate-limit's `Store`, over a ratestore store. */
+export interface UniversalStore {
+  /** Counts a hit against `key`, whatever the limit (the limiter compares `totalHits` with it). */
+  increment(key: string): Promise<IncrementResult>;
+  /** Takes back one hit counted in the key's window; never below 0, and never opens a window. */
+  decrement(key: string): Promise<void>;
+  /** Forgets the key, under every algorithm. */
+  resetKey(key: string): Promise<void>;
+  /** Empties the whole ratestore store (a redisStore: every key under its prefix). */
+  resetAll(): Promise<void>;
+  /**
+   * Does nothing, and the store stays usable: ratestore's stores sweep ended windows without a timer
+   * that could keep the process alive, and the ratestore store belongs to the caller (close a redisStore
+   * with its own `close()`).
+   */
+  shutdown(): void;
+}
+
+export interface UniversalStoreOptions {
+  /** Window length in milliseconds: a positive safe integer. Required. */
+  windowMs: number;
+  /**
+   * `'fixed-window'` (default): `hit`'s counter, a window that starts at the key's first hit.
+   * `'sliding-window'`: the store's `slidingWindow`, aligned windows with the previous one weighted by its
+   * share still inside.
+   */
+  algorithm?: AdapterAlgorithm;
+  /** Where the counters are kept. Default: a new `memoryStore()`. */
+  store?: RatestoreStore;
+}
+
+/**
+ * A ratestore store as universal-rate-limit's `Store`: `rateLimit({ store: universalStore({ windowMs }) })`.
+ * Every call is one atomic operation of the store. Options of the wrong type throw a `TypeError`, values out
+ * of range a `RangeError`; a call with a key that is not a string rejects with a `TypeError`.
+ */
+export declare function universalStore(options: UniversalStoreOptions): UniversalStore;
+
+/** What express-rate-limit's store methods answer for a key. */
+export interface ClientRateLimitInfo {
+  /** Hits counted against the key (for a sliding window: the weighted estimate). */
+  totalHits: number;
+  /** When the current window ends. */
+  resetTime: Date;
+}
+
+/** express-rate-limit's (v7 and v8) `Store`, over a ratestore store. */
+export interface ExpressStore {
+  /** Called by `rateLimit()`: takes its `windowMs`. Calls before it reject with `ERR_NOT_INITIALIZED`. */
+  init(options: { readonly windowMs: number }): void;
+  /** The key's count and window end; `undefined` when nothing counts against it. */
+  get(key: string): Promise<ClientRateLimitInfo | undefined>;
+  /** Counts a hit against `key`, whatever the limit. */
+  increment(key: string): Promise<ClientRateLimitInfo>;
+  /** Takes back one hit (`skipFailedRequests`, `skipSuccessfulRequests`); never below 0, never opens a window. */
+  decrement(key: string): Promise<void>;
+  /** Forgets the key, under every algorithm. */
+  resetKey(key: string): Promise<void>;
+  /** Empties the whole ratestore store, other limiters' keys included when they share it. */
+  resetAll(): Promise<void>;
+  /**
+   * Lets another `expressStore` over the same ratestore store take this one's prefix. Stops no timer (there is
+   * none), resets nothing and leaves the ratestore store open.
+   */
+  shutdown(): void;
+  /** True over a memoryStore, false over a redisStore: whether other processes see these counters. */
+  readonly localKeys: boolean;
+  /** The `prefix` option: prepended to every key. */
+  readonly prefix: string;
+}
+
+export interface ExpressStoreOptions {
+  /** Where the counters are kept. Default: a new `memoryStore()`. */
+  store?: RatestoreStore;
+  /** As for {@link UniversalStoreOptions.algorithm}. Default `'fixed-window'`. */
+  algorithm?: AdapterAlgorithm;
+  /**
+   * Prepended to every key (default `''`), so that several limiters can count on one ratestore store. Two
+   * `expressStore`s over one store with the same prefix would count each request twice: the second one's
+   * `init()` throws, and express-rate-limit logs it.
+   */
+  prefix?: string;
+}
+
+/**
+ * A ratestore store as express-rate-limit's `Store`: `rateLimit({ store: expressStore(), limit, windowMs })`.
+ * The window length comes from `rateLimit()`'s options, through `init()`. Options of the wrong type throw a
+ * `TypeError`, values out of range a `RangeError`; a call with a key that is not a string rejects with a
+ * `TypeError`.
+ */
+export declare function expressStore(options?: ExpressStoreOptions): ExpressStore;

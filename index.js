@@ -4,5 +4,6 @@ const { memoryStore } = require('./lib/memory.js');
 const { redisStore } = require('./lib/redis.js');
 const { createLimiter } = require('./lib/limiter.js');
 const { clientIp } = require('./lib/client-ip.js');
+const { universalStore, expressStore } = require('./lib/adapters.js');
 
-module.exports = { memoryStore, redisStore, createLimiter, clientIp };
+module.exports = { memoryStore, redisStore, createLimiter, clientIp, universalStore, expressStore };

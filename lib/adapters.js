@@ -1,0 +1,237 @@
+'use strict';
+// Adapters that give other rate limiters a ratestore store: universal-rate-limit's Store and
+// express-rate-limit's. Each call is one operation of the store's chosen algorithm, so counts keep
+// the store's guarantees (atomic per key, shared when the store is) and no state lives here.
+
+const { memoryStore } = require('./memory.js');
+const { checkOptions, checkOption, checkWellFormed, typeName, typeError, rangeError } = require('./check.js');
+
+/** What an adapter does with each algorithm: a counted hit, a decrement that opens nothing, a read. */
+const ALGORITHMS = {
+  'fixed-window': {
+    increment: (store, key, windowMs) => store.hit(key, windowMs, 1),
+    // refund never opens a window and never goes below 0; it answers null with no open window.
+    decrement: (store, key) => store.refund(key, 1),
+    read: (store, key) => store.refund(key, 0),
+  },
+  'sliding-window': {
+    increment: (store, key, windowMs) => store.slidingWindow.increment(key, windowMs, 1),
+    decrement: (store, key, windowMs) => store.slidingWindow.decrement(key, windowMs, 1),
+    // No state and a state that counts nothing read alike: 0.
+    read: async (store, key, windowMs) => {
+      const state = await store.slidingWindow.increment(key, windowMs, 0);
+      return state.count > 0 ? state : null;
+    },
+  },
+};
+
+const ALGORITHM_NAMES = Object.keys(ALGORITHMS)
+  .map((name) => `'${name}'`)
+  .join(' or ');
+
+function algorithmOf(factory, algorithm) {
+  checkOption(factory, 'algorithm', algorithm, 'string');
+  if (!Object.hasOwn(ALGORITHMS, algorithm)) {
+    throw rangeError(`${factory}(options): algorithm must be ${ALGORITHM_NAMES}, got ${JSON.stringify(algorithm)}`);
+  }
+  return ALGORITHMS[algorithm];
+}
+
+/** The store option: one of ratestore's stores, which offer refund, the sliding window and reset. */
+function storeOf(factory, store) {
+  if (store === undefined) return memoryStore();
+  const fits =
+    store !== null &&
+    typeof store === 'object' &&
+    ['hit', 'refund', 'reset', 'resetAll'].every((name) => typeof store[name] === 'function') &&
+    store.slidingWindow !== null &&
+    typeof store.slidingWindow === 'object' &&
+    typeof store.slidingWindow.increment === 'function' &&
+    typeof store.slidingWindow.decrement === 'function';
+  if (!fits) {
+    throw typeError(
+      `${factory}(options): store must be a ratestore store (memoryStore() or redisStore()); ` +
+        'a store with only hit() cannot decrement or reset',
+    );
+  }
+  return store;
+}
+
+/** Throws the TypeError of a key that is not a string; the key itself is never named. */
+function checkKey(factory, method, key) {
+  if (typeof key !== 'string') {
+    throw typeError(`${factory}: ${method}(key): key must be a string, got ${typeName(key)}`);
+  }
+}
+
+/** Checks a required windowMs (`where` names the call): a positive safe integer. */
+function checkWindowMs(where, windowMs) {
+  if (typeof windowMs !== 'number') {
+    throw typeError(`${where}: windowMs must be a number (the window length in ms), got ${typeName(windowMs)}`);
+  }
+  if (!(windowMs >= 1 && Number.isSafeInteger(windowMs))) {
+    throw rangeError(`${where}: windowMs must be a positive safe integer (ms), got ${windowMs}`);
+  }
+}
+
+/** A count and resetMs as the limiters take them: the window's end as a Date. */
+function clientInfo({ count, resetMs }) {
+  return { totalHits: count, resetTime: new Date(Date.now() + resetMs) };
+}
+
+const UNIVERSAL_OPTIONS = ['windowMs', 'algorithm', 'store'];
+
+/** universal-rate-limit's Store (increment, decrement, resetKey, resetAll) over a ratestore store. */
+class UniversalStore {
+  #store;
+  #algorithm;
+  #windowMs;
+
+  constructor(options) {
+    const { windowMs, algorithm = 'fixed-window', store } = checkOptions('universalStore', options, UNIVERSAL_OPTIONS);
+    checkWindowMs('universalStore(options)', windowMs);
+    this.#algorithm = algorithmOf('universalStore', algorithm);
+    this.#store = storeOf('universalStore', store);
+    this.#windowMs = windowMs;
+  }
+
+  async increment(key) {
+    checkKey('universalStore', 'increment', key);
+    return clientInfo(await this.#algorithm.increment(this.#store, key, this.#windowMs));
+  }
+
+  async decrement(key) {
+    checkKey('universalStore', 'decrement', key);
+    await this.#algorithm.decrement(this.#store, key, this.#windowMs);
+  }
+
+  async resetKey(key) {
+    checkKey('universalStore', 'resetKey', key);
+    await this.#store.reset(key);
+  }
+
+  async resetAll() {
+    await this.#store.resetAll();
+  }
+
+  /** Nothing to stop: ratestore's stores sweep without a timer, and the store stays usable. */
+  shutdown() {}
+}
+
+function universalStore(options) {
+  return new UniversalStore(options);
+}
+
+const EXPRESS_OPTIONS = ['store', 'algorithm', 'prefix'];
+
+/**
+ * Which expressStore counts on each ratestore store under each prefix. express-rate-limit refuses
+ * one Store object in two limiters, but cannot see two adapters over one store and one prefix,
+ * which count every request twice just the same.
+ */
+const claims = new WeakMap();
+
+function notInitialized() {
+  const error = new Error(
+    "ratestore: expressStore: init() was not called; pass the store to express-rate-limit's rateLimit({ store }), " +
+      'which calls init() with its windowMs',
+  );
+  error.code = 'ERR_NOT_INITIALIZED';
+  return error;
+}
+
+/** express-rate-limit's Store (v7 and v8) over a ratestore store. */
+class ExpressStore {
+  #store;
+  #algorithm;
+  #windowMs;
+  #prefix;
+
+  constructor(options) {
+    const { store, algorithm = 'fixed-window', prefix = '' } = checkOptions('expressStore', options, EXPRESS_OPTIONS);
+    this.#algorithm = algorithmOf('expressStore', algorithm);
+    checkWellFormed('expressStore', 'prefix', prefix);
+    this.#store = storeOf('expressStore', store);
+    this.#prefix = prefix;
+  }
+
+  /** Whether the counters are this process's alone (a memoryStore): express-rate-limit's checks read it. */
+  get localKeys() {
+    return !this.#store.shared;
+  }
+
+  /** Prepended to every key, so that limiters sharing one store count apart. */
+  get prefix() {
+    return this.#prefix;
+  }
+
+  /** Called by rateLimit() with its options; takes their windowMs. Errors are logged by express-rate-limit. */
+  init(options) {
+    if (options === null || typeof options !== 'object') {
+      throw typeError(`expressStore: init(options): options must be an object, got ${typeName(options)}`);
+    }
+    checkWindowMs('expressStore: init(options)', options.windowMs);
+    if (this.#windowMs !== undefined) {
+      throw new Error('ratestore: expressStore: init() was called again; give each rateLimit() a store of its own');
+    }
+    this.#windowMs = options.windowMs;
+    let byPrefix = claims.get(this.#store);
+    if (byPrefix === undefined) claims.set(this.#store, (byPrefix = new Map()));
+    const holder = byPrefix.get(this.#prefix)?.deref();
+    if (holder !== undefined && holder !== this) {
+      throw new Error(
+        'ratestore: expressStore: another expressStore already counts on this ratestore store with the same prefix, ' +
+          'so both limiters would count every request; give each expressStore its own prefix (or store)',
+      );
+    }
+    byPrefix.set(this.#prefix, new WeakRef(this));
+  }
+
+  #windowOrThrow() {
+    if (this.#windowMs === undefined) throw notInitialized();
+    return this.#windowMs;
+  }
+
+  /** The key's count and window end, or undefined when nothing counts against it. */
+  async get(key) {
+    checkKey('expressStore', 'get', key);
+    const state = await this.#algorithm.read(this.#store, this.#prefix + key, this.#windowOrThrow());
+    return state === null ? undefined : clientInfo(state);
+  }
+
+  async increment(key) {
+    checkKey('expressStore', 'increment', key);
+    const windowMs = this.#windowOrThrow();
+    return clientInfo(await this.#algorithm.increment(this.#store, this.#prefix + key, windowMs));
+  }
+
+  async decrement(key) {
+    checkKey('expressStore', 'decrement', key);
+    await this.#algorithm.decrement(this.#store, this.#prefix + key, this.#windowOrThrow());
+  }
+
+  async resetKey(key) {
+    checkKey('expressStore', 'resetKey', key);
+    await this.#store.reset(this.#prefix + key);
+  }
+
+  /** Empties the whole ratestore store, other limiters' keys included when they share it. */
+  async resetAll() {
+    await this.#store.resetAll();
+  }
+
+  /**
+   * Lets another expressStore take this one's store and prefix. Stops no timer (there is none) and
+   * leaves the ratestore store open: it belongs to the caller, who may share it.
+   */
+  shutdown() {
+    const byPrefix = claims.get(this.#store);
+    if (byPrefix?.get(this.#prefix)?.deref() === this) byPrefix.delete(this.#prefix);
+  }
+}
+
+function expressStore(options) {
+  return new ExpressStore(options);
+}
+
+module.exports = { universalStore, expressStore, UniversalStore, ExpressStore };
