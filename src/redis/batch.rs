@@ -117,6 +117,8 @@ impl Shared<Outbox> {
 
 struct Open {
     outbox: Arc<Shared<Outbox>>,
+    /// Keys go out as JSON strings (Upstash's REST API): each must be well-formed.
+    json_keys: bool,
 }
 
 pub struct Batched {
@@ -163,13 +165,17 @@ impl Batched {
                 store,
                 Arc::clone(&self.done),
             ));
-            Ok(Open { outbox })
+            Ok(Open {
+                outbox,
+                json_keys: config.is_rest(),
+            })
         });
     }
 
     /// Queues a hit on the counter at the prefix + `key` (UTF-16 code units,
     /// as JavaScript holds it, sent as WTF-8); its result comes back through
-    /// [`Batched::take`] under `id`.
+    /// [`Batched::take`] under `id`. Over REST a key with a lone surrogate is
+    /// refused: WTF-8 is not UTF-8 there, and JSON carries only the latter.
     pub fn send(&self, id: u32, op: Op, args: Args, key: &[u16]) -> Result<()> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::Closed);
@@ -183,6 +189,9 @@ impl Batched {
                 ))
             }
         };
+        if open.json_keys && char::decode_utf16(key.iter().copied()).any(|c| c.is_err()) {
+            return Err(Error::InvalidType(super::rest::KEY_NOT_WELL_FORMED));
+        }
         let prefix = self.options.prefix().as_bytes();
         open.outbox.push(|outbox| {
             outbox.keys.extend_from_slice(prefix);
