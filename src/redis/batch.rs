@@ -28,6 +28,10 @@ pub struct Completion {
 /// soon as they are in, so that JavaScript settles them and sends new hits
 /// while the server works through the rest, rather than both take turns.
 const PIPELINE: usize = 16;
+/// The same over Upstash's REST API, where each pipeline is an HTTP request,
+/// whose own cost (headers, a round trip through the API's proxy) outweighs
+/// the wait for a larger batch.
+const REST_PIPELINE: usize = 128;
 
 /// A list that two threads share: one adds, the other takes it all. `add`
 /// says whether the taker must be woken.
@@ -295,7 +299,11 @@ async fn batch(
             }
         })
         .collect();
-    let parts = queries.chunks(PIPELINE).zip(outbox.hits.chunks(PIPELINE));
+    let size = match store.is_rest() {
+        true => REST_PIPELINE,
+        false => PIPELINE,
+    };
+    let parts = queries.chunks(size).zip(outbox.hits.chunks(size));
     let parts = parts.map(|(queries, hits)| {
         let (store, done) = (&store, &done);
         async move {

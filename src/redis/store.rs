@@ -174,6 +174,11 @@ impl Store {
             .collect()
     }
 
+    /// The store speaks Upstash's REST API.
+    pub fn is_rest(&self) -> bool {
+        matches!(self.nodes, Nodes::Rest(_))
+    }
+
     /// Keeps this store's connections open for a while after it is gone
     /// (they close when no store holds them), for a store with the same
     /// settings made meanwhile. Runs on the runtime.
