@@ -4,6 +4,7 @@ import { cpSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { startRedis } from '../__test__/support/redis.js';
+import { startRest } from '../__test__/support/rest.js';
 import {
   cleanEnv,
   exec,
@@ -112,6 +113,29 @@ describe('examples/next-app', () => {
       statuses.push(answer.status);
     }
     expect(statuses).toEqual([...Array(LIMIT).fill(200), ...Array(3 * LIMIT).fill(429)]);
+  });
+
+  it('shares the counters over Upstash REST with only UPSTASH_REDIS_REST_URL and _TOKEN set', async () => {
+    const redis = await startRedis();
+    onTestFinished(() => redis.stop());
+    const rest = await startRest({ redisPort: redis.port, token: 'e2e-rest-token' });
+    onTestFinished(() => rest.stop());
+    const env = {
+      UPSTASH_REDIS_REST_URL: rest.url,
+      UPSTASH_REDIS_REST_TOKEN: rest.token,
+      RATE_LIMIT: String(LIMIT),
+      RATE_WINDOW_MS: '30000',
+    };
+    const instances = (await Promise.all([startNext(env), startNext(env)])).map(({ base }) => base);
+    const statuses = [];
+    for (let i = 0; i < 4 * LIMIT; i++) {
+      const answer = await get(instances[i % 2], '/api/redis', '198.51.100.5');
+      if (answer.status === 200) expect(answer.body.store).toBe('redis');
+      statuses.push(answer.status);
+    }
+    expect(statuses).toEqual([...Array(LIMIT).fill(200), ...Array(3 * LIMIT).fill(429)]);
+    // Every hit went through the endpoint, none over the Redis protocol.
+    expect((await rest.stats()).commands).toBeGreaterThanOrEqual(4 * LIMIT);
   });
 
   // Last: it replaces the build the tests above ran against.
