@@ -131,7 +131,7 @@ describe('redisStore over REST', () => {
       expect(seen.sort((a, b) => a - b)).toEqual(Array.from({ length: 200 }, (_, i) => i + 1));
     }
     const after = await rest.stats();
-    // Up to 16 hits a request, on far fewer connections than requests.
+    // Many hits a request, on fewer connections than requests.
     expect(after.pipelines - before.pipelines).toBeLessThanOrEqual(2_000 / 8);
     expect(after.connections - before.connections).toBeLessThan(after.requests - before.requests);
   });
@@ -302,7 +302,10 @@ describe('redisStore over REST', () => {
     const hits = await Promise.all(Array.from({ length: 300 }, (_, i) => store.hit(`tls:${run}:${i % 3}`, 60_000, 1)));
     expect(Math.max(...hits.map((h) => h.count))).toBe(100);
     const after = await tlsRest.stats();
-    expect((after.httpVersions['2.0'] ?? 0) - (before.httpVersions['2.0'] ?? 0)).toBeGreaterThanOrEqual(300 / 16);
+    const requests = after.requests - before.requests;
+    // At least one /pipeline per 128 hits, every one over HTTP/2.
+    expect(requests).toBeGreaterThanOrEqual(300 / 128);
+    expect((after.httpVersions['2.0'] ?? 0) - (before.httpVersions['2.0'] ?? 0)).toBe(requests);
     // The HTTP/2 connection of the warm-up carries them all.
     expect(after.connections).toBe(before.connections);
     const untrusted = await rejection(make({ url: tlsRest.url }).hit(KEY_MARKER, 60_000, 1));
