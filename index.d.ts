@@ -142,15 +142,17 @@ export declare function memoryStore(options?: MemoryStoreOptions): MemoryStore;
 
 export interface RedisStoreOptions {
   /**
-   * `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS) or `redis+unix:///path/to/socket[?db=N]`.
-   * Default: the `REDIS_URL` environment variable, then `KV_URL`, read on the first hit. An `https://`
-   * URL (such as Upstash's REST endpoint) is refused: use the database's `rediss://` endpoint. With
-   * `cluster`, one or more comma-separated seed node URLs (`redis://h1:7000,redis://h2:7001`).
+   * `redis://[[user]:password@]host[:port][/db]`, `rediss://…` (TLS), `redis+unix:///path/to/socket[?db=N]`,
+   * or `https://…`: Upstash's REST API (`http://` only on a loopback address). Default: the `REDIS_URL`
+   * environment variable, then `KV_URL`, `UPSTASH_REDIS_REST_URL`, `KV_REST_API_URL`, read on the first
+   * hit. With `cluster`, one or more comma-separated seed node URLs (`redis://h1:7000,redis://h2:7001`).
+   * Over REST a key must be a well-formed string (no lone surrogate), or the call rejects with a `TypeError`.
    */
   url?: string;
   /**
-   * The password (Upstash and Vercel call it a token). Default: the `REDIS_TOKEN` environment variable,
-   * else the password in the URL. Wins over a password in the URL.
+   * The password (Upstash and Vercel call it a token), or the REST API's bearer token. Default: the
+   * `REDIS_TOKEN` environment variable, else the password in the URL; with a REST URL first the token
+   * variable beside its URL's (`UPSTASH_REDIS_REST_TOKEN`, `KV_REST_API_TOKEN`). Wins over a password in the URL.
    */
   token?: string;
   /** Prepended to every key, so that apps can share one database. Default `'askdare:'`. */
@@ -166,7 +168,7 @@ export interface RedisStoreOptions {
    * environment variable (`1` or `true`), read on the first hit; else false.
    */
   cluster?: boolean;
-  /** TLS settings for `rediss://`. */
+  /** TLS settings for `rediss://` and `https://`. */
   tls?: {
     /** PEM certificate(s) to trust instead of the public roots: for a server with a private CA. */
     ca?: string;

@@ -32,6 +32,8 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^Redis Cluster, 256 in flight/),
       expect.stringMatching(/^Consume in memory/),
       expect.stringMatching(/^Consume on Redis/),
+      expect.stringMatching(/^REST, 1 in flight/),
+      expect.stringMatching(/^REST, 256 in flight/),
       expect.stringMatching(/^CPU per hit/),
     ]);
     for (const store of [
@@ -48,6 +50,8 @@ describe('npm run bench -- --smoke', () => {
       'limit: redis-benchmark EVALSHA -P 16',
       'ioredis Cluster EVALSHA',
       'redisStore({ cluster: true })',
+      '@upstash/redis EVALSHA',
+      'redisStore() over REST',
     ]) {
       expect(stdout).toContain(`| ${store} |`);
     }

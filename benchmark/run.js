@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,cpu
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,rest,cpu
 
 const { execFile } = require('node:child_process');
 const { writeFileSync, readFileSync } = require('node:fs');
@@ -15,11 +15,21 @@ const { join } = require('node:path');
 const { performance } = require('node:perf_hooks');
 const { promisify } = require('node:util');
 const { Worker } = require('node:worker_threads');
-const { memoryStores, turnover, floor, redisStores, clusterStores, WINDOW_MS, REFERENCE_LUA } = require('./stores.js');
+const {
+  memoryStores,
+  turnover,
+  floor,
+  redisStores,
+  clusterStores,
+  restStores,
+  WINDOW_MS,
+  REFERENCE_LUA,
+} = require('./stores.js');
 const CLUSTER_STORE = clusterStores.find((s) => !s.peer).name;
 const { summary, bestPeer, table } = require('./stats.js');
 const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
 const { startCluster } = require('../scripts/redis-cluster.js');
+const { startRest } = require('../scripts/rest-endpoint.js');
 const { cpu, cpuTargets } = require('./cpu.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
 
@@ -37,6 +47,7 @@ const SIZES = {
     workerHits: 200_000,
     redisRounds: 5,
     redisHits: { 1: 8_000, 16: 40_000, 256: 80_000 },
+    restHits: { 1: 2_000, 256: 20_000 },
     benchmarkRequests: 500_000,
   },
   quick: {
@@ -50,6 +61,7 @@ const SIZES = {
     workerHits: 50_000,
     redisRounds: 2,
     redisHits: { 1: 3_000, 16: 15_000, 256: 30_000 },
+    restHits: { 1: 1_000, 256: 10_000 },
     benchmarkRequests: 200_000,
   },
   smoke: {
@@ -63,10 +75,13 @@ const SIZES = {
     workerHits: 1_000,
     redisRounds: 1,
     redisHits: { 1: 100, 16: 300, 256: 600 },
+    restHits: { 1: 50, 256: 300 },
     benchmarkRequests: 2_000,
   },
 };
-const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'full', 'workers', 'redis', 'cluster', 'consume', 'cpu'];
+const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'full', 'workers', 'redis', 'cluster', 'consume', 'rest', 'cpu'];
+/** The widths of the REST tables: a lone request's round trip, and pipelines under load. */
+const REST_WIDTHS = [1, 256];
 const WIDTHS = [1, 16, 256];
 /** The columns of every Redis table: throughput and latency per hit. */
 const REDIS_COLUMNS = [
@@ -446,6 +461,39 @@ async function cluster(size) {
   }
 }
 
+/** Upstash's REST protocol: the test endpoint (its own process) in front of the benchmark's redis-server. */
+async function rest(size) {
+  const server = await startRedis();
+  const token = 'bench-token';
+  const endpoint = await startRest({ redisPort: server.port, token });
+  const entries = [];
+  try {
+    for (const spec of restStores) entries.push({ ...spec, store: await spec.create({ url: endpoint.url, token }) });
+    for (const { store } of entries) await drive(store, size.restHits[256], 256);
+    const samples = REST_WIDTHS.map(() => collect(entries));
+    for (let round = 0; round < size.redisRounds; round++) {
+      for (const [w, width] of REST_WIDTHS.entries()) {
+        for (const entry of rotated(entries, round)) await redisRound(samples[w], entry, size.restHits[width], width);
+      }
+    }
+    return REST_WIDTHS.map((width, w) => ({
+      id: `rest-${width}`,
+      title:
+        `REST, ${width} in flight: the reference script over Upstash's REST protocol, through a test endpoint ` +
+        '(scripts/rest-endpoint.js) on one redis-server (10,000 keys)',
+      unit: 'ops/s; latency in us per hit',
+      higherIsBetter: true,
+      ratioOf: 'ops/s',
+      columns: REDIS_COLUMNS,
+      rows: rows(entries, samples[w]),
+    }));
+  } finally {
+    for (const { store } of entries) await store?.close?.();
+    await endpoint.stop();
+    await server.stop();
+  }
+}
+
 async function scriptLoad(port) {
   const Redis = require('ioredis');
   const client = new Redis({ host: '127.0.0.1', port });
@@ -599,6 +647,7 @@ async function main() {
   if (only.has('redis')) show(await redis(size, notes));
   if (only.has('cluster')) show(await cluster(size));
   if (only.has('consume')) show(await consumeScenario(size));
+  if (only.has('rest')) show(await rest(size));
   if (only.has('cpu')) show([await cpu(mode)]);
 
   const verdicts = targets(tables);
@@ -622,7 +671,7 @@ function kept() {
 }
 
 function results(tables, verdicts, notes, args, minutes) {
-  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis'];
+  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis', '@upstash/redis'];
   const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
   return [
     '# Benchmark results',
@@ -657,12 +706,24 @@ function results(tables, verdicts, notes, args, minutes) {
     '  row is redis-benchmark with its default 50 connections, each pipelining 16.',
     '- Redis Cluster: six redis-server processes started by the benchmark (scripts/redis-cluster.js: 3 masters with',
     '  a replica each, on this one machine), one connection per master per store.',
+    "- REST: the test endpoint of Upstash's REST protocol (scripts/rest-endpoint.js, a Node.js process of its own, one",
+    '  connection to the redis-server) over http:// on loopback, so the rows compare the clients, not a network;',
+    "  Upstash's service adds its network round trip and TLS to every request.",
     '',
     '## The stores and their adapters',
     '',
     'Each adapter gives a store the call shape `hit(key, windowMs, amount)` and passes its result through as it is.',
     '',
-    ...[...memoryStores, turnover, floor, ...redisStores, ...clusterStores].map((s) => `- ${s.name}: ${s.about}.`),
+    ...[
+      ...memoryStores,
+      turnover,
+      floor,
+      ...redisStores,
+      ...clusterStores,
+      ...restStores,
+      ...memoryConsumers,
+      ...redisConsumers,
+    ].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');
 }

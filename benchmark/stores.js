@@ -193,6 +193,39 @@ const clusterStores = [
   },
 ];
 
+/**
+ * Stores over Upstash's REST API: `create(endpoint)` resolves a connected store, given the test endpoint
+ * (scripts/rest-endpoint.js) in front of the benchmark's redis-server.
+ */
+const restStores = [
+  {
+    name: '@upstash/redis EVALSHA',
+    about:
+      'the same script as an `@upstash/redis` `createScript` (EVALSHA, EVAL after NOSCRIPT), auto-pipelining on ' +
+      '(one `/pipeline` request per tick), over Node.js fetch',
+    peer: true,
+    async create({ url, token }) {
+      const { Redis } = require('@upstash/redis');
+      const client = new Redis({ url, token, enableTelemetry: false, enableAutoPipelining: true });
+      const script = client.createScript(REFERENCE_LUA);
+      const hit = (key, windowMs, amount) => script.exec([`bench:upstash:${key}`], [String(windowMs), String(amount)]);
+      await hit('warm-up', WINDOW_MS, 0);
+      return { hit };
+    },
+  },
+  {
+    name: 'redisStore() over REST',
+    about:
+      "`redisStore({ url, token, prefix: 'bench:ratestore-rest:' })` with the endpoint's http:// URL, connected by " +
+      'a first read; no adapter',
+    async create({ url, token }) {
+      const store = ratestore.redisStore({ url, token, prefix: 'bench:ratestore-rest:' });
+      await store.hit('warm-up', WINDOW_MS, 0);
+      return store;
+    },
+  },
+];
+
 /** An ioredis client (single or cluster) running the reference script, as a store. */
 function referenceStore(client) {
   client.defineCommand('referenceHit', { numberOfKeys: 1, lua: REFERENCE_LUA });
@@ -210,4 +243,14 @@ async function ioredis(port) {
   return client;
 }
 
-module.exports = { WINDOW_MS, MAX_KEYS, REFERENCE_LUA, memoryStores, turnover, floor, redisStores, clusterStores };
+module.exports = {
+  WINDOW_MS,
+  MAX_KEYS,
+  REFERENCE_LUA,
+  memoryStores,
+  turnover,
+  floor,
+  redisStores,
+  clusterStores,
+  restStores,
+};

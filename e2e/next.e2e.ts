@@ -4,6 +4,7 @@ import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'nod
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { startRedis } from '../__test__/support/redis.js';
+import { startRest } from '../__test__/support/rest.js';
 import {
   cleanEnv,
   exec,
@@ -160,6 +161,30 @@ describe('examples/next-app', () => {
       statuses.push(answer.status);
     }
     expect(statuses).toEqual([...Array(LIMIT).fill(200), ...Array(3 * LIMIT).fill(429)]);
+  });
+
+  it('shares the counters over Upstash REST with only UPSTASH_REDIS_REST_URL and _TOKEN set', async () => {
+    const redis = await startRedis();
+    onTestFinished(() => redis.stop());
+    const rest = await startRest({ redisPort: redis.port, token: 'e2e-rest-token' });
+    onTestFinished(() => rest.stop());
+    const env = {
+      RATE_STORE: 'redis',
+      UPSTASH_REDIS_REST_URL: rest.url,
+      UPSTASH_REDIS_REST_TOKEN: rest.token,
+      RATE_LIMIT: String(LIMIT),
+      RATE_WINDOW_MS: '30000',
+    };
+    const instances = (await Promise.all([startNext(env), startNext(env)])).map(({ base }) => base);
+    const statuses = [];
+    for (let i = 0; i < 4 * LIMIT; i++) {
+      const answer = await get(instances[i % 2], '/api/hello', '198.51.100.5');
+      if (answer.status === 200) expectHeaders(answer.headers, LIMIT - 1 - i);
+      statuses.push(answer.status);
+    }
+    expect(statuses).toEqual([...Array(LIMIT).fill(200), ...Array(3 * LIMIT).fill(429)]);
+    // Every hit went through the endpoint, none over the Redis protocol.
+    expect((await rest.stats()).commands).toBeGreaterThanOrEqual(4 * LIMIT);
   });
 
   it("keeps a route handler's counts across a hot reload in next dev, with memoryStore({ name })", async () => {

@@ -11,7 +11,8 @@ export const root = join(__dirname, '..');
 export const fixtures = join(__dirname, 'fixtures');
 
 // Vitest's own variables (NODE_ENV=test among them) would change how next build and next start run.
-const LEFT_OUT = /^(REDIS_URL|KV_URL|REDIS_TOKEN|NODE_ENV|TEST|VITEST.*)$/;
+const LEFT_OUT =
+  /^(REDIS_URL|KV_URL|REDIS_TOKEN|UPSTASH_REDIS_REST_(URL|TOKEN)|KV_REST_API_(URL|TOKEN)|NODE_ENV|TEST|VITEST.*)$/;
 
 /** The environment every command gets: the caller's, less Redis credentials and Vitest's variables. */
 export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv {

@@ -141,6 +141,9 @@ export function errorText(error: unknown): string {
 export function runFixture(script: string, args: string[], nodeFlags: string[] = []): Promise<string> {
   const env = { ...process.env };
   for (const name of ['REDIS_URL', 'KV_URL', 'REDIS_TOKEN', 'REDIS_CLUSTER']) delete env[name];
+  for (const name of ['UPSTASH_REDIS_REST_URL', 'UPSTASH_REDIS_REST_TOKEN', 'KV_REST_API_URL', 'KV_REST_API_TOKEN']) {
+    delete env[name];
+  }
   return new Promise((resolve, reject) => {
     execFile(process.execPath, [...nodeFlags, script, ...args], { env, timeout: 25_000 }, (error, stdout, stderr) =>
       error

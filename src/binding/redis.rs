@@ -115,7 +115,8 @@ enum Mode {
     Unopened,
     /// The settings can't be used: every hit rejects with this.
     Failed(CoreError),
-    /// A Redis Cluster: the I/O thread, results through a threadsafe function.
+    /// A Redis Cluster or Upstash's REST API: the I/O thread, results
+    /// through a threadsafe function.
     Threaded {
         batched: Arc<Batched>,
         tsfn: sys::napi_threadsafe_function,
@@ -140,7 +141,7 @@ impl StoreData {
         }
         let mode = match resolved {
             Err(e) => Mode::Failed(e),
-            Ok(config) if config.cluster.is_some() => {
+            Ok(config) if config.cluster.is_some() || config.is_rest() => {
                 let slot = Arc::new(Slot(Mutex::new(None)));
                 let wake = Wake(Arc::clone(&slot));
                 let batched = Arc::new(Batched::new(

@@ -28,6 +28,10 @@ pub struct Completion {
 /// soon as they are in, so that JavaScript settles them and sends new hits
 /// while the server works through the rest, rather than both take turns.
 const PIPELINE: usize = 16;
+/// The same over Upstash's REST API, where each pipeline is an HTTP request,
+/// whose own cost (headers, a round trip through the API's proxy) outweighs
+/// the wait for a larger batch.
+const REST_PIPELINE: usize = 128;
 
 /// A list that two threads share: one adds, the other takes it all. `add`
 /// says whether the taker must be woken.
@@ -117,6 +121,8 @@ impl Shared<Outbox> {
 
 struct Open {
     outbox: Arc<Shared<Outbox>>,
+    /// Keys go out as JSON strings (Upstash's REST API): each must be well-formed.
+    json_keys: bool,
 }
 
 pub struct Batched {
@@ -163,13 +169,17 @@ impl Batched {
                 store,
                 Arc::clone(&self.done),
             ));
-            Ok(Open { outbox })
+            Ok(Open {
+                outbox,
+                json_keys: config.is_rest(),
+            })
         });
     }
 
     /// Queues a hit on the counter at the prefix + `key` (UTF-16 code units,
     /// as JavaScript holds it, sent as WTF-8); its result comes back through
-    /// [`Batched::take`] under `id`.
+    /// [`Batched::take`] under `id`. Over REST a key with a lone surrogate is
+    /// refused: WTF-8 is not UTF-8 there, and JSON carries only the latter.
     pub fn send(&self, id: u32, op: Op, args: Args, key: &[u16]) -> Result<()> {
         if self.closed.load(Ordering::Relaxed) {
             return Err(Error::Closed);
@@ -183,6 +193,9 @@ impl Batched {
                 ))
             }
         };
+        if open.json_keys && char::decode_utf16(key.iter().copied()).any(|c| c.is_err()) {
+            return Err(Error::InvalidType(super::rest::KEY_NOT_WELL_FORMED));
+        }
         let prefix = self.options.prefix().as_bytes();
         open.outbox.push(|outbox| {
             outbox.keys.extend_from_slice(prefix);
@@ -286,7 +299,11 @@ async fn batch(
             }
         })
         .collect();
-    let parts = queries.chunks(PIPELINE).zip(outbox.hits.chunks(PIPELINE));
+    let size = match store.is_rest() {
+        true => REST_PIPELINE,
+        false => PIPELINE,
+    };
+    let parts = queries.chunks(size).zip(outbox.hits.chunks(size));
     let parts = parts.map(|(queries, hits)| {
         let (store, done) = (&store, &done);
         async move {

@@ -90,7 +90,7 @@ impl Cluster {
             .iter()
             .filter_map(|addr| match addr {
                 Addr::Tcp { host, port, .. } => Some((host.clone(), *port)),
-                Addr::Unix(_) => None,
+                Addr::Unix(_) | Addr::Rest { .. } => None,
             })
             .collect();
         let cluster = Cluster {

@@ -13,8 +13,15 @@ use rustls::pki_types::CertificateDer;
 
 use crate::errors::{Error, Result};
 
-/// Where the URL is looked for, in order, when the `url` option is not set.
+/// Where the URL is looked for, in order, when the `url` option is not set:
+/// the Redis protocol's URLs first (one socket, pipelined, is faster than
+/// HTTPS, and Vercel sets both kinds for one database), then the REST ones.
 pub const URL_VARIABLES: [&str; 2] = ["REDIS_URL", "KV_URL"];
+/// The REST URL variables, each with its token variable, read after [`URL_VARIABLES`].
+pub const REST_VARIABLES: [(&str, &str); 2] = [
+    ("UPSTASH_REDIS_REST_URL", "UPSTASH_REDIS_REST_TOKEN"),
+    ("KV_REST_API_URL", "KV_REST_API_TOKEN"),
+];
 /// Where the token is looked for when the `token` option is not set.
 pub const TOKEN_VARIABLE: &str = "REDIS_TOKEN";
 /// `1` (or `true`) when the `cluster` option is not set: the URL names Redis Cluster nodes.
@@ -48,8 +55,17 @@ impl Options {
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Addr {
-    Tcp { host: String, port: u16, tls: bool },
+    Tcp {
+        host: String,
+        port: u16,
+        tls: bool,
+    },
     Unix(PathBuf),
+    /// Upstash's REST API: `https://host[:port][/path]` (or `http://` on a
+    /// loopback address), with no user, password, query or trailing slash.
+    Rest {
+        base: String,
+    },
 }
 
 /// Everything needed to connect, checked.
@@ -90,16 +106,23 @@ impl Config {
         if timeout_ms == 0 {
             return Err(Error::InvalidRange("timeoutMs must be a positive integer"));
         }
-        let (url, source) = match &options.url {
-            Some(url) => (url.clone(), "the url option".to_string()),
+        // The URL, where it came from, and the token variable paired with it.
+        let (url, source, paired) = match &options.url {
+            Some(url) => (url.clone(), "the url option".to_string(), None),
             None => URL_VARIABLES
                 .iter()
-                .find_map(|name| env(name).map(|url| (url, (*name).to_string())))
+                .map(|name| (*name, None))
+                .chain(REST_VARIABLES.iter().map(|(url, token)| (*url, Some(*token))))
+                .find_map(|(name, token)| env(name).map(|url| (url, name.to_string(), token)))
                 .ok_or_else(|| {
                     Error::Config(format!(
-                        "no Redis URL: set the url option or the {} environment variable \
-                         (rediss://default:<password>@<host>:6379 for a managed Redis such as Upstash)",
-                        URL_VARIABLES.join(" or ")
+                        "no Redis URL: set the url option or one of the environment variables {} \
+                         (redis:// or rediss://), {} with {}, or {} with {} (https://, Upstash's REST API)",
+                        URL_VARIABLES.join(", "),
+                        REST_VARIABLES[0].0,
+                        REST_VARIABLES[0].1,
+                        REST_VARIABLES[1].0,
+                        REST_VARIABLES[1].1,
                     ))
                 })?,
         };
@@ -112,18 +135,46 @@ impl Config {
             false => parse_single(&url, &source)?,
         };
         config.timeout_ms = timeout_ms;
-        if let Some(token) = options.token.clone().or_else(|| env(TOKEN_VARIABLE)) {
+        let token = match config.is_rest() {
+            // The token of the URL's own variable first, as askdare-upstash reads them.
+            true => options.token.clone().or_else(|| {
+                paired
+                    .into_iter()
+                    .chain(REST_VARIABLES.iter().map(|(_, token)| *token))
+                    .chain([TOKEN_VARIABLE])
+                    .find_map(&env)
+            }),
+            false => options.token.clone().or_else(|| env(TOKEN_VARIABLE)),
+        };
+        if let Some(token) = token {
             config.password = Some(token);
         }
+        if config.is_rest() && config.password.is_none() {
+            return Err(Error::Config(format!(
+                "{source} is a REST URL (Upstash's REST API), which needs its token: set the token option or {} \
+                 ({} beside {})",
+                REST_VARIABLES[0].1, REST_VARIABLES[1].1, REST_VARIABLES[1].0
+            )));
+        }
         if let Some(ca) = &options.tls_ca {
-            if !matches!(config.addr, Addr::Tcp { tls: true, .. }) {
+            let tls = match &config.addr {
+                Addr::Tcp { tls, .. } => *tls,
+                Addr::Rest { base } => base.starts_with("https:"),
+                Addr::Unix(_) => false,
+            };
+            if !tls {
                 return Err(Error::Config(format!(
-                    "tls.ca is set but {source} is not a rediss:// URL; TLS is used only with rediss://"
+                    "tls.ca is set but {source} is not a rediss:// or https:// URL; TLS is used only with those"
                 )));
             }
             config.tls_ca = Some(certificates(ca)?);
         }
         Ok(config)
+    }
+
+    /// The target is Upstash's REST API rather than a Redis server.
+    pub fn is_rest(&self) -> bool {
+        matches!(self.addr, Addr::Rest { .. })
     }
 
     /// The texts no message may show.
@@ -168,7 +219,7 @@ fn parse_cluster(text: &str, source: &str) -> Result<Config> {
         let node = parse_url(part, source)?;
         let tls = match &node.addr {
             Addr::Tcp { tls, .. } => *tls,
-            Addr::Unix(_) => {
+            Addr::Unix(_) | Addr::Rest { .. } => {
                 return Err(bad(
                     "a Redis Cluster is reached over TCP: use redis:// or rediss:// URLs",
                 ))
@@ -204,7 +255,8 @@ fn parse_cluster(text: &str, source: &str) -> Result<Config> {
 }
 
 fn parse_url(text: &str, source: &str) -> Result<Config> {
-    const FORMS: &str = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS) or redis+unix:///path/to/socket[?db=N]";
+    const FORMS: &str = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS), redis+unix:///path/to/socket[?db=N] \
+                         or https://host (Upstash's REST API)";
     let url = url::Url::parse(text.trim())
         .map_err(|_| Error::Config(format!("{source} is not a valid URL; expected {FORMS}")))?;
     let bad = |what: &str| Error::Config(format!("{source}: {what}"));
@@ -232,18 +284,32 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
                 .map_err(|_| bad("the URL must hold an absolute socket path"))?;
             let db = match url.query_pairs().find(|(k, _)| k == "db") {
                 None => 0,
-                Some((_, v)) => parse_db(&v).ok_or_else(|| {
-                    bad("the db query parameter must be a non-negative integer")
-                })?,
+                Some((_, v)) => parse_db(&v)
+                    .ok_or_else(|| bad("the db query parameter must be a non-negative integer"))?,
             };
             (Addr::Unix(path), db)
         }
         "https" | "http" => {
-            return Err(Error::Config(format!(
-                "{source} is an HTTP(S) URL, such as the REST endpoint of Upstash; redisStore speaks the Redis \
-                 protocol: use the database's rediss:// endpoint (rediss://default:<password>@<host>:6379) and its \
-                 password as the token (the REDIS_TOKEN variable or the token option)"
-            )))
+            let loopback = match url.host() {
+                Some(url::Host::Domain(name)) if !name.is_empty() => name == "localhost",
+                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+                _ => return Err(bad("the URL has no host")),
+            };
+            if url.scheme() == "http" && !loopback {
+                return Err(bad(
+                    "an http:// URL is taken only on a loopback address (for tests): Upstash's REST API is \
+                     reached over https://",
+                ));
+            }
+            let mut base = url.clone();
+            // Neither can fail on a URL with a host; the credentials are read below.
+            let _ = base.set_username("");
+            let _ = base.set_password(None);
+            base.set_query(None);
+            base.set_fragment(None);
+            let base = base.as_str().trim_end_matches('/').to_string();
+            (Addr::Rest { base }, 0)
         }
         _ => return Err(bad(&format!("unsupported URL scheme; expected {FORMS}"))),
     };
@@ -360,8 +426,15 @@ mod tests {
     #[test]
     fn no_url_names_the_variables() {
         let message = config_error(Config::resolve(&Options::default(), env(&[])));
-        assert!(message.contains("REDIS_URL or KV_URL"), "{message}");
-        assert!(message.contains("url option"), "{message}");
+        for name in [
+            "url option",
+            "REDIS_URL",
+            "KV_URL",
+            "UPSTASH_REDIS_REST_URL with UPSTASH_REDIS_REST_TOKEN",
+            "KV_REST_API_URL with KV_REST_API_TOKEN",
+        ] {
+            assert!(message.contains(name), "{name}: {message}");
+        }
     }
 
     #[test]
@@ -380,17 +453,89 @@ mod tests {
         assert_eq!(c.secrets(), vec![b"in-url".to_vec()]);
     }
 
+    fn rest(base: &str) -> Addr {
+        Addr::Rest { base: base.into() }
+    }
+
     #[test]
-    fn an_https_url_says_to_use_rediss_and_the_password() {
-        let e = env(&[("REDIS_URL", "https://eu1-fine-cat-3.upstash.io")]);
+    fn an_https_url_is_the_rest_api_without_its_credentials() {
+        let mut o = url("https://default:in-url@eu1-fine-cat-3.upstash.io/?x=1");
+        let c = Config::resolve(&o, env(&[])).unwrap();
+        assert_eq!(c.addr, rest("https://eu1-fine-cat-3.upstash.io"));
+        assert!(c.is_rest());
+        assert_eq!(c.password.as_deref(), Some("in-url"));
+        o.token = Some("from-option".into());
+        let c = Config::resolve(&o, env(&[])).unwrap();
+        assert_eq!(c.password.as_deref(), Some("from-option"));
+        let c = Config::resolve(
+            &url("http://127.0.0.1:8079/base/"),
+            env(&[("REDIS_TOKEN", "t")]),
+        );
+        assert_eq!(c.unwrap().addr, rest("http://127.0.0.1:8079/base"));
+        for loopback in ["http://localhost:1", "http://[::1]:1", "http://127.8.0.1"] {
+            let c = Config::resolve(&url(loopback), env(&[("REDIS_TOKEN", "t")]));
+            assert!(c.is_ok(), "{loopback}");
+        }
+    }
+
+    #[test]
+    fn the_rest_variables_come_after_the_tcp_ones_each_with_its_token() {
+        let upstash = [
+            ("UPSTASH_REDIS_REST_URL", "https://upstash.example"),
+            ("UPSTASH_REDIS_REST_TOKEN", "upstash-token"),
+            ("KV_REST_API_URL", "https://kv.example"),
+            ("KV_REST_API_TOKEN", "kv-token"),
+        ];
+        let c = Config::resolve(&Options::default(), env(&upstash)).unwrap();
+        assert_eq!(c.addr, rest("https://upstash.example"));
+        assert_eq!(c.password.as_deref(), Some("upstash-token"));
+        let c = Config::resolve(&Options::default(), env(&upstash[2..])).unwrap();
+        assert_eq!(
+            (c.addr, c.password.as_deref()),
+            (rest("https://kv.example"), Some("kv-token"))
+        );
+        // A URL of one pair with only the other's token, as askdare-upstash takes it.
+        let mixed = [upstash[0], upstash[3]];
+        let c = Config::resolve(&Options::default(), env(&mixed)).unwrap();
+        assert_eq!(c.password.as_deref(), Some("kv-token"));
+        let mut tcp_too = upstash.to_vec();
+        tcp_too.push(("KV_URL", "rediss://:pw@kv.example:6379"));
+        let c = Config::resolve(&Options::default(), env(&tcp_too)).unwrap();
+        assert!(matches!(c.addr, Addr::Tcp { tls: true, .. }), "KV_URL wins");
+        assert_eq!(c.password.as_deref(), Some("pw"));
+        // An https:// url option reads the REST tokens too.
+        let c = Config::resolve(&url("https://upstash.example"), env(&upstash[1..2])).unwrap();
+        assert_eq!(c.password.as_deref(), Some("upstash-token"));
+    }
+
+    #[test]
+    fn a_rest_url_needs_a_token_https_off_loopback_and_no_cluster() {
+        let e = env(&[("UPSTASH_REDIS_REST_URL", "https://hunter2.upstash.io")]);
         let message = config_error(Config::resolve(&Options::default(), e));
         assert!(
-            message.starts_with("REDIS_URL is an HTTP(S) URL"),
+            message.starts_with("UPSTASH_REDIS_REST_URL is a REST URL"),
             "{message}"
         );
-        assert!(message.contains("rediss://"), "{message}");
-        assert!(message.contains("password"), "{message}");
-        assert!(!message.contains("upstash.io"), "{message}");
+        assert!(message.contains("UPSTASH_REDIS_REST_TOKEN"), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
+        let mut o = url("http://hunter2.example");
+        o.token = Some("t".into());
+        let message = config_error(Config::resolve(&o, env(&[])));
+        assert!(message.contains("only on a loopback address"), "{message}");
+        assert!(!message.contains("hunter2"), "{message}");
+        o.url = Some("https://a.example".into());
+        o.cluster = Some(true);
+        assert!(config_error(Config::resolve(&o, env(&[]))).contains("over TCP"));
+    }
+
+    #[test]
+    fn tls_ca_goes_with_https_too() {
+        let mut o = url("https://h");
+        o.token = Some("t".into());
+        o.tls_ca = Some("x".into());
+        assert!(config_error(Config::resolve(&o, env(&[]))).contains("PEM certificate"));
+        o.url = Some("http://127.0.0.1:1".into());
+        assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// or https://"));
     }
 
     #[test]
@@ -416,7 +561,7 @@ mod tests {
     fn tls_ca_needs_rediss_and_a_certificate() {
         let mut o = url("redis://h");
         o.tls_ca = Some("x".into());
-        assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// URL"));
+        assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// or https://"));
         o.url = Some("rediss://h".into());
         assert!(config_error(Config::resolve(&o, env(&[]))).contains("PEM certificate"));
     }

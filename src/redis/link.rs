@@ -101,6 +101,11 @@ impl Link {
                     "redis+unix:// URLs need a Unix socket, which this platform lacks".into(),
                 ))
             }
+            Addr::Rest { .. } => {
+                return Err(Error::Internal(
+                    "a REST URL was given to the Redis protocol",
+                ))
+            }
         };
         let mut settings = RedisConnectionInfo::default()
             .set_db(config.db)

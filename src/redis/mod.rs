@@ -2,9 +2,10 @@
 //!
 //! `config` turns options and environment into a target, `link` keeps one
 //! multiplexed connection (per node of a Redis Cluster, whose slot map
-//! `cluster` keeps), `health` judges a connection (backoff, stalls,
-//! demotions), `store` runs a hit (the window script), and `batch` is the
-//! queue JavaScript drives, on the `runtime` thread.
+//! `cluster` keeps), `rest` speaks Upstash's REST API instead, `health`
+//! judges a connection (backoff, stalls, demotions), `store` runs a hit (the
+//! window script), and `batch` is the queue JavaScript drives, on the
+//! `runtime` thread.
 
 pub mod batch;
 mod cluster;
@@ -14,6 +15,7 @@ mod link;
 pub mod pipe;
 pub mod reset_all;
 pub mod resp;
+pub mod rest;
 mod runtime;
 pub mod socket;
 pub mod store;

@@ -1,7 +1,7 @@
 //! `resetAll()` on Redis: every key under the prefix unlinked, page by page
 //! (`SCAN … MATCH prefix* COUNT 1000`, then `UNLINK` of what the page found,
 //! never `KEYS`, which blocks the server), on the one server or on every
-//! master of a cluster. It runs blocking, on a worker thread, over
+//! master of a cluster (over Upstash's REST API, see `rest`). It runs blocking, on a worker thread, over
 //! connections of its own: it is rare, and it must not hold up hits.
 
 use std::time::Duration;
@@ -16,6 +16,11 @@ use crate::reset::ResetAll;
 /// Unlinks every key under `prefix`. Refused for an empty prefix.
 pub fn reset_all(config: &Config, prefix: &[u8]) -> Result<()> {
     ResetAll::new(prefix)?;
+    if config.is_rest() {
+        let secrets = config.secrets();
+        let secrets: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+        return super::rest::reset_all(config, prefix).map_err(|e| e.redacted(&secrets));
+    }
     let timeout = Duration::from_millis(config.timeout_ms);
     let nodes = match &config.cluster {
         None => vec![config.clone()],

@@ -106,6 +106,11 @@ impl Target {
                     "redis+unix:// URLs need a Unix socket, which this platform lacks".into(),
                 ))
             }
+            Addr::Rest { .. } => {
+                return Err(Error::Internal(
+                    "a REST URL was given to the Redis protocol",
+                ))
+            }
             _ => None,
         };
         Ok(Target {
@@ -172,6 +177,7 @@ impl Target {
             }
             #[cfg(not(unix))]
             Addr::Unix(_) => unreachable!("refused by Target::new"),
+            Addr::Rest { .. } => unreachable!("refused by Target::new"),
         };
         stream.set_timeouts(Some(left()?)).map_err(failed)?;
         let mut socket = Socket {

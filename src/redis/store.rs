@@ -6,6 +6,9 @@
 //! ASK (the script did not run either) to the node named: the only safe
 //! retries. Nothing else is ever sent again.
 //!
+//! Over Upstash's REST API the same ops go out as one `/pipeline` request
+//! (see [`super::rest`]).
+//!
 //! Stores with the same settings share their connections (see [`Nodes::shared`]).
 
 use std::sync::{Arc, Mutex, Weak};
@@ -21,6 +24,7 @@ use super::cluster::Cluster;
 use super::config::Config;
 use super::health;
 use super::link::{classify, server_error, Link, Stage};
+use super::rest::Rest;
 use crate::errors::{Error, Result};
 use crate::ops::{Answer as Values, Args, Op};
 
@@ -32,17 +36,20 @@ pub struct Query<'a> {
     pub args: Args,
 }
 
-/// Where hits go: the one server, or each key's node in a Redis Cluster.
+/// Where hits go: the one server, each key's node in a Redis Cluster, or
+/// Upstash's REST API.
 #[derive(Clone)]
 enum Nodes {
     Single(Arc<Link>),
     Cluster(Arc<Cluster>),
+    Rest(Arc<Rest>),
 }
 
 /// The nodes of a store that may still be alive, held weakly.
 enum Held {
     Single(Weak<Link>),
     Cluster(Weak<Cluster>),
+    Rest(Weak<Rest>),
 }
 
 /// How long the connections of a store that was collected without
@@ -71,11 +78,13 @@ impl Nodes {
         }
         let nodes = match &config.cluster {
             Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
+            None if config.is_rest() => Nodes::Rest(Arc::new(Rest::new(config)?)),
             None => Nodes::Single(Arc::new(Link::new(config)?)),
         };
         let held = match &nodes {
             Nodes::Single(link) => Held::Single(Arc::downgrade(link)),
             Nodes::Cluster(cluster) => Held::Cluster(Arc::downgrade(cluster)),
+            Nodes::Rest(rest) => Held::Rest(Arc::downgrade(rest)),
         };
         shared.push((config.clone(), held));
         Ok(nodes)
@@ -87,6 +96,7 @@ impl Held {
         match self {
             Held::Single(link) => link.upgrade().map(Nodes::Single),
             Held::Cluster(cluster) => cluster.upgrade().map(Nodes::Cluster),
+            Held::Rest(rest) => rest.upgrade().map(Nodes::Rest),
         }
     }
 }
@@ -127,6 +137,10 @@ impl Store {
                 on_node(link, queries, &all, false, deadline).await
             }
             Nodes::Cluster(cluster) => routed(cluster, queries, deadline).await,
+            Nodes::Rest(rest) => {
+                let results = rest.hits(queries, deadline).await;
+                return self.answer(queries, results.into_iter());
+            }
         };
         let ms = self.timeout.as_millis() as u64;
         let results = answers
@@ -158,6 +172,11 @@ impl Store {
                 })
             })
             .collect()
+    }
+
+    /// The store speaks Upstash's REST API.
+    pub fn is_rest(&self) -> bool {
+        matches!(self.nodes, Nodes::Rest(_))
     }
 
     /// Keeps this store's connections open for a while after it is gone

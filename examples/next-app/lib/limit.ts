@@ -9,7 +9,7 @@ export function limit(): WindowLimit {
   };
 }
 
-// redisStore() reads REDIS_URL (or KV_URL) and REDIS_TOKEN on its first hit, never here: `next build`
+// redisStore() reads REDIS_URL (or KV_URL, or Upstash's REST variables) on its first hit, never here: `next build`
 // loads this module with no credentials set. memoryStore({ name }) keeps its counters across the dev
 // server's module reloads.
 export function store(name: string): RateLimitStore {

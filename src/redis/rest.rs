@@ -1,0 +1,583 @@
+//! Upstash's REST API as a transport: each command a JSON array of strings,
+//! `Authorization: Bearer <token>`, the hits of a batch sent together as one
+//! POST to `/pipeline`, answered by one `{ "result" }` or `{ "error" }` per
+//! command. The scripts, keys and arguments are those of the Redis protocol,
+//! so the data in Redis is the same either way.
+//!
+//! hyper's pooled client keeps its connections alive (HTTP/2 where the
+//! server offers it by ALPN, else HTTP/1.1), over the rustls setup of
+//! `rediss://`. A hit that was sent is never sent again, except as EVAL
+//! after NOSCRIPT; the pool only retries a request that never left the
+//! process (its idle connection had closed). Failed connects back off as on
+//! the Redis protocol, and a pool that stops answering is replaced.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::header::{HeaderValue, AUTHORIZATION, CONTENT_TYPE};
+use hyper::{Request, StatusCode, Uri};
+use hyper_rustls::{HttpsConnector, HttpsConnectorBuilder};
+use hyper_util::client::legacy::connect::{capture_connection, HttpConnector};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::{TokioExecutor, TokioTimer};
+use rustls::ClientConfig;
+use serde_json::Value;
+use tokio::time::{timeout_at, Duration, Instant};
+
+use super::config::{Addr, Config};
+use super::health::{Backoff, Gate, Stall};
+use super::link::{server_error, Stage};
+use super::socket::tls_config;
+use super::store::Query;
+use crate::errors::{Error, Result};
+use crate::ops::{Answer, Op};
+use crate::reset::{Command, ResetAll};
+
+/// The message for a key JSON can't carry as it is.
+pub const KEY_NOT_WELL_FORMED: &str =
+    "over Upstash's REST API a key must be a well-formed string: it holds a lone surrogate, \
+     which a JSON string can't carry to Redis faithfully; use a redis:// or rediss:// URL for such keys";
+
+/// How long an idle connection stays in the pool: under the 5 s after which
+/// Node.js servers (and many proxies) close idle HTTP/1.1 connections.
+const IDLE: Duration = Duration::from_secs(4);
+
+type Http = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+
+struct Pool {
+    client: Http,
+    /// Counts pools, so that a late report about a replaced one is ignored.
+    generation: u64,
+    backoff: Backoff,
+}
+
+pub struct Rest {
+    pipeline: Uri,
+    root: Uri,
+    auth: HeaderValue,
+    tls: Arc<ClientConfig>,
+    timeout_ms: u64,
+    pool: Mutex<Pool>,
+    stall: Stall,
+}
+
+/// How one request ended, short of an answer.
+#[derive(Debug)]
+enum Failure {
+    /// The request never left the process.
+    Unsent(Error),
+    /// The request was sent (or may have been); it is not sent again.
+    Sent(Error),
+}
+
+impl Failure {
+    fn error(self) -> Error {
+        match self {
+            Failure::Unsent(e) | Failure::Sent(e) => e,
+        }
+    }
+}
+
+impl Rest {
+    pub fn new(config: &Config) -> Result<Rest> {
+        let Addr::Rest { base } = &config.addr else {
+            return Err(Error::Internal(
+                "a Redis URL was given to the REST transport",
+            ));
+        };
+        let uri = |path: &str| {
+            format!("{base}{path}")
+                .parse::<Uri>()
+                .map_err(|_| Error::Config("the REST URL is not a valid HTTP URL".into()))
+        };
+        let token = config.password.as_deref().unwrap_or_default();
+        let mut auth = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+            Error::Config("the REST token holds characters an HTTP header can't carry".into())
+        })?;
+        auth.set_sensitive(true);
+        let tls = tls_config(config.tls_ca.as_deref())?;
+        Ok(Rest {
+            pipeline: uri("/pipeline")?,
+            root: uri("")?,
+            auth,
+            pool: Mutex::new(Pool {
+                client: new_pool(&tls),
+                generation: 0,
+                backoff: Backoff::new(u64::from(std::process::id()) ^ config.timeout_ms),
+            }),
+            tls,
+            timeout_ms: config.timeout_ms,
+            stall: Stall::default(),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Pool> {
+        // Every change leaves the pool whole, so a poisoned lock is still usable.
+        self.pool.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Ops sent together, answered in order, within `deadline`. Runs on the runtime.
+    pub async fn hits(&self, queries: &[Query<'_>], deadline: Instant) -> Vec<Result<Answer>> {
+        let mut results: Vec<Option<Result<Answer>>> = queries.iter().map(|_| None).collect();
+        let mut chosen = Vec::with_capacity(queries.len());
+        for (i, q) in queries.iter().enumerate() {
+            match std::str::from_utf8(q.key) {
+                Ok(_) => chosen.push(i),
+                Err(_) => results[i] = Some(Err(Error::InvalidType(KEY_NOT_WELL_FORMED))),
+            }
+        }
+        for eval in [false, true] {
+            if chosen.is_empty() {
+                break;
+            }
+            let body = pipeline_body(queries, &chosen, eval);
+            let mut missing = Vec::new();
+            match self
+                .send(&self.pipeline, body, chosen.len(), deadline)
+                .await
+            {
+                Ok(items) => {
+                    for (&i, item) in chosen.iter().zip(items) {
+                        match item {
+                            // The script cache lacks it: the script did not run.
+                            Err((code, _)) if code == "NOSCRIPT" && !eval => missing.push(i),
+                            Err((code, detail)) => {
+                                results[i] =
+                                    Some(Err(server_error(&code, Some(&detail), Stage::Sent)))
+                            }
+                            Ok(value) => results[i] = Some(outcome(queries[i].op, value)),
+                        }
+                    }
+                }
+                Err(failure) => {
+                    let e = failure.error();
+                    for &i in &chosen {
+                        results[i] = Some(Err(e.clone()));
+                    }
+                }
+            }
+            chosen = missing;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))))
+            .collect()
+    }
+
+    /// POSTs `body` to `uri` within `deadline`, through the backoff and the
+    /// pool's health: the items of a pipeline's answer (`expected` of them,
+    /// each a result or an error's code and detail), or a single command's
+    /// answer as one item (`expected` 0).
+    async fn send(
+        &self,
+        uri: &Uri,
+        body: Vec<u8>,
+        expected: usize,
+        deadline: Instant,
+    ) -> std::result::Result<Vec<Item>, Failure> {
+        let (client, generation, failures) = {
+            let mut pool = self.lock();
+            if let Gate::Refuse(e) = pool.backoff.gate(std::time::Instant::now()) {
+                return Err(Failure::Unsent(e));
+            }
+            (
+                pool.client.clone(),
+                pool.generation,
+                pool.backoff.failures(),
+            )
+        };
+        let mark = self.stall.mark();
+        let answer = self.request(&client, uri, body, deadline).await;
+        let mut pool = self.lock();
+        match &answer {
+            Err(Failure::Unsent(e)) => {
+                // One failure per round of connects, however many batches met it.
+                if pool.backoff.failures() == failures {
+                    pool.backoff.failed(std::time::Instant::now(), e.clone());
+                }
+            }
+            Err(Failure::Sent(Error::Timeout { .. })) => {
+                let hits = expected.max(1);
+                if self.stall.timed_out(mark, hits) && pool.generation == generation {
+                    // Its connections stopped answering: new hits get a new pool.
+                    pool.client = new_pool(&self.tls);
+                    pool.generation += 1;
+                    self.stall.reset();
+                }
+                pool.backoff.succeeded();
+            }
+            _ => {
+                self.stall.answered();
+                pool.backoff.succeeded();
+            }
+        }
+        drop(pool);
+        let (status, bytes) = answer?;
+        parse(status, &bytes, expected).map_err(Failure::Sent)
+    }
+
+    async fn request(
+        &self,
+        client: &Http,
+        uri: &Uri,
+        body: Vec<u8>,
+        deadline: Instant,
+    ) -> std::result::Result<(StatusCode, Bytes), Failure> {
+        let mut request = Request::post(uri.clone())
+            .header(AUTHORIZATION, self.auth.clone())
+            .header(CONTENT_TYPE, "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|_| Failure::Unsent(Error::Internal("a REST request could not be made")))?;
+        // Set once the pool hands the request to a connection: from then on it may have been sent.
+        let captured = capture_connection(&mut request);
+        let sent = || captured.connection_metadata().is_some();
+        let ms = self.timeout_ms;
+        let response = match timeout_at(deadline, client.request(request)).await {
+            Err(_) if sent() => return Err(Failure::Sent(Error::Timeout { ms, sent: true })),
+            Err(_) => return Err(Failure::Unsent(Error::Timeout { ms, sent: false })),
+            Ok(Err(e)) if e.is_connect() || !sent() => {
+                return Err(Failure::Unsent(Error::Connection {
+                    text: format!(
+                        "could not connect to the REST API: {}; the hit was not sent",
+                        chain(&e)
+                    ),
+                    sent: false,
+                }))
+            }
+            Ok(Err(e)) => return Err(Failure::Sent(lost(&e))),
+            Ok(Ok(response)) => response,
+        };
+        let status = response.status();
+        match timeout_at(deadline, response.into_body().collect()).await {
+            Err(_) => Err(Failure::Sent(Error::Timeout { ms, sent: true })),
+            Ok(Err(e)) => Err(Failure::Sent(lost(&e))),
+            Ok(Ok(collected)) => Ok((status, collected.to_bytes())),
+        }
+    }
+
+    /// `resetAll()`: SCAN and UNLINK, each command a request of its own
+    /// within timeoutMs. Runs on the runtime.
+    async fn reset_all(&self, prefix: &[u8]) -> Result<()> {
+        let mut plan = ResetAll::new(prefix)?;
+        let timeout = Duration::from_millis(self.timeout_ms);
+        while let Some(scan) = plan.next_scan() {
+            let reply = self.command(&scan, Instant::now() + timeout).await?;
+            let (cursor, keys) = scan_page(reply)?;
+            for unlink in plan.on_scan_reply(cursor, keys, |_| 0) {
+                self.command(&unlink, Instant::now() + timeout).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// One command, sent alone to the API's root.
+    async fn command(&self, command: &Command, deadline: Instant) -> Result<Value> {
+        let mut body = Vec::new();
+        let parts: Option<Vec<&str>> = command
+            .iter()
+            .map(|part| std::str::from_utf8(part).ok())
+            .collect();
+        json_command(
+            &mut body,
+            &parts.ok_or(Error::InvalidType(KEY_NOT_WELL_FORMED))?,
+        );
+        let mut items = self
+            .send(&self.root, body, 0, deadline)
+            .await
+            .map_err(Failure::error)?;
+        match items.pop() {
+            Some(Ok(value)) => Ok(value),
+            Some(Err((code, detail))) => Err(server_error(&code, Some(&detail), Stage::Sent)),
+            None => Err(wrong_shape()),
+        }
+    }
+}
+
+/// `resetAll()` over REST, from a worker thread: runs on the runtime, over a
+/// pool of its own, and waits for it.
+pub fn reset_all(config: &Config, prefix: &[u8]) -> Result<()> {
+    let rest = Rest::new(config)?;
+    let prefix = prefix.to_vec();
+    let (tx, rx) = std::sync::mpsc::channel();
+    super::runtime::handle()?.spawn(async move {
+        let _ = tx.send(rest.reset_all(&prefix).await);
+    });
+    rx.recv()
+        .unwrap_or(Err(Error::Internal("resetAll() over REST got no answer")))
+}
+
+/// A pool: keep-alive connections, HTTP/2 by ALPN where offered, TCP_NODELAY.
+fn new_pool(tls: &Arc<ClientConfig>) -> Http {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let connector = HttpsConnectorBuilder::new()
+        .with_tls_config(ClientConfig::clone(tls))
+        .https_or_http()
+        .enable_http1()
+        .enable_http2()
+        .wrap_connector(http);
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(IDLE)
+        .pool_timer(TokioTimer::new())
+        .timer(TokioTimer::new())
+        .build(connector)
+}
+
+/// A pipeline item: the result, or an error's code (its first word) and the rest.
+type Item = std::result::Result<Value, (String, String)>;
+
+/// The answer's items, or the error of an answer that is not 200 or not of
+/// the expected shape. Text from outside is redacted by the store.
+fn parse(status: StatusCode, bytes: &[u8], expected: usize) -> Result<Vec<Item>> {
+    let json: Option<Value> = serde_json::from_slice(bytes).ok();
+    if !status.is_success() {
+        let detail = json
+            .as_ref()
+            .and_then(|v| v.get("error"))
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let answered = match detail {
+            "" => format!("the REST API answered HTTP {}", status.as_u16()),
+            detail => format!("the REST API answered HTTP {} ({detail})", status.as_u16()),
+        };
+        return Err(match status.as_u16() {
+            401 | 403 => Error::Auth(answered),
+            500.. => Error::Connection {
+                text: format!(
+                    "{answered}; the hit was sent, is not sent again, and may or may not have counted"
+                ),
+                sent: true,
+            },
+            // A refused command: the answer names its Redis error.
+            _ if !detail.is_empty() => {
+                let (code, rest) = split(detail);
+                server_error(&code, Some(&rest), Stage::Sent)
+            }
+            _ => Error::Redis(answered),
+        });
+    }
+    let item = |v: Value| match v.get("error").and_then(Value::as_str) {
+        Some(e) => Err(split(e)),
+        None => Ok(v.get("result").cloned().unwrap_or(Value::Null)),
+    };
+    match (json, expected) {
+        (Some(v), 0) if v.is_object() => Ok(vec![item(v)]),
+        (Some(Value::Array(items)), n) if n > 0 && items.len() == n => {
+            Ok(items.into_iter().map(item).collect())
+        }
+        _ => Err(wrong_shape()),
+    }
+}
+
+fn split(error: &str) -> (String, String) {
+    match error.split_once(' ') {
+        Some((code, rest)) => (code.to_string(), rest.to_string()),
+        None => (error.to_string(), String::new()),
+    }
+}
+
+fn wrong_shape() -> Error {
+    Error::Redis("the REST API gave an answer of the wrong shape".into())
+}
+
+/// The error of a request whose connection failed after it was handed over.
+fn lost(e: &(dyn std::error::Error + 'static)) -> Error {
+    Error::Connection {
+        text: format!(
+            "the connection to the REST API failed ({}); the hit was sent, is not sent again, and may or may not \
+             have counted",
+            chain(e)
+        ),
+        sent: true,
+    }
+}
+
+/// An error and its sources, as one line.
+fn chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+/// The `/pipeline` body for the chosen ops: `EVALSHA sha 1 key argv…` (or
+/// `EVAL script …`), a plain op as its command. Keys are UTF-8 (checked).
+fn pipeline_body(queries: &[Query<'_>], chosen: &[usize], eval: bool) -> Vec<u8> {
+    let mut body = Vec::with_capacity(chosen.len() * 160);
+    body.push(b'[');
+    for (n, &i) in chosen.iter().enumerate() {
+        if n > 0 {
+            body.push(b',');
+        }
+        let q = &queries[i];
+        let key = std::str::from_utf8(q.key).unwrap_or_default();
+        match q.op.script() {
+            None => json_command(&mut body, &["UNLINK", key]),
+            Some(script) => q.op.argv(&q.args, |argv| {
+                let mut parts = Vec::with_capacity(4 + argv.len());
+                match eval {
+                    false => parts.extend(["EVALSHA", script.sha()]),
+                    true => parts.extend(["EVAL", script.body]),
+                }
+                parts.extend(["1", key]);
+                // The op's arguments are ASCII: numbers and names.
+                parts.extend(
+                    argv.iter()
+                        .map(|a| std::str::from_utf8(a).unwrap_or_default()),
+                );
+                json_command(&mut body, &parts);
+            }),
+        }
+    }
+    body.push(b']');
+    body
+}
+
+/// Appends a command as a JSON array of strings.
+fn json_command(out: &mut Vec<u8>, parts: &[&str]) {
+    out.push(b'[');
+    for (n, part) in parts.iter().enumerate() {
+        if n > 0 {
+            out.push(b',');
+        }
+        // Writing a string into a Vec can't fail.
+        let _ = serde_json::to_writer(&mut *out, part);
+    }
+    out.push(b']');
+}
+
+/// The op's answer from a command's JSON result.
+fn outcome(op: Op, value: Value) -> Result<Answer> {
+    match value {
+        Value::Array(items) => {
+            let ints: Option<Vec<i64>> = items.iter().map(Value::as_i64).collect();
+            op.answer(&ints.unwrap_or_default())
+        }
+        Value::Number(n) if op == Op::Unlink => op.answer(&[n.as_i64().unwrap_or(-1)]),
+        _ => op.answer(&[]),
+    }
+}
+
+/// A SCAN result: the next cursor and the page's keys.
+fn scan_page(reply: Value) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
+    let wrong = || Error::Redis("SCAN gave an answer of the wrong shape".into());
+    let Value::Array(parts) = reply else {
+        return Err(wrong());
+    };
+    let cursor = match parts.first() {
+        Some(Value::String(c)) => c.clone().into_bytes(),
+        Some(Value::Number(n)) => n.to_string().into_bytes(),
+        _ => return Err(wrong()),
+    };
+    let Some(Value::Array(keys)) = parts.get(1) else {
+        return Err(wrong());
+    };
+    let keys = keys
+        .iter()
+        .map(|k| k.as_str().map(|k| k.as_bytes().to_vec()).ok_or_else(wrong))
+        .collect::<Result<_>>()?;
+    Ok((cursor, keys))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(key: &[u8], op: Op) -> Query<'_> {
+        Query {
+            key,
+            op,
+            args: [60_000, 1, 0, 0],
+        }
+    }
+
+    #[test]
+    fn a_pipeline_is_a_json_array_of_commands() {
+        let queries = [
+            query("p:a\"\u{e9}".as_bytes(), Op::Hit),
+            query(b"p:b", Op::Unlink),
+        ];
+        let body = String::from_utf8(pipeline_body(&queries, &[0, 1], false)).unwrap();
+        let sha = Op::Hit.script().unwrap().sha();
+        assert_eq!(
+            body,
+            format!(r#"[["EVALSHA","{sha}","1","p:a\"é","60000","1"],["UNLINK","p:b"]]"#)
+        );
+        let eval: Value = serde_json::from_slice(&pipeline_body(&queries, &[0], true)).unwrap();
+        assert_eq!(eval[0][0], "EVAL");
+        assert_eq!(eval[0][1], Op::Hit.script().unwrap().body);
+    }
+
+    #[test]
+    fn answers_are_results_or_errors_per_command() {
+        let ok = StatusCode::OK;
+        let items = parse(
+            ok,
+            br#"[{"result":[3,60000]},{"error":"NOSCRIPT No matching script"}]"#,
+            2,
+        )
+        .unwrap();
+        assert_eq!(items[0], Ok(serde_json::json!([3, 60000])));
+        assert_eq!(
+            items[1],
+            Err(("NOSCRIPT".into(), "No matching script".into()))
+        );
+        assert_eq!(
+            outcome(Op::Hit, serde_json::json!([3, 60000])),
+            Ok(Answer::new(&[3, 60000]))
+        );
+        assert_eq!(
+            outcome(Op::Unlink, serde_json::json!(2)),
+            Ok(Answer::new(&[2]))
+        );
+        assert_eq!(
+            outcome(Op::Hit, Value::Null).unwrap_err().code(),
+            "ERR_REDIS"
+        );
+        assert_eq!(parse(ok, b"[]", 2).unwrap_err().code(), "ERR_REDIS");
+        assert_eq!(
+            parse(ok, br#"{"result":"OK"}"#, 0).unwrap(),
+            [Ok(Value::from("OK"))]
+        );
+    }
+
+    #[test]
+    fn statuses_become_the_store_errors() {
+        let code = |status: u16, body: &[u8]| {
+            let e = parse(StatusCode::from_u16(status).unwrap(), body, 1).unwrap_err();
+            (e.code(), e.sent())
+        };
+        assert_eq!(
+            code(401, br#"{"error":"Unauthorized"}"#),
+            ("ERR_AUTH", None)
+        );
+        assert_eq!(code(403, b""), ("ERR_AUTH", None));
+        assert_eq!(code(502, b"bad gateway"), ("ERR_CONNECTION", Some(true)));
+        assert_eq!(
+            code(400, br#"{"error":"WRONGPASS invalid"}"#),
+            ("ERR_AUTH", None)
+        );
+        assert_eq!(
+            code(400, br#"{"error":"ERR syntax error"}"#),
+            ("ERR_REDIS", None)
+        );
+        assert_eq!(code(404, b""), ("ERR_REDIS", None));
+    }
+
+    #[test]
+    fn scan_pages_take_string_or_number_cursors() {
+        let (cursor, keys) = scan_page(serde_json::json!(["17", ["p:a", "p:b"]])).unwrap();
+        assert_eq!(
+            (cursor, keys),
+            (b"17".to_vec(), vec![b"p:a".to_vec(), b"p:b".to_vec()])
+        );
+        assert_eq!(scan_page(serde_json::json!([0, []])).unwrap().0, b"0");
+        assert!(scan_page(serde_json::json!("x")).is_err());
+    }
+}
