@@ -79,7 +79,19 @@ const SIZES = {
     benchmarkRequests: 2_000,
   },
 };
-const SCENARIOS = ['seq', 'inflight', 'footprint', 'stall', 'full', 'workers', 'redis', 'cluster', 'consume', 'rest', 'cpu'];
+const SCENARIOS = [
+  'seq',
+  'inflight',
+  'footprint',
+  'stall',
+  'full',
+  'workers',
+  'redis',
+  'cluster',
+  'consume',
+  'rest',
+  'cpu',
+];
 /** The widths of the REST tables: a lone request's round trip, and pipelines under load. */
 const REST_WIDTHS = [1, 256];
 const WIDTHS = [1, 16, 256];
