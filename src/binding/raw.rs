@@ -167,7 +167,7 @@ pub unsafe fn undefined(env: sys::napi_env) -> Result<sys::napi_value, Error> {
 
 /// # Safety
 /// Called inside a callback of `env`.
-unsafe fn js_string(env: sys::napi_env, s: &str) -> Result<sys::napi_value, Error> {
+pub unsafe fn js_string(env: sys::napi_env, s: &str) -> Result<sys::napi_value, Error> {
     let mut value = ptr::null_mut();
     // SAFETY: `s` is valid UTF-8 of the length given; `value` is a valid out-pointer.
     check(env, unsafe {

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, Notify};
 
 use super::config::{Config, Options};
 use super::runtime;
+use super::stats::{self, Tally};
 use super::store::{Query, Store};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
@@ -117,6 +118,7 @@ impl Shared<Outbox> {
 
 struct Open {
     outbox: Arc<Shared<Outbox>>,
+    tally: Arc<Mutex<Tally>>,
 }
 
 pub struct Batched {
@@ -150,6 +152,7 @@ impl Batched {
         self.open.get_or_init(|| {
             let config = Config::resolve(&self.options, env)?;
             let store = Store::new(&config)?;
+            let tally = Arc::clone(&store.tally);
             let runtime = runtime::handle()?;
             let ready = Arc::new(Notify::new());
             let notify = Arc::clone(&ready);
@@ -163,7 +166,7 @@ impl Batched {
                 store,
                 Arc::clone(&self.done),
             ));
-            Ok(Open { outbox })
+            Ok(Open { outbox, tally })
         });
     }
 
@@ -196,6 +199,18 @@ impl Batched {
             });
         });
         Ok(())
+    }
+
+    /// The store's counts (see `stats::Tally::numbers`); zeros before it opens.
+    pub fn stats(&self) -> [f64; stats::NUMBERS] {
+        match self.open.get() {
+            Some(Ok(open)) => open
+                .tally
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .numbers(),
+            _ => Tally::default().numbers(),
+        }
     }
 
     /// Swaps the finished hits into `into` (which should be empty), keeping

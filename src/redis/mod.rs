@@ -16,6 +16,7 @@ pub mod reset_all;
 pub mod resp;
 mod runtime;
 pub mod socket;
+pub mod stats;
 pub mod store;
 
 pub use batch::{Batched, Completion};
