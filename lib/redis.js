@@ -104,8 +104,21 @@ class RedisStore extends Operations {
    * with the same settings, which share the connection). Latencies are in ms, from an HDR-style histogram.
    */
   stats() {
-    const [connects, reconnects, connectFailures, losses, timeouts, noscript, redirections, count, sumUs, p50, p90, p99, max] =
-      this.#native.stats();
+    const [
+      connects,
+      reconnects,
+      connectFailures,
+      losses,
+      timeouts,
+      noscript,
+      redirections,
+      count,
+      sumUs,
+      p50,
+      p90,
+      p99,
+      max,
+    ] = this.#native.stats();
     return {
       kind: 'redis',
       calls: this.#calls,
