@@ -243,7 +243,8 @@ mod tests {
     fn codes_name_ops_and_checks_refuse_bad_numbers() {
         assert_eq!(Op::from_code(0.0), Some(Op::Hit));
         assert_eq!(Op::from_code(7.0), Some(Op::Unlink));
-        assert_eq!(Op::from_code(8.0), None);
+        assert_eq!(Op::from_code(8.0), Some(Op::Ping));
+        assert_eq!(Op::from_code(9.0), None);
         assert_eq!(Op::from_code(1.5), None);
         assert_eq!(
             Op::Hit.check([60_000.0, -3.0, 0.0, 0.0]),
