@@ -22,7 +22,107 @@ export interface RateLimitStore {
   hit(key: string, windowMs: number, amount: number): Promise<CounterHit>;
   /** Whether every server instance sees the same counters. */
   readonly shared: boolean;
+  /** Ends the store, where it can be ended (ratestore's stores can); see {@link closeStore}. */
+  close?(): Promise<void>;
 }
+
+/** Every `code` a ratestore error carries. */
+export type RatestoreErrorCode =
+  | 'ERR_INVALID_ARG_TYPE'
+  | 'ERR_OUT_OF_RANGE'
+  | 'ERR_COUNT_RANGE'
+  | 'ERR_STORE_FULL'
+  | 'ERR_STORE_NAME_CONFLICT'
+  | 'ERR_CONFIG'
+  | 'ERR_TIMEOUT'
+  | 'ERR_CONNECTION'
+  | 'ERR_AUTH'
+  | 'ERR_REDIS'
+  | 'ERR_CLOSED'
+  | 'ERR_NOT_INITIALIZED'
+  | 'ERR_INTERNAL'
+  | 'ERR_UNSUPPORTED';
+
+/**
+ * An error made by ratestore (an `Error`, `TypeError` or `RangeError`): its message starts with
+ * `ratestore: ` and holds no key, URL password or token.
+ */
+export interface RatestoreError extends Error {
+  readonly code: RatestoreErrorCode;
+  /** On `ERR_TIMEOUT` and `ERR_CONNECTION` only: whether the call had left the process (see {@link RedisStoreError}). */
+  readonly sent?: boolean;
+}
+
+/** Whether `e` is an error ratestore made, so that a `catch (e: unknown)` can branch on `e.code`. */
+export declare function isRatestoreError(e: unknown): e is RatestoreError;
+
+/** Closes any store that has a `close()`; resolves at once for one that has none. */
+export declare function closeStore(store: RateLimitStore): Promise<void>;
+
+/** A redisStore's connection changing state, as `onError` receives it. */
+export interface ConnectionEvent {
+  readonly type: 'connected' | 'lost' | 'reconnected';
+  /** For `lost`: the code the calls on that connection rejected with. */
+  readonly code?: RatestoreErrorCode;
+}
+
+/** What every ratestore store counts (see `stats()`). */
+export interface StoreStats {
+  /** Calls that reached the store: every operation counts (a read, `ping()`, each of `reset(key)`'s three). */
+  readonly calls: number;
+  /** Calls that rejected, by code, of those that reached the store (bad arguments reject before). */
+  readonly errors: Readonly<Partial<Record<RatestoreErrorCode, number>>>;
+}
+
+export interface MemoryStoreStats extends StoreStats {
+  readonly kind: 'memory';
+  /** Hits refused with `ERR_STORE_FULL`. */
+  readonly refusals: number;
+  /** Counters held now (ended windows not yet swept included), and the most held (`maxKeys`). */
+  readonly held: number;
+  readonly capacity: number;
+  /** Counters dropped to make room: ended windows, and short windows before their end. */
+  readonly evictions: { readonly ended: number; readonly short: number };
+  /** Rounds of the sweeper over the table, and the ended windows it dropped. */
+  readonly sweeps: number;
+  readonly swept: number;
+}
+
+/** Latency of answered calls, in ms, over the store's life (an HDR-style histogram: within 1/16). */
+export interface LatencyStats {
+  readonly count: number;
+  readonly sumMs: number;
+  readonly p50: number;
+  readonly p90: number;
+  readonly p99: number;
+  readonly max: number;
+}
+
+export interface RedisStoreStats extends StoreStats {
+  readonly kind: 'redis';
+  /** Calls sent and not yet settled. */
+  readonly inFlight: number;
+  readonly connects: number;
+  /** Connections opened after one was lost. */
+  readonly reconnects: number;
+  readonly connectFailures: number;
+  readonly connectionLosses: number;
+  /** Calls that timed out, sent or not. */
+  readonly timeouts: number;
+  /** Scripts sent again whole (EVAL) after NOSCRIPT. */
+  readonly noscriptReloads: number;
+  /** MOVED and ASK redirections followed (Redis Cluster). */
+  readonly redirections: number;
+  readonly latencyMs: LatencyStats;
+}
+
+/**
+ * The Prometheus text exposition (format 0.0.4) of the stores' `stats()`, each labelled `store="<name>"`:
+ * `ratestore_calls_total`, `ratestore_errors_total{code}`, `ratestore_call_latency_seconds` (a summary), ….
+ */
+export declare function metricsText(
+  stores: Readonly<Record<string, { stats(): MemoryStoreStats | RedisStoreStats }>>,
+): string;
 
 /** Options of a limit-aware consume. */
 export interface ConsumeOptions {
@@ -106,6 +206,8 @@ export interface RatestoreStore extends RateLimitStore {
   tokenBucket(key: string, options: TokenBucketOptions): Promise<TokenBucketResult>;
   /** Removes what every algorithm keeps for `key`. */
   reset(key: string): Promise<void>;
+  /** Refuses later calls (they reject with `ERR_CLOSED`); resolves once the calls in flight have settled. */
+  close(): Promise<void>;
   /**
    * Empties the store: memoryStore at once; redisStore every key under its prefix (SCAN and UNLINK in
    * batches, on every master of a cluster, never KEYS). Rejects with `ERR_CONFIG` when the prefix is
@@ -119,9 +221,13 @@ export interface MemoryStoreOptions {
   maxKeys?: number;
   /**
    * A process-wide store: every `memoryStore({ name })` with the same name, in any module or
-   * worker thread of the process, sees the same counters (and survives dev-server reloads).
+   * worker thread of the process, sees the same counters (and survives dev-server reloads). Two
+   * stores of one name with different `maxKeys` throw `ERR_STORE_NAME_CONFLICT`. The table is freed
+   * when the last store of its name closes; a store collected without `close()` keeps it.
    */
   name?: string;
+  /** Called with the error of each failed call (the one its promise rejects with). */
+  onError?: (error: RatestoreError) => void;
 }
 
 /** The store `memoryStore()` returns. */
@@ -129,6 +235,10 @@ export interface MemoryStore extends RatestoreStore {
   readonly shared: false;
   /** Counters held now, including ended windows not yet swept. */
   readonly size: number;
+  /** The table's figures (a named store's are every holder's) and this store's failures. */
+  stats(): MemoryStoreStats;
+  /** Refuses later calls (`ERR_CLOSED`); frees the table (a named one once its last holder closes). */
+  close(): Promise<void>;
 }
 
 /**
@@ -173,11 +283,22 @@ export interface RedisStoreOptions {
     /** PEM certificate(s) to trust instead of the public roots: for a server with a private CA. */
     ca?: string;
   };
+  /**
+   * Called with the error of each failed call (the one its promise rejects with), and on the
+   * connection's changes of state (one server; a cluster reports no connection events).
+   */
+  onError?: (event: RatestoreError | ConnectionEvent) => void;
 }
 
 /** The store `redisStore()` returns. */
 export interface RedisStore extends RatestoreStore {
   readonly shared: true;
+  /** One `PING` round trip (connecting first if need be); rejects with the codes a hit would. */
+  ping(): Promise<void>;
+  /** Opens the connection before the first hit: resolves once a `PING` through it is answered. */
+  connect(): Promise<void>;
+  /** This store's calls and failures, and its connection's figures (shared by stores on one connection). */
+  stats(): RedisStoreStats;
   /**
    * Refuses later hits (they reject with `ERR_CLOSED`) and ends the connection. Resolves once the hits in
    * flight have settled. An idle store never keeps the process alive, closed or not.
@@ -203,8 +324,7 @@ export interface RedisStore extends RatestoreStore {
 export declare function redisStore(options?: RedisStoreOptions): RedisStore;
 
 /** The error a redisStore hit rejects with when the store cannot do it. */
-export interface RedisStoreError extends Error {
-  readonly code: string;
+export interface RedisStoreError extends RatestoreError {
   /**
    * On `ERR_TIMEOUT` and `ERR_CONNECTION` only: whether the hit had left the process. `false`: it was never
    * sent (no connection, or the store is backing off after failed connects), so it did not count. `true`:
@@ -213,27 +333,12 @@ export interface RedisStoreError extends Error {
   readonly sent?: boolean;
 }
 
-/** The codes of the errors ratestore throws or rejects with, on their `code` property. */
-export type RatestoreErrorCode =
-  | 'ERR_INVALID_ARG_TYPE'
-  | 'ERR_OUT_OF_RANGE'
-  | 'ERR_COUNT_RANGE'
-  | 'ERR_STORE_FULL'
-  | 'ERR_CONFIG'
-  | 'ERR_CONNECTION'
-  | 'ERR_TIMEOUT'
-  | 'ERR_AUTH'
-  | 'ERR_REDIS'
-  | 'ERR_CLOSED'
-  | 'ERR_NOT_INITIALIZED'
-  | 'ERR_INTERNAL';
-
 /**
  * What `createLimiter`, `check` and `clientIp` throw (or reject with) for a bad argument: a `TypeError`
  * with `code: 'ERR_INVALID_ARG_TYPE'` (a wrong type, an unknown option) or a `RangeError` with
  * `code: 'ERR_OUT_OF_RANGE'` (a number or name out of range). The message names the option, never a key.
  */
-export interface RatestoreArgumentError extends Error {
+export interface RatestoreArgumentError extends RatestoreError {
   readonly name: 'TypeError' | 'RangeError';
   readonly code: 'ERR_INVALID_ARG_TYPE' | 'ERR_OUT_OF_RANGE';
 }

@@ -5,5 +5,22 @@ const { redisStore } = require('./lib/redis.js');
 const { createLimiter } = require('./lib/limiter.js');
 const { clientIp } = require('./lib/client-ip.js');
 const { universalStore, expressStore } = require('./lib/adapters.js');
+const { metricsText } = require('./lib/stats.js');
+const { isRatestoreError } = require('./lib/check.js');
 
-module.exports = { memoryStore, redisStore, createLimiter, clientIp, universalStore, expressStore };
+/** Closes any store that can be closed; resolves at once for one that cannot. */
+function closeStore(store) {
+  return typeof store?.close === 'function' ? Promise.resolve(store.close()) : Promise.resolve();
+}
+
+module.exports = {
+  memoryStore,
+  redisStore,
+  createLimiter,
+  clientIp,
+  universalStore,
+  expressStore,
+  metricsText,
+  isRatestoreError,
+  closeStore,
+};

@@ -90,15 +90,49 @@ function notAnswered() {
   return error;
 }
 
-/** Checks an option that must be a positive safe integer (a count or a number of ms). */
+/** Checks an option that must be a positive safe integer (a count or a number of ms); undefined is a TypeError. */
 function checkPositiveInteger(factory, name, value) {
+  if (value === undefined) throw typeError(`${factory}(options): ${name} is required (a positive safe integer)`);
   checkOption(factory, name, value, 'number');
   if (!(value >= 1 && Number.isSafeInteger(value))) {
     throw rangeError(`${factory}(options): ${name} must be a positive safe integer, got ${value}`);
   }
 }
 
+/** The error of a call on a store after its close(). */
+function closedError(factory) {
+  const error = new Error(`ratestore: ${factory}: the store is closed; calls after close() are refused`);
+  error.code = 'ERR_CLOSED';
+  return error;
+}
+
+/** Every code a ratestore error carries. */
+const ERROR_CODES = new Set([
+  'ERR_INVALID_ARG_TYPE',
+  'ERR_OUT_OF_RANGE',
+  'ERR_COUNT_RANGE',
+  'ERR_STORE_FULL',
+  'ERR_STORE_NAME_CONFLICT',
+  'ERR_CONFIG',
+  'ERR_TIMEOUT',
+  'ERR_CONNECTION',
+  'ERR_AUTH',
+  'ERR_REDIS',
+  'ERR_CLOSED',
+  'ERR_NOT_INITIALIZED',
+  'ERR_INTERNAL',
+  'ERR_UNSUPPORTED',
+]);
+
+/** Whether `e` is an error ratestore made: an Error with a ratestore message and one of its codes. */
+function isRatestoreError(e) {
+  return e instanceof Error && ERROR_CODES.has(e.code) && e.message.startsWith('ratestore: ');
+}
+
 module.exports = {
+  closedError,
+  isRatestoreError,
+  ERROR_CODES,
   MAX_KEY_LENGTH,
   typeName,
   invalidHit,

@@ -3,18 +3,30 @@
 // Rust and hands back an already settled promise: no thread hop per hit.
 
 const native = require('./native.js');
-const { invalidHit, checkOptions, checkWellFormed, checkPositiveInteger, notAnswered } = require('./check.js');
+const {
+  invalidHit,
+  checkOptions,
+  checkWellFormed,
+  checkPositiveInteger,
+  notAnswered,
+  closedError,
+} = require('./check.js');
+const { Failures } = require('./stats.js');
 
 const { Operations, decode } = require('./ops.js');
 
 const DEFAULT_MAX_KEYS = 1_000_000;
-const OPTIONS = ['maxKeys', 'name'];
+const OPTIONS = ['maxKeys', 'name', 'onError'];
 
 class MemoryStore extends Operations {
   #hit;
   #call;
   #size;
   #clear;
+  #stats;
+  #close;
+  #closed = false;
+  #failures;
   /**
    * The table's numbers, in memory the addon owns: a hit's [windowMs, amount] in and resetMs out in
    * [0]; an op's [op, a, b, c, d] in and its answer out.
@@ -23,15 +35,56 @@ class MemoryStore extends Operations {
 
   constructor(options) {
     super();
-    const { maxKeys = DEFAULT_MAX_KEYS, name } = checkOptions('memoryStore', options, OPTIONS);
+    const { maxKeys = DEFAULT_MAX_KEYS, name, onError } = checkOptions('memoryStore', options, OPTIONS);
     checkPositiveInteger('memoryStore', 'maxKeys', maxKeys);
     checkWellFormed('memoryStore', 'name', name);
+    this.#failures = new Failures('memoryStore', onError);
     const table = native.memoryStore(maxKeys, name);
     this.#hit = table.hit;
     this.#call = table.call;
     this.#size = table.size;
     this.#clear = table.clear;
+    this.#stats = table.stats;
+    this.#close = table.close;
     this.#io = table.io;
+  }
+
+  /**
+   * The table's figures (for a named store, every holder's) and this store's failed calls, by code.
+   * Sums 80 shards' counts under their locks: cheap enough for every scrape.
+   */
+  stats() {
+    const [held, capacity, calls, ended, short, sweeps, swept] = this.#stats();
+    const errors = this.#failures.snapshot();
+    return {
+      kind: 'memory',
+      calls,
+      errors,
+      refusals: errors.ERR_STORE_FULL ?? 0,
+      held,
+      capacity,
+      evictions: { ended, short },
+      sweeps,
+      swept,
+    };
+  }
+
+  /** Refuses later calls (ERR_CLOSED); frees the table, or for a named store once its last holder closes. */
+  close() {
+    if (!this.#closed) {
+      this.#closed = true;
+      try {
+        this.#close();
+      } catch (error) {
+        return Promise.reject(error);
+      }
+    }
+    return Promise.resolve();
+  }
+
+  /** A failed call's rejection: counted, and told to onError. */
+  #fail(error) {
+    return Promise.reject(this.#failures.failed(error));
   }
 
   /** Always false: the counters live in this process. */
@@ -47,6 +100,7 @@ class MemoryStore extends Operations {
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
     if (invalid !== undefined) return Promise.reject(invalid);
+    if (this.#closed) return this.#fail(closedError('memoryStore'));
     const io = this.#io;
     io[0] = windowMs;
     io[1] = amount;
@@ -54,15 +108,16 @@ class MemoryStore extends Operations {
     try {
       count = this.#hit(key);
     } catch (error) {
-      return Promise.reject(error);
+      return this.#fail(error);
     }
     // A number is the only success: undefined means the hit failed and its error could not be thrown.
-    if (count === undefined) return Promise.reject(notAnswered());
+    if (count === undefined) return this.#fail(notAnswered());
     return Promise.resolve({ count, resetMs: io[0] });
   }
 
   /** Runs one op (its arguments already checked) on the table, at once, and answers a settled promise. */
   _call(op, key, a, b, c, d) {
+    if (this.#closed) return this.#fail(closedError('memoryStore'));
     const io = this.#io;
     io[0] = op;
     io[1] = a;
@@ -73,18 +128,19 @@ class MemoryStore extends Operations {
     try {
       n = this.#call(key);
     } catch (error) {
-      return Promise.reject(error);
+      return this.#fail(error);
     }
-    if (n === undefined) return Promise.reject(notAnswered());
+    if (n === undefined) return this.#fail(notAnswered());
     return Promise.resolve(decode(op, io, 0));
   }
 
   /** Drops every counter, at once. */
   resetAll() {
+    if (this.#closed) return this.#fail(closedError('memoryStore'));
     try {
       this.#clear();
     } catch (error) {
-      return Promise.reject(error);
+      return this.#fail(error);
     }
     return Promise.resolve();
   }

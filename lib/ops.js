@@ -15,6 +15,7 @@ const OP = {
   slidingConsume: 5,
   tokenBucket: 6,
   unlink: 7,
+  ping: 8,
 };
 
 /** Which state `unlink` removes: every algorithm's, for reset(key). */

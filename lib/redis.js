@@ -14,8 +14,9 @@ const {
 } = require('./check.js');
 
 const { OP, Operations, decode } = require('./ops.js');
+const { Failures } = require('./stats.js');
 
-const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster'];
+const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'onError'];
 /** Numbers per result in the native `results`: the id, then the op's answer. */
 const STRIDE = 6;
 
@@ -30,6 +31,9 @@ class RedisStore extends Operations {
   #ops = [];
   #freeSlots = [];
   #inFlight = 0;
+  /** Calls sent (plain integers: the event loop is one thread). */
+  #calls = 0;
+  #failures;
   /** Whether the native side keeps the process (and `#onBatch`) alive: while hits are in flight. */
   #held = false;
   #opened = false;
@@ -43,7 +47,7 @@ class RedisStore extends Operations {
   /** close() promises waiting for the hits in flight. */
   #drained = [];
   /** Called with each batch of results. The native side holds it only weakly while idle, so it lives here. */
-  #onBatch = (n, errors) => this.#settle(n, errors);
+  #onBatch = (n, errors, events) => this.#settle(n, errors, events);
   /** Lets the process go once idle; queued as a microtask, so a caller that hits again at once keeps the hold. */
   #release = () => {
     if (this.#inFlight === 0 && this.#held) {
@@ -61,7 +65,8 @@ class RedisStore extends Operations {
 
   constructor(options) {
     super();
-    const { url, token, prefix, timeoutMs, tls, cluster } = checkOptions('redisStore', options, OPTIONS);
+    const { url, token, prefix, timeoutMs, tls, cluster, onError } = checkOptions('redisStore', options, OPTIONS);
+    this.#failures = new Failures('redisStore', onError);
     checkOption('redisStore', 'url', url, 'string');
     checkOption('redisStore', 'token', token, 'string');
     checkWellFormed('redisStore', 'prefix', prefix);
@@ -84,6 +89,52 @@ class RedisStore extends Operations {
     return this._call(OP.hit, key, windowMs, amount, 0, 0);
   }
 
+  /** One PING round trip on the store's connection (connecting first if need be); rejects as a hit would. */
+  ping() {
+    return this._call(OP.ping, '', 0, 0, 0, 0).then(() => undefined);
+  }
+
+  /** Opens the connection now, before the first hit: resolves once a PING through it is answered. */
+  connect() {
+    return this.ping();
+  }
+
+  /**
+   * This store's calls and failures, and its connection's figures (shared by the stores of this thread
+   * with the same settings, which share the connection). Latencies are in ms, from an HDR-style histogram.
+   */
+  stats() {
+    const [
+      connects,
+      reconnects,
+      connectFailures,
+      losses,
+      timeouts,
+      noscript,
+      redirections,
+      count,
+      sumUs,
+      p50,
+      p90,
+      p99,
+      max,
+    ] = this.#native.stats();
+    return {
+      kind: 'redis',
+      calls: this.#calls,
+      errors: this.#failures.snapshot(),
+      inFlight: this.#inFlight,
+      connects,
+      reconnects,
+      connectFailures,
+      connectionLosses: losses,
+      timeouts,
+      noscriptReloads: noscript,
+      redirections,
+      latencyMs: { count, sumMs: sumUs / 1000, p50: p50 / 1000, p90: p90 / 1000, p99: p99 / 1000, max: max / 1000 },
+    };
+  }
+
   /** Reads the environment, on the first call, never at import or construction. */
   #open() {
     if (!this.#opened) {
@@ -94,17 +145,20 @@ class RedisStore extends Operations {
 
   /** Unlinks every key under the prefix (SCAN and UNLINK in batches, on every master of a cluster). */
   resetAll() {
+    let done;
     try {
       this.#open();
-      return this.#native.resetAll();
+      done = this.#native.resetAll();
     } catch (error) {
-      return Promise.reject(error);
+      return Promise.reject(this.#failures.failed(error));
     }
+    return done.catch((error) => Promise.reject(this.#failures.failed(error)));
   }
 
   /** Sends one op (its arguments already checked) and answers the promise of its result. */
   _call(op, key, a, b, c, d) {
     const store = this.#native;
+    this.#calls++;
     const slot = this.#freeSlots.length > 0 ? this.#freeSlots.pop() : this.#resolvers.length;
     try {
       this.#open();
@@ -112,7 +166,7 @@ class RedisStore extends Operations {
       if (store.send(slot, op, key, a, b, c, d) !== true) throw notAnswered();
     } catch (error) {
       this.#freeSlots.push(slot);
-      return Promise.reject(error);
+      return Promise.reject(this.#failures.failed(error));
     }
     this.#inFlight++;
     if (!this.#flushing) {
@@ -146,7 +200,7 @@ class RedisStore extends Operations {
     return settle;
   }
 
-  #settle(n, errors) {
+  #settle(n, errors, events) {
     const results = this.#results;
     for (let i = 0; i < STRIDE * n; i += STRIDE) {
       const slot = results[i];
@@ -155,8 +209,11 @@ class RedisStore extends Operations {
       this.#take(this.#resolvers, slot)(result);
     }
     if (errors !== undefined) {
-      for (let i = 0; i < errors.length; i += 2) this.#take(this.#rejecters, errors[i])(errors[i + 1]);
+      for (let i = 0; i < errors.length; i += 2) {
+        this.#take(this.#rejecters, errors[i])(this.#failures.failed(errors[i + 1]));
+      }
     }
+    if (events !== undefined) for (const event of events) this.#failures.tell(event);
     if (this.#inFlight === 0) {
       queueMicrotask(this.#release);
       if (this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();

@@ -27,6 +27,12 @@ pub enum Error {
          raise maxKeys or use redisStore()"
     )]
     StoreFull(usize),
+    /// A `memoryStore({ name })` of this name exists with another maxKeys.
+    #[error(
+        "memoryStore: a store of this name already exists with maxKeys {0}; every memoryStore({{ name }}) \
+         of one name must pass the same maxKeys (or close() the other first)"
+    )]
+    NameConflict(usize),
     /// redisStore's settings (options, environment, URL) can't be used.
     #[error("redisStore: {0}")]
     Config(String),
@@ -53,7 +59,7 @@ pub enum Error {
     #[error("redisStore: Redis answered with an error: {0}")]
     Redis(String),
     /// The store was closed by `close()`.
-    #[error("redisStore: the store is closed; hits after close() are refused")]
+    #[error("the store is closed; calls after close() are refused")]
     Closed,
     /// A Node-API call failed, with Node-API's own message for it.
     #[error("a Node-API call failed: {0}")]
@@ -74,6 +80,7 @@ impl Error {
             Error::InvalidRange(_) => "ERR_OUT_OF_RANGE",
             Error::CountOutOfRange => "ERR_COUNT_RANGE",
             Error::StoreFull(_) => "ERR_STORE_FULL",
+            Error::NameConflict(_) => "ERR_STORE_NAME_CONFLICT",
             Error::Config(_) => "ERR_CONFIG",
             Error::Timeout { .. } => "ERR_TIMEOUT",
             Error::Connection { .. } => "ERR_CONNECTION",

@@ -9,6 +9,7 @@
 pub mod bucket;
 pub mod clock;
 pub mod errors;
+pub mod histogram;
 pub mod memory;
 pub mod ops;
 pub mod redis;

@@ -31,6 +31,8 @@ pub enum Op {
     /// Removes one of a key's states (`a` names which: 0 fixed, 1 sliding,
     /// 2 bucket) → `[removed]`.
     Unlink,
+    /// `ping()`: one `PING` (no key is touched) → `[1]`.
+    Ping,
 }
 
 /// An op's numbers, checked: integers in the ranges the op allows.
@@ -95,6 +97,7 @@ impl Op {
             5 => Op::SlidingConsume,
             6 => Op::Bucket,
             7 => Op::Unlink,
+            8 => Op::Ping,
             _ => return None,
         })
     }
@@ -131,6 +134,7 @@ impl Op {
                 2.0 => [2, 0, 0, 0],
                 _ => return Err(Error::InvalidRange("unknown state to remove")),
             },
+            Op::Ping => [0; 4],
         })
     }
 
@@ -142,7 +146,7 @@ impl Op {
             Op::Refund => Some(&REFUND),
             Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => Some(&SLIDING),
             Op::Bucket => Some(&BUCKET),
-            Op::Unlink => None,
+            Op::Unlink | Op::Ping => None,
         }
     }
 
@@ -153,6 +157,7 @@ impl Op {
             Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => SUFFIXES[1],
             Op::Bucket => SUFFIXES[2],
             Op::Unlink => SUFFIXES[args[0] as usize],
+            Op::Ping => SUFFIXES[0],
         }
     }
 
@@ -175,7 +180,7 @@ impl Op {
                 digits(a2, b2),
                 digits(a3, b3),
             ]),
-            Op::Unlink => f(&[]),
+            Op::Unlink | Op::Ping => f(&[]),
         }
     }
 
@@ -185,7 +190,7 @@ impl Op {
             Op::Hit | Op::Refund | Op::SlidingIncrement | Op::SlidingDecrement => 2,
             Op::Consume | Op::Bucket => 4,
             Op::SlidingConsume => 5,
-            Op::Unlink => 1,
+            Op::Unlink | Op::Ping => 1,
         }
     }
 
@@ -238,7 +243,8 @@ mod tests {
     fn codes_name_ops_and_checks_refuse_bad_numbers() {
         assert_eq!(Op::from_code(0.0), Some(Op::Hit));
         assert_eq!(Op::from_code(7.0), Some(Op::Unlink));
-        assert_eq!(Op::from_code(8.0), None);
+        assert_eq!(Op::from_code(8.0), Some(Op::Ping));
+        assert_eq!(Op::from_code(9.0), None);
         assert_eq!(Op::from_code(1.5), None);
         assert_eq!(
             Op::Hit.check([60_000.0, -3.0, 0.0, 0.0]),

@@ -28,17 +28,19 @@ struct HitData {
     io: Arc<raw::Numbers>,
 }
 
-/// `memoryStore(maxKeys, name?)` → `{ hit(key): count, size(): number, io }`.
+/// `memoryStore(maxKeys, name?)` → `{ hit(key): count, call, size, clear,
+/// stats, close, io }`. `stats()` → `[held, capacity, calls, evictedEnded,
+/// evictedShort, sweeps, swept]`.
 #[napi(
     js_name = "memoryStore",
-    ts_return_type = "{ hit(key: string): number | undefined; call(key: string): number | undefined; size(): number; clear(): void; io: Float64Array }"
+    ts_return_type = "{ hit(key: string): number | undefined; call(key: string): number | undefined; size(): number; clear(): void; stats(): number[]; close(): void; io: Float64Array }"
 )]
 pub fn memory_store<'e>(
     env: &'e Env,
     max_keys: f64,
     name: Option<JsString<'e>>,
 ) -> Result<Object<'e>> {
-    let open = || -> std::result::Result<Arc<Table>, Error> {
+    let open = || -> std::result::Result<(Arc<Table>, Option<String>), Error> {
         if !window::is_positive_safe_integer(max_keys) {
             return Err(Error::InvalidRange(
                 "maxKeys must be a positive safe integer",
@@ -51,9 +53,10 @@ pub fn memory_store<'e>(
                 "name must be a well-formed string (no lone surrogates)",
             )?),
         };
-        memory::open(name.as_deref(), max_keys as usize)
+        let table = memory::open(name.as_deref(), max_keys as usize)?;
+        Ok((table, name))
     };
-    let table = open().map_err(|e| throw_core(env, e))?;
+    let (table, name) = open().map_err(|e| throw_core(env, e))?;
     let io = raw::Numbers::new(IO_LEN);
     let size_of = Arc::clone(&table);
     let size =
@@ -61,6 +64,28 @@ pub fn memory_store<'e>(
     let cleared = Arc::clone(&table);
     let clear = env.create_function_from_closure::<(), _, _>("clear", move |ctx| {
         cleared.clear().map_err(|e| throw_core(ctx.env, e))
+    })?;
+    let counted = Arc::clone(&table);
+    let stats = env.create_function_from_closure::<(), _, _>("stats", move |ctx| {
+        let s = counted.stats().map_err(|e| throw_core(ctx.env, e))?;
+        let t = s.tally;
+        Ok(vec![
+            s.held as f64,
+            s.capacity as f64,
+            t.calls as f64,
+            t.evicted_ended as f64,
+            t.evicted_short as f64,
+            s.sweeps as f64,
+            t.swept as f64,
+        ])
+    })?;
+    let closing = (Arc::clone(&table), std::cell::Cell::new(false));
+    let close = env.create_function_from_closure::<(), _, _>("close", move |ctx| {
+        let (table, closed) = &closing;
+        if closed.replace(true) {
+            return Ok(());
+        }
+        memory::close(name.as_deref(), table).map_err(|e| throw_core(ctx.env, e))
     })?;
     let data = || HitData {
         table: Arc::clone(&table),
@@ -78,6 +103,8 @@ pub fn memory_store<'e>(
     let mut store = Object::new(env)?;
     store.set("size", size)?;
     store.set("clear", clear)?;
+    store.set("stats", stats)?;
+    store.set("close", close)?;
     // SAFETY: live values of this callback's scope.
     unsafe {
         store.set("hit", Unknown::from_raw_unchecked(env.raw(), hit))?;

@@ -27,6 +27,7 @@ use napi_derive::napi;
 use super::{raw, redis_loop, throw_core};
 use crate::errors::Error as CoreError;
 use crate::ops::{Args, Op};
+use crate::redis::stats::{self, Event};
 use crate::redis::{Batched, Completion, Config, Options};
 use crate::window;
 
@@ -234,6 +235,14 @@ impl StoreData {
             store.flush();
         }
     }
+
+    fn stats(&self) -> [f64; stats::NUMBERS] {
+        match &*self.mode.borrow() {
+            Mode::Threaded { batched, .. } => batched.stats(),
+            Mode::Loop(store) => store.stats(),
+            Mode::Unopened | Mode::Failed(_) => [0.0; stats::NUMBERS],
+        }
+    }
 }
 
 impl Drop for StoreData {
@@ -251,13 +260,14 @@ impl Drop for StoreData {
 }
 
 /// `redisStore(url, token, prefix, timeoutMs, ca, cluster, settle)` →
-/// `{ results, open, send, flush, ref, unref, close }`. `settle(n, errors)`
-/// is called with `n` results in `results`, each `[id, …answer]` in six
-/// numbers, and `errors` (`[id, error, …]`, or undefined).
+/// `{ results, open, send, flush, stats, ref, unref, close }`.
+/// `settle(n, errors, events)` is called with `n` results in `results`, each
+/// `[id, …answer]` in six numbers, `errors` (`[id, error, …]`, or
+/// undefined) and the connection's `events` (or undefined).
 #[napi(
     js_name = "redisStore",
-    ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, settle: (n: number, errors: unknown[] | undefined) => void",
-    ts_return_type = "{ results: Float64Array; open(env: object): void; resetAll(): Promise<void>; send(id: number, op: number, key: string, a: number, b: number, c: number, d: number): true | undefined; flush(): void; ref(): void; unref(): void; close(): void }"
+    ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, settle: (n: number, errors: unknown[] | undefined, events: { type: string; code?: string }[] | undefined) => void",
+    ts_return_type = "{ results: Float64Array; open(env: object): void; resetAll(): Promise<void>; send(id: number, op: number, key: string, a: number, b: number, c: number, d: number): true | undefined; flush(): void; stats(): number[]; ref(): void; unref(): void; close(): void }"
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn redis_store<'e>(
@@ -388,6 +398,13 @@ pub fn redis_store<'e>(
                 )),
             };
             Ok(ctx.env.spawn(task)?.promise_object())
+        })?,
+    )?;
+    let counted = Rc::clone(&data);
+    store.set(
+        "stats",
+        env.create_function_from_closure::<(), _, _>("stats", move |_| {
+            Ok(counted.stats().to_vec())
         })?,
     )?;
     store.set(
@@ -617,7 +634,7 @@ unsafe fn deliver_all(
         // SAFETY: as the caller promises.
         let (argv, this) = unsafe {
             (
-                settle_args(env, &context.pending, count, &context.results)?,
+                settle_args(env, &context.pending, count, &context.results, &[])?,
                 raw::undefined(env)?,
             )
         };
@@ -633,8 +650,9 @@ unsafe fn deliver_all(
     Ok(true)
 }
 
-/// The arguments of one `settle(n, errors)` call for the first `count`
-/// completions, with the numbers written into `results`.
+/// The arguments of one `settle(n, errors, events)` call for the first
+/// `count` completions, with the numbers written into `results`, and the
+/// connection events (`[{ type, code? }]`, or undefined when none).
 ///
 /// # Safety
 /// Called on the JS thread inside a callback of `env`.
@@ -643,7 +661,8 @@ pub(super) unsafe fn settle_args(
     completions: &VecDeque<Completion>,
     count: usize,
     results: &raw::Numbers,
-) -> std::result::Result<[sys::napi_value; 2], CoreError> {
+    events: &[Event],
+) -> std::result::Result<[sys::napi_value; 3], CoreError> {
     let mut n = 0;
     let mut errors: sys::napi_value = ptr::null_mut();
     let mut error_count = 0;
@@ -678,8 +697,47 @@ pub(super) unsafe fn settle_args(
             true => raw::undefined(env)?,
             false => errors,
         };
-        Ok([raw::double(env, n as f64)?, errors])
+        let events = match events.is_empty() {
+            true => raw::undefined(env)?,
+            false => event_array(env, events)?,
+        };
+        Ok([raw::double(env, n as f64)?, errors, events])
     }
+}
+
+/// `[{ type: 'connected' | 'lost' | 'reconnected', code? }]`: constant
+/// text only, so no key or secret can be in it.
+///
+/// # Safety
+/// Called on the JS thread inside a callback of `env`.
+unsafe fn event_array(
+    env: sys::napi_env,
+    events: &[Event],
+) -> std::result::Result<sys::napi_value, CoreError> {
+    let mut array = ptr::null_mut();
+    // SAFETY: as the caller promises; every handle is of this scope and
+    // every property name a NUL-terminated literal.
+    unsafe {
+        raw::check(env, sys::napi_create_array(env, &mut array))?;
+        for (i, event) in events.iter().enumerate() {
+            let mut object = ptr::null_mut();
+            raw::check(env, sys::napi_create_object(env, &mut object))?;
+            let kind = raw::js_string(env, event.kind())?;
+            raw::check(
+                env,
+                sys::napi_set_named_property(env, object, c"type".as_ptr(), kind),
+            )?;
+            if let Event::Lost(code) = event {
+                let code = raw::js_string(env, code)?;
+                raw::check(
+                    env,
+                    sys::napi_set_named_property(env, object, c"code".as_ptr(), code),
+                )?;
+            }
+            raw::check(env, sys::napi_set_element(env, array, i as u32, object))?;
+        }
+    }
+    Ok(array)
 }
 
 /// The threadsafe function is gone (released, or the environment is ending).

@@ -31,6 +31,7 @@ use crate::ops::{Args, Op};
 use crate::redis::health::{Backoff, Gate};
 use crate::redis::pipe::{Done, Pipe, Request};
 use crate::redis::socket::{Socket, Target};
+use crate::redis::stats::{self, Event};
 use crate::redis::{Completion, Config};
 use crate::wtf8;
 
@@ -66,6 +67,8 @@ struct Sink {
     settle: sys::napi_ref,
     results: Arc<raw::Numbers>,
     done: Vec<Completion>,
+    /// Connection events not yet handed to this store's `settle`.
+    events: Vec<Event>,
     /// Hits of this store whose promise has not settled.
     in_flight: usize,
     closed: bool,
@@ -95,6 +98,8 @@ pub struct Conn {
     last_answer: Instant,
     /// The connection has answered something since it was opened.
     answered: bool,
+    /// A connection has been open (so the next is a reconnect).
+    was_up: bool,
     /// Results not yet routed to their store.
     done: Vec<Done>,
     /// Indexed by the high half of a request's id.
@@ -160,6 +165,7 @@ impl LoopStore {
                 settle,
                 results,
                 done: Vec::new(),
+                events: Vec::new(),
                 in_flight: 0,
                 closed: false,
             };
@@ -204,6 +210,12 @@ impl LoopStore {
     pub fn flush(&self) {
         self.conn.borrow_mut().flush();
         deliver(&self.conn);
+    }
+
+    /// The connection's counts (see `stats::Tally::numbers`), shared by the
+    /// stores of this thread on it.
+    pub fn stats(&self) -> [f64; stats::NUMBERS] {
+        self.conn.borrow().pipe.tally.numbers()
     }
 
     /// Refuses later hits; the store lets go of the connection once its hits
@@ -265,6 +277,7 @@ impl Conn {
             backoff: Backoff::new(rand::random()),
             last_answer: Instant::now(),
             answered: false,
+            was_up: false,
             done: Vec::new(),
             sinks: Vec::new(),
             torn_down: false,
@@ -358,6 +371,16 @@ impl Conn {
             Ok((socket, poll.0))
         }) {
             Ok((socket, poll)) => {
+                let tally = &mut self.pipe.tally;
+                tally.connects += 1;
+                let event = match std::mem::replace(&mut self.was_up, true) {
+                    false => Event::Connected,
+                    true => {
+                        tally.reconnects += 1;
+                        Event::Reconnected
+                    }
+                };
+                self.tell(event);
                 // The backoff ends with the first answer, not the connect: an
                 // endpoint that accepts and closes must not be hammered.
                 self.answered = false;
@@ -375,6 +398,7 @@ impl Conn {
             }
             Err(error) => {
                 self.link = Link::Down;
+                self.pipe.tally.connect_failures += 1;
                 self.backoff.failed(Instant::now(), error.clone());
                 // Never sent, so never counted.
                 for request in self.waiting.drain(..) {
@@ -494,7 +518,16 @@ impl Conn {
         };
         self.pipe.fail(&error, &mut self.done);
         self.drop_link();
+        self.pipe.tally.losses += 1;
+        self.tell(Event::Lost(error.code()));
         error
+    }
+
+    /// Queues a connection event for every store on the connection.
+    fn tell(&mut self, event: Event) {
+        for sink in self.sinks.iter_mut().flatten() {
+            sink.events.push(event);
+        }
     }
 
     fn drop_link(&mut self) {
@@ -539,6 +572,7 @@ impl Conn {
         // Hits wait in the order they were sent, but each store has its own timeout.
         while let Some(i) = self.waiting.iter().position(|r| r.deadline <= now) {
             if let Some(request) = self.waiting.remove(i) {
+                self.pipe.tally.timeouts += 1;
                 self.done.push(Done {
                     id: request.id,
                     result: Err(Error::Timeout {
@@ -681,12 +715,16 @@ unsafe extern "C" fn on_connected(handle: *mut Handle) {
 /// and lets closed stores go once their hits have settled.
 fn deliver(cell: &RefCell<Conn>) {
     loop {
-        let (env, context, settle, results, done) = {
+        let (env, context, settle, results, done, events) = {
             let Ok(mut c) = cell.try_borrow_mut() else {
                 return;
             };
             c.route();
-            let next = c.sinks.iter_mut().flatten().find(|s| !s.done.is_empty());
+            let next = c
+                .sinks
+                .iter_mut()
+                .flatten()
+                .find(|s| !s.done.is_empty() || !s.events.is_empty());
             let Some(sink) = next else {
                 c.arm();
                 c.release_idle();
@@ -694,17 +732,18 @@ fn deliver(cell: &RefCell<Conn>) {
             };
             let count = sink.done.len().min(BATCH);
             let done: VecDeque<Completion> = sink.done.drain(..count).collect();
+            let events = std::mem::take(&mut sink.events);
             let (settle, results) = (sink.settle, Arc::clone(&sink.results));
-            (c.env, c.async_context, settle, results, done)
+            (c.env, c.async_context, settle, results, done, events)
         };
         // SAFETY: on the JS thread, outside any other Node-API call (a libuv
         // callback, or the tail of a store function's call); the sink's
         // reference outlives the sink (its store deletes it after).
-        unsafe { call_settle(env, context, settle, &results, &done) };
+        unsafe { call_settle(env, context, settle, &results, &done, &events) };
     }
 }
 
-/// Calls `settle(n, errors)` for `done` in a scope of its own, as libuv
+/// Calls `settle(n, errors, events)` for `done` in a scope of its own, as libuv
 /// callbacks must (microtasks run when it ends); an exception it throws is
 /// reported as uncaught.
 ///
@@ -716,6 +755,7 @@ unsafe fn call_settle(
     settle: sys::napi_ref,
     results: &raw::Numbers,
     done: &VecDeque<Completion>,
+    events: &[Event],
 ) {
     let mut scope = ptr::null_mut();
     // SAFETY: as the caller promises; every handle below is of this scope.
@@ -727,7 +767,7 @@ unsafe fn call_settle(
         let mut this = ptr::null_mut();
         let args = raw::check(env, sys::napi_get_reference_value(env, settle, &mut func))
             .and_then(|()| raw::check(env, sys::napi_get_global(env, &mut this)))
-            .and_then(|()| settle_args(env, done, done.len(), results));
+            .and_then(|()| settle_args(env, done, done.len(), results, events));
         if let (Ok(argv), false) = (args, func.is_null()) {
             let mut ignored = ptr::null_mut();
             let status = sys::napi_make_callback(

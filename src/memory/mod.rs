@@ -21,6 +21,7 @@ use crate::clock;
 use crate::errors::{Error, Result};
 use crate::window::{self, Change, Outcome};
 use shard::Shard;
+pub use shard::Tally;
 
 /// Enough shards that one shard holds a small part of the table. 80 (not a
 /// power of two) so that round sizes (250,000, 500,000, the default
@@ -62,6 +63,17 @@ pub struct Table {
     len: AtomicUsize,
     max_keys: usize,
     sip: (u64, u64),
+    /// Rounds of the sweeper over this table (its thread alone adds to it).
+    sweeps: AtomicU64,
+}
+
+/// What a table holds and has done, for `stats()`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub held: usize,
+    pub capacity: usize,
+    pub tally: Tally,
+    pub sweeps: u64,
 }
 
 impl Table {
@@ -81,7 +93,23 @@ impl Table {
             len: AtomicUsize::new(0),
             max_keys,
             sip: (rand::random(), rand::random()),
+            sweeps: AtomicU64::new(0),
         }
+    }
+
+    /// The table's figures, summed over its shards (one lock at a time):
+    /// cheap enough for every scrape.
+    pub fn stats(&self) -> Result<Stats> {
+        let mut tally = Tally::default();
+        for s in 0..SHARDS {
+            tally.add(&self.lock(s)?.tally);
+        }
+        Ok(Stats {
+            held: self.len(),
+            capacity: self.max_keys,
+            tally,
+            sweeps: self.sweeps.load(Ordering::Relaxed),
+        })
     }
 
     pub fn max_keys(&self) -> usize {
@@ -123,8 +151,12 @@ impl Table {
         amount: i64,
     ) -> Result<Outcome> {
         let s = Self::shard_of(key);
+        let mut counted = false;
         loop {
             let mut shard = self.lock(s)?;
+            if !std::mem::replace(&mut counted, true) {
+                shard.tally.calls += 1;
+            }
             let now = shard.tick(clock());
             let held = shard.find(key);
             let outcome = window::hit(held.map(|id| shard.get(id)), now, window_ms, amount)?;
@@ -175,8 +207,10 @@ impl Table {
             let mut shard = self.lock(s)?;
             let now = shard.tick(0);
             let held = shard.len();
+            let tally = shard.tally;
             *shard = Shard::new();
             shard.tick(now);
+            shard.tally = tally;
             self.len.fetch_sub(held, Ordering::Relaxed);
             self.publish(s, &shard);
         }
@@ -198,6 +232,7 @@ impl Table {
             if let Some(id) = shard.earliest(true) {
                 if shard.get(id).reset_ms(now).is_none() {
                     shard.remove(id);
+                    shard.tally.evicted_ended += 1;
                     self.len.fetch_sub(1, Ordering::Relaxed);
                     self.publish(s, &shard);
                     return Ok(());
@@ -210,6 +245,11 @@ impl Table {
         let mut shard = self.lock(s)?;
         // Another thread may have emptied it since: then this only republishes.
         if let Some(id) = shard.earliest(false) {
+            // An ended short window is dropped here too: say which it was.
+            match shard.get(id).reset_ms(shard.tick(clock())) {
+                None => shard.tally.evicted_ended += 1,
+                Some(_) => shard.tally.evicted_short += 1,
+            }
             shard.remove(id);
             self.len.fetch_sub(1, Ordering::Relaxed);
         }
@@ -243,6 +283,7 @@ impl Table {
     /// empty. Returns how many were dropped.
     pub fn sweep(&self, clock: impl Fn() -> u64) -> usize {
         let mut dropped = 0;
+        self.sweeps.fetch_add(1, Ordering::Relaxed);
         for s in 0..SHARDS {
             loop {
                 let Ok(mut shard) = self.lock(s) else {
@@ -250,6 +291,7 @@ impl Table {
                 };
                 let now = shard.tick(clock());
                 let gone = shard.drop_ended(now, SWEEP_BATCH);
+                shard.tally.swept += gone as u64;
                 if gone > 0 {
                     self.len.fetch_sub(gone, Ordering::Relaxed);
                     shard.shrink();
@@ -271,6 +313,20 @@ impl Table {
     }
 }
 
+/// A process-wide table and how many stores hold it: it is freed when the
+/// last one closes. A store collected without `close()` keeps its hold, so a
+/// module reloaded by a dev server finds its counts.
+struct Named {
+    table: Arc<Table>,
+    holders: usize,
+}
+
+static NAMED: OnceLock<Mutex<HashMap<String, Named>>> = OnceLock::new();
+
+fn named() -> Result<MutexGuard<'static, HashMap<String, Named>>> {
+    NAMED.get_or_init(Default::default).lock().map_err(poisoned)
+}
+
 /// Opens a table: a private one, or the process-wide one of that name, which
 /// every module and worker thread of the process that asks for it shares.
 pub fn open(name: Option<&str>, max_keys: usize) -> Result<Arc<Table>> {
@@ -279,24 +335,43 @@ pub fn open(name: Option<&str>, max_keys: usize) -> Result<Arc<Table>> {
         sweep_later(&table)?;
         return Ok(table);
     };
-    static NAMED: OnceLock<Mutex<HashMap<String, Arc<Table>>>> = OnceLock::new();
-    let mut named = NAMED
-        .get_or_init(Default::default)
-        .lock()
-        .map_err(poisoned)?;
-    if let Some(table) = named.get(name) {
-        if table.max_keys() != max_keys {
-            return Err(Error::InvalidRange(
-                "a memoryStore of this name already exists with another maxKeys",
-            ));
+    let mut named = named()?;
+    if let Some(held) = named.get_mut(name) {
+        if held.table.max_keys() != max_keys {
+            return Err(Error::NameConflict(held.table.max_keys()));
         }
-        return Ok(Arc::clone(table));
+        held.holders += 1;
+        return Ok(Arc::clone(&held.table));
     }
     let table = Arc::new(Table::new(max_keys));
     // Once per table: a name opened again is swept already.
     sweep_later(&table)?;
-    named.insert(name.to_owned(), Arc::clone(&table));
+    named.insert(
+        name.to_owned(),
+        Named {
+            table: Arc::clone(&table),
+            holders: 1,
+        },
+    );
     Ok(table)
+}
+
+/// A store of `table` (opened under `name`, if any) closes: a private table
+/// is emptied at once, a named one once its last holder has closed, and the
+/// name is free for a new table.
+pub fn close(name: Option<&str>, table: &Arc<Table>) -> Result<()> {
+    if let Some(name) = name {
+        let mut named = named()?;
+        let Some(held) = named.get_mut(name).filter(|h| Arc::ptr_eq(&h.table, table)) else {
+            return Ok(());
+        };
+        held.holders -= 1;
+        if held.holders > 0 {
+            return Ok(());
+        }
+        named.remove(name);
+    }
+    table.clear()
 }
 
 fn poisoned<T>(_: T) -> Error {
@@ -649,11 +724,52 @@ mod tests {
         let a = open(Some("memory-test-name"), 5).unwrap();
         let b = open(Some("memory-test-name"), 5).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
-        assert!(open(Some("memory-test-name"), 6).is_err());
+        assert_eq!(
+            open(Some("memory-test-name"), 6).err(),
+            Some(Error::NameConflict(5))
+        );
         assert!(!Arc::ptr_eq(
             &open(None, 5).unwrap(),
             &open(None, 5).unwrap()
         ));
+    }
+
+    #[test]
+    fn a_named_table_is_freed_when_its_last_holder_closes() {
+        let name = Some("memory-test-close");
+        let a = open(name, 5).unwrap();
+        let b = open(name, 5).unwrap();
+        a.hit(1, || 0, 60_000, 1).unwrap();
+        close(name, &a).unwrap();
+        assert_eq!(b.hit(1, || 0, 60_000, 0).unwrap().count, 1);
+        close(name, &b).unwrap();
+        assert!(b.is_empty());
+        // The name is free: another maxKeys is no conflict now.
+        let c = open(name, 7).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+        close(name, &c).unwrap();
+        // A second close of a closed store changes nothing.
+        close(name, &a).unwrap();
+    }
+
+    #[test]
+    fn stats_count_calls_evictions_and_sweeps() {
+        let t = Table::new(2);
+        t.hit(1, || 0, 10, 1).unwrap();
+        t.hit(2, || 0, 60_000, 1).unwrap();
+        t.hit(3, || 20 * MS, 60_000, 1).unwrap(); // drops 1, ended
+        t.hit(4, || 20 * MS, 60_000, 1).unwrap(); // drops 2, short
+        t.hit(4, || 20 * MS, 60_000, 0).unwrap();
+        t.sweep(|| 100 * MS * MS);
+        let s = t.stats().unwrap();
+        assert_eq!((s.held, s.capacity, s.sweeps), (0, 2, 1));
+        let want = Tally {
+            calls: 5,
+            evicted_ended: 1,
+            evicted_short: 1,
+            swept: 2,
+        };
+        assert_eq!(s.tally, want);
     }
 
     /// The rules written out plainly, with no eviction: the table must agree.

@@ -177,6 +177,31 @@ pub struct Shard {
     long: BTreeMap<u64, u32>,
     /// The latest time a hit here was applied at: time per key never runs back.
     now: u64,
+    /// What happened here, counted under the shard's lock.
+    pub tally: Tally,
+}
+
+/// A shard's counts of what it did: plain integers, changed only under its
+/// lock, so counting costs a hit no shared cache line.
+#[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
+pub struct Tally {
+    /// Calls that ran here (every op, a read included).
+    pub calls: u64,
+    /// Ended windows dropped to make room for a new counter.
+    pub evicted_ended: u64,
+    /// Short windows (at most one hour) dropped before their end to make room.
+    pub evicted_short: u64,
+    /// Ended windows the sweeper dropped.
+    pub swept: u64,
+}
+
+impl Tally {
+    pub fn add(&mut self, other: &Tally) {
+        self.calls += other.calls;
+        self.evicted_ended += other.evicted_ended;
+        self.evicted_short += other.evicted_short;
+        self.swept += other.swept;
+    }
 }
 
 /// A counter held, by its position in the shard (valid until the next change).

@@ -35,7 +35,7 @@ enum Write {
 fn keys(key: KeyHash, op: Op, args: &Args) -> ([KeyHash; 2], usize) {
     let sliding = ([key ^ SLIDING_CURRENT, key ^ SLIDING_PREVIOUS], 2);
     match op {
-        Op::Hit | Op::Consume | Op::Refund => ([key, key], 1),
+        Op::Hit | Op::Consume | Op::Refund | Op::Ping => ([key, key], 1),
         Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => sliding,
         Op::Bucket => ([key ^ BUCKET, key], 1),
         Op::Unlink => match args[0] {
@@ -193,6 +193,7 @@ fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answ
             ];
             (Answer::new(&values), [change, keep])
         }
+        Op::Ping => (Answer::new(&[1]), [keep; 2]),
         Op::Unlink => {
             let removed = held.iter().flatten().count() as i64;
             (Answer::new(&[removed]), [Write::Drop; 2])
@@ -218,8 +219,12 @@ impl Table {
         let (keys, n) = keys(key, op, args);
         let keys = &keys[..n];
         let s = Self::shard_of(key);
+        let mut counted = false;
         loop {
             let mut shard = self.lock(s)?;
+            if !std::mem::replace(&mut counted, true) {
+                shard.tally.calls += 1;
+            }
             let now = shard.tick(clock());
             let mut held = [None; 2];
             for (h, &k) in held.iter_mut().zip(keys) {

@@ -13,6 +13,7 @@ use tokio::sync::{mpsc, Notify};
 
 use super::config::{Config, Options};
 use super::runtime;
+use super::stats::{self, Tally};
 use super::store::{Query, Store};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
@@ -123,6 +124,7 @@ struct Open {
     outbox: Arc<Shared<Outbox>>,
     /// Keys go out as JSON strings (Upstash's REST API): each must be well-formed.
     json_keys: bool,
+    tally: Arc<Mutex<Tally>>,
 }
 
 pub struct Batched {
@@ -156,6 +158,7 @@ impl Batched {
         self.open.get_or_init(|| {
             let config = Config::resolve(&self.options, env)?;
             let store = Store::new(&config)?;
+            let tally = Arc::clone(&store.tally);
             let runtime = runtime::handle()?;
             let ready = Arc::new(Notify::new());
             let notify = Arc::clone(&ready);
@@ -172,6 +175,7 @@ impl Batched {
             Ok(Open {
                 outbox,
                 json_keys: config.is_rest(),
+                tally,
             })
         });
     }
@@ -209,6 +213,18 @@ impl Batched {
             });
         });
         Ok(())
+    }
+
+    /// The store's counts (see `stats::Tally::numbers`); zeros before it opens.
+    pub fn stats(&self) -> [f64; stats::NUMBERS] {
+        match self.open.get() {
+            Some(Ok(open)) => open
+                .tally
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .numbers(),
+            _ => Tally::default().numbers(),
+        }
     }
 
     /// Swaps the finished hits into `into` (which should be empty), keeping

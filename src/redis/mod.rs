@@ -18,6 +18,7 @@ pub mod resp;
 pub mod rest;
 mod runtime;
 pub mod socket;
+pub mod stats;
 pub mod store;
 
 pub use batch::{Batched, Completion};

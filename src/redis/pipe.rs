@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use super::health;
 use super::resp::{self, Malformed, Parser, Reply};
+use super::stats::Tally;
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 
@@ -56,6 +57,8 @@ pub struct Pipe {
     /// How many of `sent` are not settled yet, kept as they change.
     unsettled: usize,
     parser: Parser,
+    /// What this connection's calls met, over its life.
+    pub tally: Tally,
 }
 
 impl Pipe {
@@ -66,6 +69,7 @@ impl Pipe {
             sent: VecDeque::new(),
             unsettled: 0,
             parser: Parser::default(),
+            tally: Tally::default(),
         }
     }
 
@@ -94,6 +98,7 @@ impl Pipe {
         let out = &mut self.out;
         let key: &[u8] = &request.key;
         match request.op.script() {
+            None if request.op == Op::Ping => resp::encode(out, &[b"PING"]),
             None => resp::encode(out, &[b"UNLINK", key]),
             Some(script) => request.op.argv(&request.args, |argv| {
                 let head: [&[u8]; 4] = match eval {
@@ -117,6 +122,8 @@ impl Pipe {
     /// Matches every whole reply read so far to its hit.
     pub fn answers(&mut self, done: &mut Vec<Done>) -> std::result::Result<Health, Malformed> {
         let mut health = Health::default();
+        // One clock read per batch of replies read together.
+        let mut now = None;
         while let Some(reply) = self.parser.next()? {
             let Some(mut sent) = self.sent.pop_front() else {
                 return Err(Malformed); // A reply nothing asked for.
@@ -126,6 +133,7 @@ impl Pipe {
                 if code == "NOSCRIPT" && !sent.eval {
                     // The script did not run: send it whole, once.
                     self.encode(&sent.request, true);
+                    self.tally.noscript += 1;
                     sent.eval = true;
                     self.sent.push_back(sent);
                     continue;
@@ -136,6 +144,9 @@ impl Pipe {
             }
             if !sent.settled {
                 self.unsettled -= 1;
+                let now = *now.get_or_insert_with(Instant::now);
+                self.tally
+                    .answered(now.saturating_duration_since(sent.request.sent_at));
                 let result =
                     outcome(sent.request.op, reply).map_err(|e| self.redact(e, &sent.request));
                 done.push(Done {
@@ -159,6 +170,7 @@ impl Pipe {
             sent.settled = true;
             self.unsettled -= 1;
             expired += 1;
+            self.tally.timeouts += 1;
             let ms = sent
                 .request
                 .deadline
@@ -235,6 +247,7 @@ fn outcome(op: Op, reply: Reply) -> Result<Answer> {
             (!detail.is_empty()).then_some(detail.as_str()),
             super::link::Stage::Sent,
         )),
+        _ if op == Op::Ping => op.answer(&[1]),
         _ => op.answer(&[]),
     }
 }

@@ -25,6 +25,7 @@ use super::config::Config;
 use super::health;
 use super::link::{classify, server_error, Link, Stage};
 use super::rest::Rest;
+use super::stats::Tally;
 use crate::errors::{Error, Result};
 use crate::ops::{Answer as Values, Args, Op};
 
@@ -105,6 +106,8 @@ pub struct Store {
     nodes: Nodes,
     timeout: Duration,
     secrets: Vec<Vec<u8>>,
+    /// What this store's calls met: locked once per pipeline's answers.
+    pub tally: Arc<Mutex<Tally>>,
 }
 
 /// Redirections one hit may follow (a slot that moves twice while a hit is
@@ -117,6 +120,7 @@ impl Store {
             nodes: Nodes::shared(config)?,
             timeout: Duration::from_millis(config.timeout_ms),
             secrets: config.secrets(),
+            tally: Arc::default(),
         })
     }
 
@@ -130,18 +134,31 @@ impl Store {
 
     /// Hits sent together, answered in order. Runs on the runtime.
     pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Values>> {
-        let deadline = Instant::now() + self.timeout;
+        let started = Instant::now();
+        let deadline = started + self.timeout;
+        let tally = &self.tally;
         let answers = match &self.nodes {
             Nodes::Single(link) => {
                 let all: Vec<usize> = (0..queries.len()).collect();
-                on_node(link, queries, &all, false, deadline).await
+                on_node(link, queries, &all, false, deadline, tally).await
             }
-            Nodes::Cluster(cluster) => routed(cluster, queries, deadline).await,
+            Nodes::Cluster(cluster) => routed(cluster, queries, deadline, tally).await,
             Nodes::Rest(rest) => {
                 let results = rest.hits(queries, deadline).await;
                 return self.answer(queries, results.into_iter());
             }
         };
+        {
+            let took = started.elapsed();
+            let mut tally = lock(tally);
+            for answer in &answers {
+                match answer {
+                    Answer::TimedOut { .. } => tally.timeouts += 1,
+                    Answer::Value(_) => tally.answered(took),
+                    _ => {}
+                }
+            }
+        }
         let ms = self.timeout.as_millis() as u64;
         let results = answers
             .into_iter()
@@ -249,6 +266,7 @@ async fn on_node(
     chosen: &[usize],
     asking: bool,
     deadline: Instant,
+    tally: &Mutex<Tally>,
 ) -> Vec<Answer> {
     let (conn, generation) = match timeout_at(deadline, link.connection()).await {
         Ok(Ok(connected)) => connected,
@@ -261,7 +279,7 @@ async fn on_node(
         }
     };
     let mark = link.mark();
-    let answers = send(conn, queries, chosen, asking, deadline).await;
+    let answers = send(conn, queries, chosen, asking, deadline, tally).await;
     let timeouts = answers
         .iter()
         .filter(|a| matches!(a, Answer::TimedOut { .. }))
@@ -281,7 +299,12 @@ async fn on_node(
 /// Sends each hit to its slot's master and follows MOVED and ASK, whose
 /// script did not run; nothing else is sent again. Trouble with a node has
 /// the slot map asked for again, so hits find a promoted replica.
-async fn routed(cluster: &Arc<Cluster>, queries: &[Query<'_>], deadline: Instant) -> Vec<Answer> {
+async fn routed(
+    cluster: &Arc<Cluster>,
+    queries: &[Query<'_>],
+    deadline: Instant,
+    tally: &Mutex<Tally>,
+) -> Vec<Answer> {
     let all = |answer: &dyn Fn() -> Answer| queries.iter().map(|_| answer()).collect();
     let links = match timeout_at(deadline, cluster.route(queries.iter().map(|q| q.key))).await {
         Ok(Ok(links)) => links,
@@ -314,16 +337,15 @@ async fn routed(cluster: &Arc<Cluster>, queries: &[Query<'_>], deadline: Instant
                 None => groups.push((link, asking, vec![i])),
             }
         }
-        let sent = join_all(
-            groups
-                .iter()
-                .map(|(link, asking, chosen)| on_node(link, queries, chosen, *asking, deadline)),
-        )
+        let sent = join_all(groups.iter().map(|(link, asking, chosen)| {
+            on_node(link, queries, chosen, *asking, deadline, tally)
+        }))
         .await;
         for ((_, _, chosen), group) in groups.iter().zip(sent) {
             for (&i, answer) in chosen.iter().zip(group) {
                 match answer.redirection() {
                     Some((to, asking)) if redirects_left > 0 => {
+                        lock(tally).redirections += 1;
                         if !asking {
                             cluster.stale();
                         }
@@ -359,6 +381,7 @@ async fn send(
     chosen: &[usize],
     asking: bool,
     deadline: Instant,
+    tally: &Mutex<Tally>,
 ) -> Vec<Answer> {
     let mut answers = pipeline(&mut conn, false, queries, chosen, asking, deadline).await;
     let (missing, at): (Vec<usize>, Vec<usize>) = (0..answers.len())
@@ -366,6 +389,7 @@ async fn send(
         .map(|j| (chosen[j], j))
         .unzip();
     if !missing.is_empty() {
+        lock(tally).noscript += missing.len() as u64;
         let retried = pipeline(&mut conn, true, queries, &missing, asking, deadline).await;
         for (j, answer) in at.into_iter().zip(retried) {
             answers[j] = answer;
@@ -394,6 +418,9 @@ async fn pipeline(
         }
         let mut cmd = redis::Cmd::with_capacity(8, q.key.len() + 160);
         match q.op.script() {
+            None if q.op == Op::Ping => {
+                cmd.arg("PING");
+            }
             None => {
                 cmd.arg("UNLINK").arg(q.key);
             }
@@ -429,6 +456,11 @@ async fn pipeline(
     }
 }
 
+fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
+    // Counts only: a poisoned lock still holds usable ones.
+    tally.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// The op's answer, or the error its script raised.
 fn outcome(op: Op, answer: Value) -> Result<Values> {
     match answer {
@@ -444,6 +476,7 @@ fn outcome(op: Op, answer: Value) -> Result<Values> {
         }
         Value::Int(n) if op == Op::Unlink => op.answer(&[n]),
         Value::ServerError(e) => Err(server_error(e.code(), e.details(), Stage::Sent)),
+        _ if op == Op::Ping => op.answer(&[1]),
         _ => op.answer(&[]),
     }
 }
