@@ -76,6 +76,8 @@ describe('the README', () => {
     mkdirSync(dir);
     symlinkSync(join(app, 'node_modules'), join(dir, 'node_modules'));
     blocks.forEach((code, i) => writeFileSync(join(dir, `sample-${i + 1}.ts`), `${code}\nexport {};\n`));
+    // The samples of other libraries import them: their types come from this checkout's dev dependencies.
+    const devTypes = (name: string) => [join(root, 'node_modules', name)];
     const compilerOptions = {
       strict: true,
       noEmit: true,
@@ -85,6 +87,13 @@ describe('the README', () => {
       lib: ['es2022', 'dom'],
       types: ['node'],
       skipLibCheck: true,
+      paths: {
+        express: devTypes('@types/express'),
+        'express-rate-limit': devTypes('express-rate-limit'),
+        '@opentelemetry/api': devTypes('@opentelemetry/api'),
+        // Not on the registry: the Store interface and driver the tests write from its documentation.
+        'universal-rate-limit': [join(root, '__test__', 'support', 'universal.ts')],
+      },
     };
     writeFileSync(join(dir, 'tsconfig.json'), JSON.stringify({ compilerOptions, include: ['*.ts'] }));
     const tsc = join(app, 'node_modules', 'typescript', 'bin', 'tsc');

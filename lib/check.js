@@ -83,6 +83,19 @@ function checkWellFormed(factory, name, value) {
   }
 }
 
+/**
+ * ERR_STORE_FULL, made without a stack trace: a full store refuses every fresh key, and a stream of them
+ * (rotating client addresses) must stay cheap; the trace would only point into ratestore anyway.
+ */
+function storeFull(message) {
+  const limit = Error.stackTraceLimit;
+  Error.stackTraceLimit = 0;
+  const error = new Error(message);
+  Error.stackTraceLimit = limit;
+  error.code = 'ERR_STORE_FULL';
+  return error;
+}
+
 /** The error of a native call that failed without being able to throw (its environment is ending). */
 function notAnswered() {
   const error = new Error('ratestore: the store could not answer this hit (is the Node.js environment shutting down?)');
@@ -141,6 +154,7 @@ module.exports = {
   checkWellFormed,
   checkPositiveInteger,
   notAnswered,
+  storeFull,
   typeError,
   rangeError,
 };

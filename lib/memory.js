@@ -10,6 +10,7 @@ const {
   checkPositiveInteger,
   notAnswered,
   closedError,
+  storeFull,
 } = require('./check.js');
 const { Failures } = require('./stats.js');
 
@@ -27,6 +28,8 @@ class MemoryStore extends Operations {
   #close;
   #closed = false;
   #failures;
+  /** The message of ERR_STORE_FULL, as the addon words it. */
+  #fullMessage;
   /**
    * The table's numbers, in memory the addon owns: a hit's [windowMs, amount] in and resetMs out in
    * [0]; an op's [op, a, b, c, d] in and its answer out.
@@ -47,6 +50,7 @@ class MemoryStore extends Operations {
     this.#stats = table.stats;
     this.#close = table.close;
     this.#io = table.io;
+    this.#fullMessage = table.fullMessage;
   }
 
   /**
@@ -110,8 +114,9 @@ class MemoryStore extends Operations {
     } catch (error) {
       return this.#fail(error);
     }
-    // A number is the only success: undefined means the hit failed and its error could not be thrown.
-    if (count === undefined) return this.#fail(notAnswered());
+    // A number is the only success: null is a refusal of a full store, and undefined means the hit
+    // failed and its error could not be thrown.
+    if (typeof count !== 'number') return this.#fail(count === null ? storeFull(this.#fullMessage) : notAnswered());
     return Promise.resolve({ count, resetMs: io[0] });
   }
 

@@ -105,6 +105,10 @@ pub fn memory_store<'e>(
     store.set("clear", clear)?;
     store.set("stats", stats)?;
     store.set("close", close)?;
+    // A full store refuses with null (see `hit`): JavaScript makes the error
+    // from this text.
+    let full = format!("ratestore: {}", Error::StoreFull(max_keys as usize));
+    store.set("fullMessage", full)?;
     // SAFETY: live values of this callback's scope.
     unsafe {
         store.set("hit", Unknown::from_raw_unchecked(env.raw(), hit))?;
@@ -140,8 +144,11 @@ unsafe extern "C" fn call(env: sys::napi_env, info: sys::napi_callback_info) -> 
     }
 }
 
-/// `hit(key)` with `io = [windowMs, amount]` → the count, `io[0] = resetMs`.
-/// Returns undefined only on failure, having thrown if it could.
+/// `hit(key)` with `io = [windowMs, amount]` → the count, `io[0] = resetMs`;
+/// null when a full store refuses the hit (`ERR_STORE_FULL`: JavaScript
+/// makes that error without a stack trace, so that a stream of fresh keys
+/// against a full store stays cheap). Returns undefined only on failure,
+/// having thrown if it could.
 unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node-API calls this on the JS thread with its own env and info.
     unsafe {
@@ -152,7 +159,10 @@ unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> s
             let HitData { table, io } = &*data.cast::<HitData>();
             let (window_ms, amount) = take_numbers(io)?;
             let key = raw::with_utf16(env, key, "key must be a string", |k| table.key(k))?;
-            let outcome = table.hit(key, clock::now_us, window_ms, amount)?;
+            let outcome = match table.hit(key, clock::now_us, window_ms, amount) {
+                Err(Error::StoreFull(_)) => return raw::null(env),
+                other => other?,
+            };
             io.set(0, outcome.reset_ms as f64);
             raw::double(env, outcome.count as f64)
         })
