@@ -346,8 +346,13 @@ impl Numbers {
 
     /// Reads a number and leaves NaN in its place, so a number is never read
     /// twice: a caller that could not write (a detached array) is noticed.
+    /// A load and a store, not a swap: only the JS thread writes here, and
+    /// a relaxed load and store are plain moves where a swap is a locked
+    /// instruction, on every hit.
     pub fn take(&self, i: usize) -> f64 {
-        f64::from_bits(self.0[i].swap(f64::NAN.to_bits(), Ordering::Relaxed))
+        let n = f64::from_bits(self.0[i].load(Ordering::Relaxed));
+        self.0[i].store(f64::NAN.to_bits(), Ordering::Relaxed);
+        n
     }
 
     /// The numbers as a `Float64Array` for JavaScript.
