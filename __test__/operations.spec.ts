@@ -1,7 +1,7 @@
 // What the people running an app see: stats() counters moving on their
 // events, the Prometheus exposition, onError, ping/connect, typed errors and
 // close(). Every Redis case starts its own redis-server on 127.0.0.1.
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import {
   closeStore,
   isRatestoreError,
@@ -13,29 +13,14 @@ import {
   type RateLimitStore,
   type RedisStore,
 } from '../index.js';
-import { startRedis, type RedisServer } from './support/redis.js';
+import { perCase } from './support/redis.js';
 
 const KEY_MARKER = '198.51.100.77-key-marker';
 const PASSWORD_MARKER = 'password-marker-5e21';
 const HOUR = 3_600_000;
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-const cleanups: (() => unknown)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-
-async function server(options?: Parameters<typeof startRedis>[0]): Promise<RedisServer> {
-  const started = await startRedis(options);
-  cleanups.push(() => started.stop());
-  return started;
-}
-
-function store(url: string, options: Parameters<typeof redisStore>[0] = {}): RedisStore {
-  const made = redisStore({ url, prefix: `ops:${Math.random()}:`, ...options });
-  cleanups.push(() => made.close());
-  return made;
-}
+const { server, store, cleanups } = perCase('ops');
 
 /** The code of a rejection, through the typed guard: compiled under tsc --strict by `npm run lint`. */
 async function codeOf(call: Promise<unknown>): Promise<string> {

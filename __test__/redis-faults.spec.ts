@@ -7,31 +7,16 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import { afterEach, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
-import { errorText, freePort, makeCertificates, runFixture, startRedis, type RedisServer } from './support/redis.js';
+import { errorText, freePort, makeCertificates, perCase, runFixture, type RedisServer } from './support/redis.js';
 
 const KEY_MARKER = '198.51.100.23-key-marker';
 const PASSWORD_MARKER = 'password-marker-77c1';
 const TOKEN_MARKER = 'token-marker-0b9a';
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
-const cleanups: (() => unknown)[] = [];
-afterEach(async () => {
-  for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
-});
-
-async function server(options?: Parameters<typeof startRedis>[0]): Promise<RedisServer> {
-  const started = await startRedis(options);
-  cleanups.push(() => started.stop());
-  return started;
-}
-
-function store(url: string, options: Parameters<typeof redisStore>[0] = {}): RedisStore {
-  const made = redisStore({ url, prefix: `faults:${randomUUID()}:`, ...options });
-  cleanups.push(() => made.close());
-  return made;
-}
+const { server, store, cleanups } = perCase('faults');
 
 /** What a hit settles with: a count, or the code of its error (which must hold no secret). */
 async function outcome(pending: Promise<{ count: number }>): Promise<number | string> {

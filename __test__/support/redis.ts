@@ -4,6 +4,9 @@
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { randomUUID } from 'node:crypto';
+import { afterEach } from 'vitest';
+import { redisStore, type RedisStore } from '../../index.js';
 import { freePort } from '../../scripts/free-port.js';
 
 const INSTALL =
@@ -195,4 +198,33 @@ export async function makeCertificates(dir: string): Promise<{ ca: string; cert:
     'san.cnf',
   );
   return { ca: join(dir, 'ca.crt'), cert: join(dir, 'server.crt'), key: join(dir, 'server.key') };
+}
+
+/**
+ * For a suite whose cases each start their own servers and stores: `server()` starts a redis-server and
+ * `store(url, options)` makes a redisStore under a prefix of its own; both are stopped and closed after
+ * each case, and `cleanups` takes anything else to undo. Call it at the top of the spec file.
+ */
+export function perCase(prefix: string): {
+  server(options?: ServerOptions): Promise<RedisServer>;
+  store(url: string, options?: Parameters<typeof redisStore>[0]): RedisStore;
+  cleanups: (() => unknown)[];
+} {
+  const cleanups: (() => unknown)[] = [];
+  afterEach(async () => {
+    for (const cleanup of cleanups.splice(0).reverse()) await cleanup();
+  });
+  return {
+    cleanups,
+    async server(options) {
+      const started = await startRedis(options);
+      cleanups.push(() => started.stop());
+      return started;
+    },
+    store(url, options = {}) {
+      const made = redisStore({ url, prefix: `${prefix}:${randomUUID()}:`, ...options });
+      cleanups.push(() => made.close());
+      return made;
+    },
+  };
 }
