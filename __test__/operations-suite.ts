@@ -149,11 +149,18 @@ export function operationsSuite(name: string, make: () => RatestoreStore): void 
       expect((await store.hit(other, 60_000, 0)).count).toBe(200);
     });
 
-    it('resetAll empties the store, and it counts again at once', async () => {
+    it('resetAll empties the store under concurrent hits, and it counts again at once', async () => {
       const store = make();
       const keys = Array.from({ length: 50 }, key);
       await Promise.all(keys.map((k) => store.hit(k, 60_000, 2)));
+      const busy = key();
+      const during = Promise.all(Array.from({ length: 200 }, () => store.hit(busy, 60_000, 1)));
       await store.resetAll();
+      // Every concurrent hit settled with a count: each counted before or after the reset.
+      for (const { count } of await during) {
+        expect(count).toBeGreaterThanOrEqual(1);
+        expect(count).toBeLessThanOrEqual(200);
+      }
       for (const k of keys.slice(0, 5)) expect((await store.hit(k, 60_000, 0)).count).toBe(0);
       expect((await store.hit(keys[0], 60_000, 1)).count).toBe(1);
     });
