@@ -4,20 +4,11 @@ import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
 import type { RatestoreStore } from '../index.js';
+import { rejection as rejectionOf } from './support/redis.js';
 
 const MARKER = '203.0.113.99-operations-marker';
 
-/** The error a call rejects with; it must never show the key. */
-async function rejection(pending: Promise<unknown>): Promise<Error & { code: string }> {
-  const error = await pending.then(
-    () => {
-      throw new Error('the call resolved; it should have rejected');
-    },
-    (e: unknown) => e,
-  );
-  expect(String((error as Error).stack) + JSON.stringify(error)).not.toContain(MARKER);
-  return error as Error & { code: string };
-}
+const rejection = (pending: Promise<unknown>) => rejectionOf(pending, [MARKER]);
 
 export function operationsSuite(name: string, make: () => RatestoreStore): void {
   describe(`${name}: operations beyond hit`, () => {

@@ -5,7 +5,7 @@ import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
-import { afterEach } from 'vitest';
+import { afterEach, expect } from 'vitest';
 import { redisStore, type RedisStore } from '../../index.js';
 import { freePort } from '../../scripts/free-port.js';
 
@@ -138,6 +138,25 @@ export function errorText(error: unknown): string {
     parts.push(name, String((error as unknown as Record<string, unknown>)[name]));
   }
   return parts.join('\n');
+}
+
+/**
+ * The error a call rejects with (failing the test if it resolves), checked to show none of `secrets`
+ * (key markers, passwords, tokens) in its message, stack or own properties.
+ */
+export async function rejection(
+  pending: Promise<unknown>,
+  secrets: string[],
+): Promise<Error & { code: string; sent?: boolean }> {
+  const error = await pending.then(
+    () => {
+      throw new Error('the call resolved; it should have rejected');
+    },
+    (e: unknown) => e,
+  );
+  const text = errorText(error);
+  for (const secret of secrets) expect(text).not.toContain(secret);
+  return error as Error & { code: string; sent?: boolean };
 }
 
 /** Runs a fixture script with no Redis variables in its environment; answers its output once it exits by itself. */
