@@ -20,6 +20,8 @@ const OP = {
 
 /** Which state `unlink` removes: every algorithm's, for reset(key). */
 const STATES = [0, 1, 2];
+/** Where a store keeps its `slidingWindow` view. */
+const SLIDING = Symbol('ratestore.slidingWindow');
 
 function checkKey(call, key) {
   if (typeof key !== 'string') return typeError(`${call}: key must be a string, got ${typeName(key)}`);
@@ -130,9 +132,10 @@ class Operations {
     return error ? Promise.reject(error) : this._call(OP.refund, key, a, b, c, d);
   }
 
+  /** The sliding window over this store, made once per store: it is read on every sliding call. */
   get slidingWindow() {
     const store = this;
-    return {
+    return (this[SLIDING] ??= {
       increment(key, windowMs, amount = 1) {
         const [error, a, b, c, d] = amountArgs('slidingWindow.increment(key, windowMs, amount)', key, windowMs, amount);
         return error ? Promise.reject(error) : store._call(OP.slidingIncrement, key, a, b, c, d);
@@ -145,7 +148,7 @@ class Operations {
         const [error, a, b, c, d] = consumeArgs('slidingWindow.consume(key, options)', key, options);
         return error ? Promise.reject(error) : store._call(OP.slidingConsume, key, a, b, c, d);
       },
-    };
+    });
   }
 
   tokenBucket(key, options) {
