@@ -22,6 +22,21 @@ const SLIDING_PREVIOUS: u128 = 0xc2b2_ae3d_27d4_eb4f;
 const BUCKET: u128 = 0x1656_67b1_9e37_79f9;
 const US_PER_MS: u64 = 1000;
 
+/// A sliding window or a bucket counts until its end has passed, where the
+/// table reads a counter with under 1 ms left as ended (a fixed window's
+/// rule, as Redis's PTTL rounds): their counters are stored this much later
+/// than their ends, so that the table drops them exactly when they stop
+/// counting, as Redis expires them.
+const KEPT_PAST_END_US: u64 = US_PER_MS - 1;
+
+fn stored_end(ends_at: u64) -> u64 {
+    ends_at.saturating_add(KEPT_PAST_END_US)
+}
+
+fn state_end(c: &Counter) -> u64 {
+    c.ends_at.saturating_sub(KEPT_PAST_END_US)
+}
+
 /// What an op does to one of its key's counters.
 #[derive(Clone, Copy, Debug)]
 enum Write {
@@ -56,7 +71,7 @@ fn write(change: Change<Counter>, window_ms: u64) -> Write {
 
 /// The sliding window's state from its two counters.
 fn sliding_state(held: [Option<Counter>; 2], window_ms: u64) -> Option<Sliding> {
-    let ends_at = held[0].or(held[1])?.ends_at;
+    let ends_at = state_end(&held[0].or(held[1])?);
     let (current, previous) = (
         held[0].map_or(0, |c| c.count),
         held[1].map_or(0, |c| c.count),
@@ -78,7 +93,7 @@ fn sliding_writes(change: Change<Sliding>, window_ms: u64) -> [Write; 2] {
         count => Write::Put(
             Counter {
                 count,
-                ends_at,
+                ends_at: stored_end(ends_at),
                 long,
             },
             window_ms,
@@ -107,8 +122,8 @@ fn bucket_state(held: Option<Counter>, p: &Params) -> Option<Bucket> {
     let to_full = refills as u64 * p.interval_ms * US_PER_MS;
     Some(Bucket {
         tokens: c.count,
-        refilled_at: c.ends_at.saturating_sub(to_full),
-        ends_at: c.ends_at,
+        refilled_at: state_end(&c).saturating_sub(to_full),
+        ends_at: state_end(&c),
     })
 }
 
@@ -179,7 +194,7 @@ fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answ
                 Change::Put(b) => Write::Put(
                     Counter {
                         count: b.tokens,
-                        ends_at: b.ends_at,
+                        ends_at: stored_end(b.ends_at),
                         long: fill > SHORT_WINDOW_MS,
                     },
                     fill,
