@@ -102,8 +102,9 @@ export interface RedisStoreStats extends StoreStats {
   readonly kind: 'redis';
   /** Calls sent and not yet settled. */
   readonly inFlight: number;
+  /** Connections opened (over REST: HTTP connections the pool opened). */
   readonly connects: number;
-  /** Connections opened after one was lost. */
+  /** Connections opened after one was lost (over REST: answers after a loss). */
   readonly reconnects: number;
   readonly connectFailures: number;
   readonly connectionLosses: number;
@@ -285,7 +286,8 @@ export interface RedisStoreOptions {
   };
   /**
    * Called with the error of each failed call (the one its promise rejects with), and on the
-   * connection's changes of state (one server; a cluster reports no connection events).
+   * connections' changes of state: `connected`, `lost` (with its code), `reconnected`, on one server, a
+   * cluster (any node's connection) or over REST (the API's answers).
    */
   onError?: (event: RatestoreError | ConnectionEvent) => void;
 }
@@ -297,7 +299,10 @@ export interface RedisStore extends RatestoreStore {
   ping(): Promise<void>;
   /** Opens the connection before the first hit: resolves once a `PING` through it is answered. */
   connect(): Promise<void>;
-  /** This store's calls and failures, and its connection's figures (shared by stores on one connection). */
+  /**
+   * This store's calls and failures, and its connections' figures (shared by stores on the same connections;
+   * what each figure counts on a cluster and over REST: README, "Figures, events, health and closing").
+   */
   stats(): RedisStoreStats;
   /**
    * Refuses later hits (they reject with `ERR_CLOSED`) and ends the connection. Resolves once the hits in

@@ -6,12 +6,21 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { redisStore, type RedisStore, type RedisStoreOptions } from '../index.js';
+import {
+  redisStore,
+  type ConnectionEvent,
+  type RatestoreError,
+  type RedisStore,
+  type RedisStoreOptions,
+} from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
 import { operationsSuite } from './operations-suite.js';
 import { slotOf, startCluster, type Cluster } from './support/cluster.js';
 import { errorText, makeCertificates, startRedis } from './support/redis.js';
+
+const KEY_MARKER = '198.51.100.23-cluster-key-marker';
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 let cluster: Cluster;
 beforeAll(async () => {
@@ -171,8 +180,83 @@ describe('redisStore on a cluster', () => {
     expect(Object.fromEntries(keys.map((key, i) => [key, reads[i].count]))).toEqual(Object.fromEntries(sent));
   });
 
+  it('stats(): counts every node connection, one latency sample per hit, and a killed connection as a loss and a reconnect', async () => {
+    const seen: (RatestoreError | ConnectionEvent)[] = [];
+    // Settings of its own (timeoutMs), so that its connections and figures are its own.
+    const store = make({ timeoutMs: 4_321, onError: (e) => seen.push(e) });
+    const figures = () => {
+      const { connects, reconnects, connectFailures, connectionLosses } = store.stats();
+      return { connects, reconnects, connectFailures, connectionLosses };
+    };
+    const events = () => seen.filter((e) => !(e instanceof Error));
+    expect(figures()).toEqual({ connects: 0, reconnects: 0, connectFailures: 0, connectionLosses: 0 });
+    const run = randomUUID();
+    const groups = await byMaster(Array.from({ length: 300 }, (_, i) => `stats:${KEY_MARKER}:${run}:${i}`));
+    const masters = [...groups.keys()];
+    expect(masters.length).toBe(3);
+    const keys = masters.flatMap((port) => groups.get(port)!.slice(0, 5));
+    await Promise.all(keys.map((key) => store.hit(key, 60_000, 1)));
+    for (const key of keys) await store.hit(key, 60_000, 1);
+    // One connection per master, and one to the seed the slot map came from if it is no master.
+    const seed = Number(new URL(cluster.url.split(',')[0]).port);
+    const opened = new Set([seed, ...masters]).size;
+    expect(figures()).toEqual({ connects: opened, reconnects: 0, connectFailures: 0, connectionLosses: 0 });
+    expect(events()).toEqual([{ type: 'connected' }]);
+    expect(store.stats().latencyMs.count).toBe(2 * keys.length);
+
+    // One sample per hit, not one per batch: 11 hits on live masters and 9 on a paused one, sent together
+    // and interleaved, so that every batch but a lone hit holds both kinds; only the 9 take long. On a
+    // store of its own, whose histogram holds these 20 samples only.
+    const timed = make({ timeoutMs: 4_322 });
+    // Connected to every master first: the 3 samples of these hits are quick too.
+    await Promise.all(masters.map((port) => timed.hit(groups.get(port)![14], 60_000, 1)));
+    const [slow, ...fast] = masters;
+    const quick = fast.flatMap((port) => groups.get(port)!.slice(5, 11)).slice(0, 11);
+    const paused = groups.get(slow)!.slice(5, 14);
+    const together = quick.flatMap((key, i) => (i < paused.length ? [key, paused[i]] : [key]));
+    cluster.signal(slow, 'SIGSTOP');
+    let sent: Promise<unknown>;
+    try {
+      sent = Promise.all(together.map((key) => timed.hit(key, 60_000, 1)));
+      await sleep(300);
+    } finally {
+      cluster.signal(slow, 'SIGCONT');
+    }
+    await sent;
+    const latency = timed.stats().latencyMs;
+    expect(latency.count).toBe(20 + masters.length);
+    expect(latency.max).toBeGreaterThanOrEqual(250);
+    // The median is the 12th of 23 samples: one of the 14 quick ones.
+    expect(latency.p50).toBeLessThan(100);
+    expect(latency.sumMs).toBeLessThan(12 * latency.max);
+
+    // The connection to one master is killed while idle: a loss, then a reconnect on the next hit there.
+    const victim = masters[1];
+    await cluster.cli(victim, 'CLIENT', 'KILL', 'TYPE', 'normal');
+    for (let i = 0; i < 100 && figures().connectionLosses === 0; i++) await sleep(20);
+    expect(figures()).toEqual({ connects: opened, reconnects: 0, connectFailures: 0, connectionLosses: 1 });
+    const counts = await Promise.all(
+      groups
+        .get(victim)!
+        .slice(0, 5)
+        .map((key) => store.hit(key, 60_000, 1)),
+    );
+    expect(counts.map((c) => c.count)).toEqual([3, 3, 3, 3, 3]);
+    await sleep(50); // the events come with the next delivery
+    expect(figures()).toEqual({ connects: opened + 1, reconnects: 1, connectFailures: 0, connectionLosses: 1 });
+    expect(events()).toEqual([
+      { type: 'connected' },
+      { type: 'lost', code: 'ERR_CONNECTION' },
+      { type: 'reconnected' },
+    ]);
+    expect(seen.filter((e) => e instanceof Error)).toEqual([]);
+    expect(JSON.stringify(seen)).not.toContain(KEY_MARKER);
+    expect(store.stats().latencyMs.count).toBe(2 * keys.length + 5);
+  });
+
   it('rejects hits on a failed master until its replica takes over; the others keep counting', async () => {
-    const store = make({ timeoutMs: 1_000 });
+    const seen: (RatestoreError | ConnectionEvent)[] = [];
+    const store = make({ timeoutMs: 1_000, onError: (e) => seen.push(e) });
     const run = randomUUID();
     const groups = await byMaster(Array.from({ length: 300 }, (_, i) => `failover:${run}:${i}`));
     const [victim, ...others] = [...groups.keys()];
@@ -207,6 +291,15 @@ describe('redisStore on a cluster', () => {
     expect(rounds).toBeGreaterThan(1);
     const counts = await Promise.all(lost.map((key) => store.hit(key, 60_000, 1)));
     expect(counts.every((r) => r.count === 2)).toBe(true);
+    // The killed master's connection was lost; the one to its promoted replica replaced it.
+    const s = store.stats();
+    expect(s.connectionLosses).toBe(1);
+    expect(s.reconnects).toBe(1);
+    expect(s.connectFailures).toBeGreaterThan(0);
+    const events = seen.filter((e) => !(e instanceof Error));
+    expect(events).toEqual([{ type: 'connected' }, { type: 'lost', code: 'ERR_CONNECTION' }, { type: 'reconnected' }]);
+    // Every failed hit was told once, with the error it rejected with.
+    expect(seen.filter((e) => e instanceof Error).length).toBe(rejected);
   });
 });
 

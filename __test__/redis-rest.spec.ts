@@ -5,11 +5,18 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { redisStore, type RedisStore, type RedisStoreOptions } from '../index.js';
+import {
+  redisStore,
+  type ConnectionEvent,
+  type RatestoreError,
+  type RedisStore,
+  type RedisStoreOptions,
+} from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
 import { operationsSuite } from './operations-suite.js';
 import {
+  errorText,
   makeCertificates,
   rejection as rejectionOf,
   runFixture,
@@ -268,6 +275,52 @@ describe('redisStore over REST', () => {
     // None of the 40 reached Redis before the kill, and none was sent again after it.
     expect(seen.at(-1)).toBe(2);
     expect(await redis.cli('GET', prefix + key)).toBe('2');
+  });
+
+  it('stats(): one latency sample per hit, the connections the endpoint accepted, a killed endpoint as a loss and a reconnect', async () => {
+    const endpoint = await ownEndpoint();
+    const seen: (RatestoreError | ConnectionEvent)[] = [];
+    const store = make({ url: endpoint.url, timeoutMs: 2_000, onError: (e) => seen.push(e) });
+    const events = () => seen.filter((e) => !(e instanceof Error));
+    const key = `stats:${KEY_MARKER}`;
+    expect(store.stats()).toMatchObject({ connects: 0, reconnects: 0, connectFailures: 0, connectionLosses: 0 });
+    for (let i = 0; i < 10; i++) await store.hit(key, 60_000, 1);
+    await Promise.all(Array.from({ length: 300 }, () => store.hit(key, 60_000, 1)));
+    let s = store.stats();
+    expect(s.latencyMs.count).toBe(310);
+    expect(s.latencyMs.p50).toBeGreaterThan(0);
+    expect(s.latencyMs.p99).toBeLessThanOrEqual(s.latencyMs.max);
+    // Every connection the endpoint accepted but the one this stats() request came on.
+    const accepted = (await endpoint.stats()).connections - 1;
+    expect(accepted).toBeGreaterThan(0);
+    expect(s).toMatchObject({ connects: accepted, reconnects: 0, connectFailures: 0, connectionLosses: 0 });
+    expect(events()).toEqual([{ type: 'connected' }]);
+
+    endpoint.signal('SIGKILL');
+    await sleep(100);
+    const down = await rejection(store.hit(key, 60_000, 1));
+    expect(down.code).toBe('ERR_CONNECTION');
+    expect(events()).toEqual([{ type: 'connected' }, { type: 'lost', code: 'ERR_CONNECTION' }]);
+    await endpoint.restart();
+    const counted = await untilCounted(store, key, 5_000);
+    expect(counted.at(-1)).toBe(311);
+    await sleep(50); // the events come with the next delivery
+    s = store.stats();
+    expect(s.latencyMs.count).toBe(311);
+    expect(s.connectionLosses).toBe(1);
+    expect(s.reconnects).toBe(1);
+    expect(s.connectFailures).toBeGreaterThan(0);
+    expect(s.connects).toBe(accepted + (await endpoint.stats()).connections - 1);
+    expect(events()).toEqual([
+      { type: 'connected' },
+      { type: 'lost', code: 'ERR_CONNECTION' },
+      { type: 'reconnected' },
+    ]);
+    // Every failed hit was told once, with the error it rejected with; nothing told holds the key or token.
+    expect(seen.filter((e) => e instanceof Error).length).toBe(counted.length);
+    const told = JSON.stringify(seen, (_, v: unknown) => (v instanceof Error ? errorText(v) : v));
+    expect(told).not.toContain(KEY_MARKER);
+    expect(told).not.toContain(TOKEN);
   });
 
   it('times out on a stalled endpoint within timeoutMs, and recovers once it answers', async () => {

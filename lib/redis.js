@@ -100,8 +100,9 @@ class RedisStore extends Operations {
   }
 
   /**
-   * This store's calls and failures, and its connection's figures (shared by the stores of this thread
-   * with the same settings, which share the connection). Latencies are in ms, from an HDR-style histogram.
+   * This store's calls and failures, and its connections' figures (shared by the stores that share the
+   * connections: those of this thread with the same settings, or of the process for a cluster and over
+   * REST). Latencies are in ms, one sample per answered call, from an HDR-style histogram.
    */
   stats() {
     const [

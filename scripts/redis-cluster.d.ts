@@ -6,6 +6,8 @@ export interface Cluster {
   cli(port: number, ...args: string[]): Promise<string>;
   /** SIGKILLs the node on `port`. */
   kill(port: number): void;
+  /** Sends a signal to the node on `port` (SIGSTOP, SIGCONT, …). */
+  signal(port: number, signal: NodeJS.Signals): void;
   /** The port of the master serving `slot`, as the node on `askPort` sees it. */
   masterOf(slot: number, askPort?: number): Promise<number | undefined>;
   /** Polls `check` every 100 ms until it resolves true, for up to `ms` (default 20 s). */

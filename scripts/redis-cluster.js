@@ -87,7 +87,7 @@ function fields(text) {
  * Starts a cluster of `masters` masters with one replica each; with `tls`
  * ({ cert, key, ca }: PEM files), every port and the cluster bus speak TLS only. Resolves
  * { url (the seed URLs, comma-separated), nodes: [{ port, pid }], cli(port, ...args),
- * kill(port), masterOf(slot), waitUntil(check, what), stop() }.
+ * kill(port), signal(port, signal), masterOf(slot), waitUntil(check, what), stop() }.
  */
 async function startCluster({ masters = 3, tls } = {}) {
   const tlsArgs = tls ? ['--tls', '--cacert', tls.ca] : [];
@@ -127,6 +127,9 @@ async function startCluster({ masters = 3, tls } = {}) {
       cli: run,
       kill(port) {
         nodes.find((node) => node.port === port)?.child.kill('SIGKILL');
+      },
+      signal(port, signal) {
+        nodes.find((node) => node.port === port)?.child.kill(signal);
       },
       /** The port of the master that serves `slot`, as the node at `askPort` sees it. */
       async masterOf(slot, askPort = nodes[0].port) {

@@ -96,6 +96,8 @@ struct Context {
     scratch: Vec<Completion>,
     /// Finished hits not yet handed to JavaScript.
     pending: VecDeque<Completion>,
+    /// Connection events not yet handed to JavaScript.
+    events: Vec<Event>,
     failures: u32,
 }
 
@@ -497,6 +499,7 @@ unsafe fn threadsafe_function(
         results: Arc::clone(results),
         scratch: Vec::new(),
         pending: VecDeque::new(),
+        events: Vec::new(),
         failures: 0,
     }));
     let mut tsfn = ptr::null_mut();
@@ -592,6 +595,7 @@ unsafe extern "C" fn deliver(
         context.slot.call();
     } else {
         context.pending.clear();
+        context.events.clear();
     }
 }
 
@@ -606,10 +610,13 @@ unsafe fn deliver_all(
 ) -> std::result::Result<bool, CoreError> {
     let Some(batched) = context.batched.upgrade() else {
         context.pending.clear();
+        context.events.clear();
         return Ok(true);
     };
-    batched.take(&mut context.scratch);
+    let mut events = Vec::new();
+    batched.take(&mut context.scratch, &mut events);
     context.pending.extend(context.scratch.drain(..));
+    context.events.append(&mut events);
     let mut settle = ptr::null_mut();
     // SAFETY: the reference lives until `finalize`.
     raw::check(env, unsafe {
@@ -618,9 +625,10 @@ unsafe fn deliver_all(
     if settle.is_null() {
         // The store was collected: nobody waits for these.
         context.pending.clear();
+        context.events.clear();
         return Ok(true);
     }
-    while !context.pending.is_empty() {
+    while !context.pending.is_empty() || !context.events.is_empty() {
         let mut pending = false;
         // SAFETY: a valid out-pointer.
         raw::check(env, unsafe {
@@ -634,12 +642,19 @@ unsafe fn deliver_all(
         // SAFETY: as the caller promises.
         let (argv, this) = unsafe {
             (
-                settle_args(env, &context.pending, count, &context.results, &[])?,
+                settle_args(
+                    env,
+                    &context.pending,
+                    count,
+                    &context.results,
+                    &context.events,
+                )?,
                 raw::undefined(env)?,
             )
         };
         // Handed over from here: JavaScript settles them, or throws trying.
         context.pending.drain(..count);
+        context.events.clear();
         let mut ignored = ptr::null_mut();
         // SAFETY: `settle` and `argv` are live handles of this scope. An
         // error means `settle` threw; the next turn of the loop sees it.

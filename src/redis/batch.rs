@@ -13,7 +13,7 @@ use tokio::sync::{mpsc, Notify};
 
 use super::config::{Config, Options};
 use super::runtime;
-use super::stats::{self, Tally};
+use super::stats::{self, Event, Listener, Monitor, Tally};
 use super::store::{Query, Store};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
@@ -55,17 +55,42 @@ impl<T: Default> Shared<T> {
     }
 }
 
-impl<T> Shared<Vec<T>> {
-    fn push_all(&self, items: impl IntoIterator<Item = T>) {
+/// What goes back to JavaScript: finished hits, and connection events.
+#[derive(Default)]
+struct Finished {
+    completions: Vec<Completion>,
+    events: Vec<Event>,
+}
+
+impl Finished {
+    fn is_empty(&self) -> bool {
+        self.completions.is_empty() && self.events.is_empty()
+    }
+}
+
+impl Shared<Finished> {
+    fn push_all(&self, items: impl IntoIterator<Item = Completion>) {
         self.add(|list| {
             let was_empty = list.is_empty();
-            list.extend(items);
+            list.completions.extend(items);
             was_empty && !list.is_empty()
         });
     }
 
-    fn take(&self, into: &mut Vec<T>) {
-        mem::swap(&mut *self.lock(), into);
+    fn take(&self, completions: &mut Vec<Completion>, events: &mut Vec<Event>) {
+        let mut list = self.lock();
+        mem::swap(&mut list.completions, completions);
+        mem::swap(&mut list.events, events);
+    }
+}
+
+impl Listener for Shared<Finished> {
+    fn tell(&self, event: Event) {
+        self.add(|list| {
+            let was_empty = list.is_empty();
+            list.events.push(event);
+            was_empty
+        });
     }
 }
 
@@ -124,14 +149,14 @@ struct Open {
     outbox: Arc<Shared<Outbox>>,
     /// Keys go out as JSON strings (Upstash's REST API): each must be well-formed.
     json_keys: bool,
-    tally: Arc<Mutex<Tally>>,
+    monitor: Arc<Monitor>,
 }
 
 pub struct Batched {
     options: Options,
     open: OnceLock<Result<Open>>,
     closed: AtomicBool,
-    done: Arc<Shared<Vec<Completion>>>,
+    done: Arc<Shared<Finished>>,
 }
 
 impl Batched {
@@ -158,7 +183,10 @@ impl Batched {
         self.open.get_or_init(|| {
             let config = Config::resolve(&self.options, env)?;
             let store = Store::new(&config)?;
-            let tally = Arc::clone(&store.tally);
+            let monitor = Arc::clone(&store.monitor);
+            let listener: Arc<Shared<Finished>> = Arc::clone(&self.done);
+            let listener: std::sync::Weak<dyn Listener> = Arc::downgrade(&listener) as _;
+            monitor.listen(listener);
             let runtime = runtime::handle()?;
             let ready = Arc::new(Notify::new());
             let notify = Arc::clone(&ready);
@@ -175,7 +203,7 @@ impl Batched {
             Ok(Open {
                 outbox,
                 json_keys: config.is_rest(),
-                tally,
+                monitor,
             })
         });
     }
@@ -218,19 +246,16 @@ impl Batched {
     /// The store's counts (see `stats::Tally::numbers`); zeros before it opens.
     pub fn stats(&self) -> [f64; stats::NUMBERS] {
         match self.open.get() {
-            Some(Ok(open)) => open
-                .tally
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .numbers(),
+            Some(Ok(open)) => open.monitor.numbers(),
             _ => Tally::default().numbers(),
         }
     }
 
-    /// Swaps the finished hits into `into` (which should be empty), keeping
-    /// both lists' memory for the next batch.
-    pub fn take(&self, into: &mut Vec<Completion>) {
-        self.done.take(into);
+    /// Swaps the finished hits and the connection events since the last
+    /// take into `completions` and `events` (which should be empty),
+    /// keeping the lists' memory for the next batch.
+    pub fn take(&self, completions: &mut Vec<Completion>, events: &mut Vec<Event>) {
+        self.done.take(completions, events);
     }
 
     /// Refuses later hits and, once the hits sent before have settled,
@@ -269,7 +294,7 @@ async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
     ready: Arc<Notify>,
     store: Store,
-    done: Arc<Shared<Vec<Completion>>>,
+    done: Arc<Shared<Finished>>,
 ) {
     let store = Arc::new(store);
     // Every batch holds a sender: `settled` ends once all of them have finished.
@@ -298,7 +323,7 @@ async fn dispatch(
 
 async fn batch(
     store: Arc<Store>,
-    done: Arc<Shared<Vec<Completion>>>,
+    done: Arc<Shared<Finished>>,
     outbox: Outbox,
     _in_flight: mpsc::Sender<()>,
 ) {

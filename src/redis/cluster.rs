@@ -13,6 +13,7 @@ use tokio::time::{timeout, Instant};
 
 use super::config::{Addr, Config};
 use super::link::{classify, Link, Stage};
+use super::stats::Monitor;
 use crate::errors::{Error, Result};
 
 pub const SLOTS: usize = 16384;
@@ -82,10 +83,12 @@ pub struct Cluster {
     state: Mutex<State>,
     /// Serializes refreshes; a hit that finds no map waits on it.
     refresh: tokio::sync::Mutex<()>,
+    /// What every node's link counts and tells.
+    monitor: Arc<Monitor>,
 }
 
 impl Cluster {
-    pub fn new(config: &Config, seeds: &[Addr]) -> Result<Cluster> {
+    pub fn new(config: &Config, seeds: &[Addr], monitor: Arc<Monitor>) -> Result<Cluster> {
         let seeds = seeds
             .iter()
             .filter_map(|addr| match addr {
@@ -106,6 +109,7 @@ impl Cluster {
                 last_refresh: None,
             }),
             refresh: tokio::sync::Mutex::new(()),
+            monitor,
         };
         // Checks the settings (TLS above all) now, as a single store does.
         let (host, port) = cluster
@@ -114,6 +118,11 @@ impl Cluster {
             .ok_or_else(|| Error::Config("a Redis Cluster needs at least one seed URL".into()))?;
         cluster.link(host, *port)?;
         Ok(cluster)
+    }
+
+    /// What the links to the nodes count and tell.
+    pub fn monitor(&self) -> &Arc<Monitor> {
+        &self.monitor
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -136,7 +145,7 @@ impl Cluster {
             },
             ..self.config.clone()
         };
-        let link = Arc::new(Link::new(&config)?);
+        let link = Arc::new(Link::new(&config, Arc::clone(&self.monitor))?);
         state
             .links
             .insert((host.to_string(), port), Arc::clone(&link));
@@ -340,7 +349,8 @@ mod tests {
             ..Default::default()
         };
         let config = Config::resolve(&options, |_| None).unwrap();
-        let cluster = Cluster::new(&config, config.cluster.as_deref().unwrap()).unwrap();
+        let seeds = config.cluster.as_deref().unwrap();
+        let cluster = Cluster::new(&config, seeds, Arc::default()).unwrap();
         let a = cluster.redirected("::1:7001").unwrap();
         assert_eq!(a.host(), "::1");
         assert!(Arc::ptr_eq(&a, &cluster.link("::1", 7001).unwrap()));

@@ -12,6 +12,9 @@
 //! DNS name is followed), and the Redis client's connection task is run here
 //! too, so a connection that ends is noticed at once, even with no hit in
 //! flight.
+//!
+//! Each link tells its [`Monitor`] what its connection does: a connect, a
+//! failed connect, an open connection lost (with the code its calls met).
 
 use std::collections::hash_map::RandomState;
 use std::hash::BuildHasher;
@@ -32,7 +35,11 @@ use tokio_rustls::TlsConnector;
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Mark, Stall};
 use super::socket;
+use super::stats::Monitor;
 use crate::errors::{Error, Result};
+
+/// The code of a lost connection's calls (`Error::Connection`).
+const CONNECTION: &str = "ERR_CONNECTION";
 
 /// Requests queued for the connection's writer before senders wait.
 const PIPELINE_BUFFER: usize = 1024;
@@ -75,6 +82,8 @@ pub struct Link {
     /// The generation of a connection that has answered nothing yet (0:
     /// none): dropped before it answers, it counts as a failed connect.
     fresh: AtomicU64,
+    /// Counts connects and losses, and tells them to the stores.
+    monitor: Arc<Monitor>,
 }
 
 /// Where a Redis client error happened: a failed connect sent no hit.
@@ -85,7 +94,7 @@ pub enum Stage {
 }
 
 impl Link {
-    pub fn new(config: &Config) -> Result<Link> {
+    pub fn new(config: &Config, monitor: Arc<Monitor>) -> Result<Link> {
         let target = match &config.addr {
             Addr::Tcp { host, port, tls } => Target::Tcp {
                 host: host.clone(),
@@ -127,7 +136,13 @@ impl Link {
             }),
             stall: Stall::default(),
             fresh: AtomicU64::new(0),
+            monitor,
         })
+    }
+
+    /// What this link's connections count and tell.
+    pub fn monitor(&self) -> &Arc<Monitor> {
+        &self.monitor
     }
 
     /// The host name this link connects to (empty for a Unix socket).
@@ -177,7 +192,7 @@ impl Link {
                     let task = tokio::spawn(async move {
                         driver.await;
                         if let Some(link) = Weak::upgrade(&weak) {
-                            link.drop_connection(generation, None);
+                            link.drop_connection(generation, None, CONNECTION);
                         }
                     });
                     Ok((conn, task.abort_handle()))
@@ -237,7 +252,7 @@ impl Link {
             }
             return Err(Error::Internal("a connect settled out of turn"));
         }
-        match result {
+        let settled = match result {
             Ok((conn, task)) => {
                 state.conn = Conn::Up(conn.clone(), task);
                 self.stall.reset();
@@ -249,7 +264,17 @@ impl Link {
                 state.backoff.failed(Instant::now(), e.clone());
                 Err(e)
             }
+        };
+        // Told with the state unlocked: the monitor wakes the stores.
+        drop(state);
+        match &settled {
+            Ok(_) => {
+                self.monitor.opened();
+                self.monitor.up();
+            }
+            Err(_) => self.monitor.connect_failed(),
         }
+        settled
     }
 
     /// What the connection has answered so far: taken before hits are sent.
@@ -273,25 +298,27 @@ impl Link {
     /// Hits sent at `sent` on this generation's connection timed out.
     pub fn timed_out(&self, generation: u64, sent: Mark, hits: usize) {
         if self.stall.timed_out(sent, hits) {
-            self.drop_connection(generation, None);
+            self.drop_connection(generation, None, "ERR_TIMEOUT");
         }
     }
 
     /// The connection of this generation failed while hits were on it.
     pub fn failed(&self, generation: u64) {
-        self.drop_connection(generation, None);
+        self.drop_connection(generation, None, CONNECTION);
     }
 
     /// The server answered that it no longer takes writes (`error`): the
     /// connection is dropped, and the next connect waits as after a failed one.
     pub fn demoted(&self, generation: u64, error: Error) {
-        self.drop_connection(generation, Some(error));
+        let code = error.code();
+        self.drop_connection(generation, Some(error), code);
     }
 
     /// The connection of this generation is closed (hits still on it
-    /// reject) and the next hit opens a new one. A failure, or a connection
-    /// that answered nothing, counts as a failed connect.
-    fn drop_connection(&self, generation: u64, failure: Option<Error>) {
+    /// reject) and the next hit opens a new one: a loss, told with `code`.
+    /// A failure, or a connection that answered nothing, counts as a failed
+    /// connect for the backoff.
+    fn drop_connection(&self, generation: u64, failure: Option<Error>, code: &'static str) {
         let mut state = self.lock();
         if state.generation != generation {
             return;
@@ -312,6 +339,8 @@ impl Link {
             if let Some(e) = failure {
                 state.backoff.failed(Instant::now(), e);
             }
+            drop(state);
+            self.monitor.lost(code);
         }
     }
 }

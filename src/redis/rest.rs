@@ -10,8 +10,17 @@
 //! after NOSCRIPT; the pool only retries a request that never left the
 //! process (its idle connection had closed). Failed connects back off as on
 //! the Redis protocol, and a pool that stops answering is replaced.
+//!
+//! What the [`Monitor`] hears: every connection the pool opens or fails to
+//! open (its connector counts them), and the API's reachability as requests
+//! show it: the first answer is `connected`; a transport failure after an
+//! answer (a connection that failed, a connect refused, a pool replaced for
+//! stalling) is `lost`; the next answer after that is `reconnected`.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::{Context, Poll};
 
 use http_body_util::{BodyExt, Full};
 use hyper::body::Bytes;
@@ -29,6 +38,7 @@ use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Stall};
 use super::link::{server_error, Stage};
 use super::socket::tls_config;
+use super::stats::Monitor;
 use super::store::Query;
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Op};
@@ -43,13 +53,15 @@ pub const KEY_NOT_WELL_FORMED: &str =
 /// Node.js servers (and many proxies) close idle HTTP/1.1 connections.
 const IDLE: Duration = Duration::from_secs(4);
 
-type Http = Client<HttpsConnector<HttpConnector>, Full<Bytes>>;
+type Http = Client<Counted, Full<Bytes>>;
 
 struct Pool {
     client: Http,
     /// Counts pools, so that a late report about a replaced one is ignored.
     generation: u64,
     backoff: Backoff,
+    /// Whether the last request showed the API reachable: None before any answer.
+    reached: Option<bool>,
 }
 
 pub struct Rest {
@@ -60,6 +72,7 @@ pub struct Rest {
     timeout_ms: u64,
     pool: Mutex<Pool>,
     stall: Stall,
+    monitor: Arc<Monitor>,
 }
 
 /// How one request ended, short of an answer.
@@ -80,7 +93,7 @@ impl Failure {
 }
 
 impl Rest {
-    pub fn new(config: &Config) -> Result<Rest> {
+    pub fn new(config: &Config, monitor: Arc<Monitor>) -> Result<Rest> {
         let Addr::Rest { base } = &config.addr else {
             return Err(Error::Internal(
                 "a Redis URL was given to the REST transport",
@@ -102,14 +115,21 @@ impl Rest {
             root: uri("")?,
             auth,
             pool: Mutex::new(Pool {
-                client: new_pool(&tls),
+                client: new_pool(&tls, &monitor),
                 generation: 0,
                 backoff: Backoff::new(u64::from(std::process::id()) ^ config.timeout_ms),
+                reached: None,
             }),
             tls,
             timeout_ms: config.timeout_ms,
             stall: Stall::default(),
+            monitor,
         })
+    }
+
+    /// What this transport's connections and calls count and tell.
+    pub fn monitor(&self) -> &Arc<Monitor> {
+        &self.monitor
     }
 
     fn lock(&self) -> MutexGuard<'_, Pool> {
@@ -117,8 +137,15 @@ impl Rest {
         self.pool.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Ops sent together, answered in order, within `deadline`. Runs on the runtime.
-    pub async fn hits(&self, queries: &[Query<'_>], deadline: Instant) -> Vec<Result<Answer>> {
+    /// Ops sent together at `started`, answered in order, within `deadline`;
+    /// each answered op adds one latency sample (`started` to its answer).
+    /// Runs on the runtime.
+    pub async fn hits(
+        &self,
+        queries: &[Query<'_>],
+        started: Instant,
+        deadline: Instant,
+    ) -> Vec<Result<Answer>> {
         let mut results: Vec<Option<Result<Answer>>> = queries.iter().map(|_| None).collect();
         let mut chosen = Vec::with_capacity(queries.len());
         for (i, q) in queries.iter().enumerate() {
@@ -138,15 +165,24 @@ impl Rest {
                 .await
             {
                 Ok(items) => {
+                    let took = started.elapsed();
+                    let mut tally = self.monitor.tally();
                     for (&i, item) in chosen.iter().zip(items) {
                         match item {
                             // The script cache lacks it: the script did not run.
-                            Err((code, _)) if code == "NOSCRIPT" && !eval => missing.push(i),
+                            Err((code, _)) if code == "NOSCRIPT" && !eval => {
+                                tally.noscript += 1;
+                                missing.push(i);
+                            }
                             Err((code, detail)) => {
+                                tally.answered(took);
                                 results[i] =
                                     Some(Err(server_error(&code, Some(&detail), Stage::Sent)))
                             }
-                            Ok(value) => results[i] = Some(outcome(queries[i].op, value)),
+                            Ok(value) => {
+                                tally.answered(took);
+                                results[i] = Some(outcome(queries[i].op, value));
+                            }
                         }
                     }
                 }
@@ -158,6 +194,13 @@ impl Rest {
                 }
             }
             chosen = missing;
+        }
+        let timeouts = results
+            .iter()
+            .filter(|r| matches!(r, Some(Err(Error::Timeout { .. }))))
+            .count();
+        if timeouts > 0 {
+            self.monitor.tally().timeouts += timeouts as u64;
         }
         results
             .into_iter()
@@ -190,29 +233,61 @@ impl Rest {
         let mark = self.stall.mark();
         let answer = self.request(&client, uri, body, deadline).await;
         let mut pool = self.lock();
+        // What the request showed of the API: reached, or lost with this code.
+        let mut showed: Option<std::result::Result<(), &'static str>> = None;
         match &answer {
             Err(Failure::Unsent(e)) => {
                 // One failure per round of connects, however many batches met it.
                 if pool.backoff.failures() == failures {
                     pool.backoff.failed(std::time::Instant::now(), e.clone());
                 }
+                if matches!(e, Error::Connection { .. }) {
+                    showed = Some(Err(e.code()));
+                }
             }
-            Err(Failure::Sent(Error::Timeout { .. })) => {
+            Err(Failure::Sent(e @ Error::Timeout { .. })) => {
                 let hits = expected.max(1);
                 if self.stall.timed_out(mark, hits) && pool.generation == generation {
                     // Its connections stopped answering: new hits get a new pool.
-                    pool.client = new_pool(&self.tls);
+                    pool.client = new_pool(&self.tls, &self.monitor);
                     pool.generation += 1;
                     self.stall.reset();
+                    showed = Some(Err(e.code()));
                 }
                 pool.backoff.succeeded();
             }
-            _ => {
+            Err(Failure::Sent(e)) => {
                 self.stall.answered();
                 pool.backoff.succeeded();
+                if matches!(e, Error::Connection { .. }) {
+                    showed = Some(Err(e.code()));
+                }
+            }
+            Ok(_) => {
+                self.stall.answered();
+                pool.backoff.succeeded();
+                showed = Some(Ok(()));
             }
         }
+        // Only a change is told: the first answer, a loss after answers, an answer after a loss.
+        let change = match (showed, pool.reached) {
+            (Some(Ok(())), Some(true)) | (Some(Err(_)), None | Some(false)) | (None, _) => None,
+            (Some(Ok(())), _) => {
+                pool.reached = Some(true);
+                Some(Ok(()))
+            }
+            (Some(Err(code)), Some(true)) => {
+                pool.reached = Some(false);
+                Some(Err(code))
+            }
+        };
         drop(pool);
+        // Told with the pool unlocked: the monitor wakes the stores.
+        match change {
+            Some(Ok(())) => self.monitor.up(),
+            Some(Err(code)) => self.monitor.lost(code),
+            None => {}
+        }
         let (status, bytes) = answer?;
         parse(status, &bytes, expected).map_err(Failure::Sent)
     }
@@ -297,7 +372,7 @@ impl Rest {
 /// `resetAll()` over REST, from a worker thread: runs on the runtime, over a
 /// pool of its own, and waits for it.
 pub fn reset_all(config: &Config, prefix: &[u8]) -> Result<()> {
-    let rest = Rest::new(config)?;
+    let rest = Rest::new(config, Arc::default())?;
     let prefix = prefix.to_vec();
     let (tx, rx) = std::sync::mpsc::channel();
     super::runtime::handle()?.spawn(async move {
@@ -307,8 +382,9 @@ pub fn reset_all(config: &Config, prefix: &[u8]) -> Result<()> {
         .unwrap_or(Err(Error::Internal("resetAll() over REST got no answer")))
 }
 
-/// A pool: keep-alive connections, HTTP/2 by ALPN where offered, TCP_NODELAY.
-fn new_pool(tls: &Arc<ClientConfig>) -> Http {
+/// A pool: keep-alive connections, HTTP/2 by ALPN where offered, TCP_NODELAY;
+/// `monitor` counts the connects it makes.
+fn new_pool(tls: &Arc<ClientConfig>, monitor: &Arc<Monitor>) -> Http {
     let mut http = HttpConnector::new();
     http.enforce_http(false);
     http.set_nodelay(true);
@@ -318,11 +394,65 @@ fn new_pool(tls: &Arc<ClientConfig>) -> Http {
         .enable_http1()
         .enable_http2()
         .wrap_connector(http);
+    let connector = Counted {
+        inner: connector,
+        monitor: Arc::clone(monitor),
+    };
     Client::builder(TokioExecutor::new())
         .pool_idle_timeout(IDLE)
         .pool_timer(TokioTimer::new())
         .timer(TokioTimer::new())
         .build(connector)
+}
+
+/// The pool's connector: HTTPS (or HTTP on loopback), counting in the
+/// monitor each connection opened, and each connect that failed or was
+/// given up (its request's deadline passed first).
+#[derive(Clone)]
+struct Counted {
+    inner: HttpsConnector<HttpConnector>,
+    monitor: Arc<Monitor>,
+}
+
+type Https = HttpsConnector<HttpConnector>;
+type Connected = <Https as tower_service::Service<Uri>>::Response;
+type ConnectError = <Https as tower_service::Service<Uri>>::Error;
+
+impl tower_service::Service<Uri> for Counted {
+    type Response = Connected;
+    type Error = ConnectError;
+    type Future =
+        Pin<Box<dyn Future<Output = std::result::Result<Connected, ConnectError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), ConnectError>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        let connecting = self.inner.call(uri);
+        let mut pending = Unsettled(Some(Arc::clone(&self.monitor)));
+        Box::pin(async move {
+            let connected = connecting.await;
+            if let Some(monitor) = pending.0.take() {
+                match &connected {
+                    Ok(_) => monitor.opened(),
+                    Err(_) => monitor.connect_failed(),
+                }
+            }
+            connected
+        })
+    }
+}
+
+/// A connect under way: dropped before it settles, it was given up.
+struct Unsettled(Option<Arc<Monitor>>);
+
+impl Drop for Unsettled {
+    fn drop(&mut self) {
+        if let Some(monitor) = self.0.take() {
+            monitor.connect_failed();
+        }
+    }
 }
 
 /// A pipeline item: the result, or an error's code (its first word) and the rest.

@@ -25,7 +25,7 @@ use super::config::Config;
 use super::health;
 use super::link::{classify, server_error, Link, Stage};
 use super::rest::Rest;
-use super::stats::Tally;
+use super::stats::Monitor;
 use crate::errors::{Error, Result};
 use crate::ops::{Answer as Values, Args, Op};
 
@@ -77,10 +77,11 @@ impl Nodes {
         {
             return Ok(nodes);
         }
+        let monitor = Arc::new(Monitor::default());
         let nodes = match &config.cluster {
-            Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds)?)),
-            None if config.is_rest() => Nodes::Rest(Arc::new(Rest::new(config)?)),
-            None => Nodes::Single(Arc::new(Link::new(config)?)),
+            Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds, monitor)?)),
+            None if config.is_rest() => Nodes::Rest(Arc::new(Rest::new(config, monitor)?)),
+            None => Nodes::Single(Arc::new(Link::new(config, monitor)?)),
         };
         let held = match &nodes {
             Nodes::Single(link) => Held::Single(Arc::downgrade(link)),
@@ -89,6 +90,15 @@ impl Nodes {
         };
         shared.push((config.clone(), held));
         Ok(nodes)
+    }
+
+    /// What these nodes' connections and calls count and tell.
+    fn monitor(&self) -> Arc<Monitor> {
+        Arc::clone(match self {
+            Nodes::Single(link) => link.monitor(),
+            Nodes::Cluster(cluster) => cluster.monitor(),
+            Nodes::Rest(rest) => rest.monitor(),
+        })
     }
 }
 
@@ -106,8 +116,9 @@ pub struct Store {
     nodes: Nodes,
     timeout: Duration,
     secrets: Vec<Vec<u8>>,
-    /// What this store's calls met: locked once per pipeline's answers.
-    pub tally: Arc<Mutex<Tally>>,
+    /// What the calls and connections of the nodes met, shared by the
+    /// stores on them: locked once per pipeline's answers.
+    pub monitor: Arc<Monitor>,
 }
 
 /// Redirections one hit may follow (a slot that moves twice while a hit is
@@ -116,11 +127,12 @@ const MAX_REDIRECTS: usize = 5;
 
 impl Store {
     pub fn new(config: &Config) -> Result<Store> {
+        let nodes = Nodes::shared(config)?;
         Ok(Store {
-            nodes: Nodes::shared(config)?,
+            monitor: nodes.monitor(),
+            nodes,
             timeout: Duration::from_millis(config.timeout_ms),
             secrets: config.secrets(),
-            tally: Arc::default(),
         })
     }
 
@@ -132,29 +144,29 @@ impl Store {
             .unwrap_or(Err(Error::Internal("a hit got no answer")))
     }
 
-    /// Hits sent together, answered in order. Runs on the runtime.
+    /// Hits sent together, answered in order. Runs on the runtime. Each
+    /// answered hit adds one latency sample: from here to its answer.
     pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Values>> {
         let started = Instant::now();
         let deadline = started + self.timeout;
-        let tally = &self.tally;
+        let monitor = &*self.monitor;
         let answers = match &self.nodes {
             Nodes::Single(link) => {
                 let all: Vec<usize> = (0..queries.len()).collect();
-                on_node(link, queries, &all, false, deadline, tally).await
+                on_node(link, queries, &all, false, deadline, monitor).await
             }
-            Nodes::Cluster(cluster) => routed(cluster, queries, deadline, tally).await,
+            Nodes::Cluster(cluster) => routed(cluster, queries, deadline, monitor).await,
             Nodes::Rest(rest) => {
-                let results = rest.hits(queries, deadline).await;
+                let results = rest.hits(queries, started, deadline).await;
                 return self.answer(queries, results.into_iter());
             }
         };
         {
-            let took = started.elapsed();
-            let mut tally = lock(tally);
-            for answer in &answers {
+            let mut tally = monitor.tally();
+            for (answer, at) in &answers {
                 match answer {
                     Answer::TimedOut { .. } => tally.timeouts += 1,
-                    Answer::Value(_) => tally.answered(took),
+                    Answer::Value(_) => tally.answered(at.saturating_duration_since(started)),
                     _ => {}
                 }
             }
@@ -163,7 +175,7 @@ impl Store {
         let results = answers
             .into_iter()
             .zip(queries)
-            .map(|(answer, q)| match answer {
+            .map(|((answer, _), q)| match answer {
                 Answer::Value(value) => outcome(q.op, value),
                 Answer::Refused(e) => Err(e),
                 Answer::Failed(e) => Err(classify(&e, Stage::Sent)),
@@ -258,6 +270,9 @@ impl Answer {
     }
 }
 
+/// An answer and when it came in.
+type Timed = (Answer, Instant);
+
 /// Sends the chosen hits to one node within the deadline (connecting
 /// included), and tells its link how that went. One answer per chosen hit.
 async fn on_node(
@@ -266,29 +281,28 @@ async fn on_node(
     chosen: &[usize],
     asking: bool,
     deadline: Instant,
-    tally: &Mutex<Tally>,
-) -> Vec<Answer> {
+    monitor: &Monitor,
+) -> Vec<Timed> {
+    let all = |answer: &dyn Fn() -> Answer| {
+        let now = Instant::now();
+        chosen.iter().map(|_| (answer(), now)).collect()
+    };
     let (conn, generation) = match timeout_at(deadline, link.connection()).await {
         Ok(Ok(connected)) => connected,
-        Ok(Err(e)) => return chosen.iter().map(|_| Answer::Refused(e.clone())).collect(),
-        Err(_) => {
-            return chosen
-                .iter()
-                .map(|_| Answer::TimedOut { sent: false })
-                .collect()
-        }
+        Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
+        Err(_) => return all(&|| Answer::TimedOut { sent: false }),
     };
     let mark = link.mark();
-    let answers = send(conn, queries, chosen, asking, deadline, tally).await;
+    let answers = send(conn, queries, chosen, asking, deadline, monitor).await;
     let timeouts = answers
         .iter()
-        .filter(|a| matches!(a, Answer::TimedOut { .. }))
+        .filter(|(a, _)| matches!(a, Answer::TimedOut { .. }))
         .count();
-    if let Some(demotion) = answers.iter().find_map(Answer::demotion) {
+    if let Some(demotion) = answers.iter().find_map(|(a, _)| a.demotion()) {
         link.demoted(generation, demotion);
     } else if timeouts > 0 {
         link.timed_out(generation, mark, timeouts);
-    } else if answers.iter().any(|a| matches!(a, Answer::Failed(_))) {
+    } else if answers.iter().any(|(a, _)| matches!(a, Answer::Failed(_))) {
         link.failed(generation);
     } else {
         link.answered(generation);
@@ -303,24 +317,28 @@ async fn routed(
     cluster: &Arc<Cluster>,
     queries: &[Query<'_>],
     deadline: Instant,
-    tally: &Mutex<Tally>,
-) -> Vec<Answer> {
-    let all = |answer: &dyn Fn() -> Answer| queries.iter().map(|_| answer()).collect();
+    monitor: &Monitor,
+) -> Vec<Timed> {
+    let all = |answer: &dyn Fn() -> Answer| {
+        let now = Instant::now();
+        queries.iter().map(|_| (answer(), now)).collect()
+    };
     let links = match timeout_at(deadline, cluster.route(queries.iter().map(|q| q.key))).await {
         Ok(Ok(links)) => links,
         Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
         Err(_) => return all(&|| Answer::TimedOut { sent: false }),
     };
-    let mut answers: Vec<Option<Answer>> = queries.iter().map(|_| None).collect();
+    let mut answers: Vec<Option<Timed>> = queries.iter().map(|_| None).collect();
     let mut pending: Vec<(usize, Arc<Link>, bool)> = Vec::with_capacity(queries.len());
     for (i, link) in links.into_iter().enumerate() {
         match link {
             Some(link) => pending.push((i, link, false)),
             None => {
                 // Only this key fails; the map may have changed since it was read.
-                answers[i] = Some(Answer::Refused(Error::Redis(
+                let refused = Answer::Refused(Error::Redis(
                     "CLUSTERDOWN the key's slot is not served by any node".into(),
-                )));
+                ));
+                answers[i] = Some((refused, Instant::now()));
                 cluster.stale();
             }
         }
@@ -338,27 +356,27 @@ async fn routed(
             }
         }
         let sent = join_all(groups.iter().map(|(link, asking, chosen)| {
-            on_node(link, queries, chosen, *asking, deadline, tally)
+            on_node(link, queries, chosen, *asking, deadline, monitor)
         }))
         .await;
         for ((_, _, chosen), group) in groups.iter().zip(sent) {
-            for (&i, answer) in chosen.iter().zip(group) {
+            for (&i, (answer, at)) in chosen.iter().zip(group) {
                 match answer.redirection() {
                     Some((to, asking)) if redirects_left > 0 => {
-                        lock(tally).redirections += 1;
+                        monitor.tally().redirections += 1;
                         if !asking {
                             cluster.stale();
                         }
                         match cluster.redirected(to) {
                             Ok(link) => pending.push((i, link, asking)),
-                            Err(e) => answers[i] = Some(Answer::Refused(e)),
+                            Err(e) => answers[i] = Some((Answer::Refused(e), at)),
                         }
                     }
                     _ => {
                         if answer.node_trouble() {
                             cluster.stale();
                         }
-                        answers[i] = Some(answer);
+                        answers[i] = Some((answer, at));
                     }
                 }
             }
@@ -369,30 +387,38 @@ async fn routed(
     }
     answers
         .into_iter()
-        .map(|a| a.unwrap_or(Answer::Refused(Error::Internal("a hit got no answer"))))
+        .map(|a| {
+            a.unwrap_or_else(|| {
+                let none = Answer::Refused(Error::Internal("a hit got no answer"));
+                (none, Instant::now())
+            })
+        })
         .collect()
 }
 
 /// Sends the chosen ops as EVALSHA, then those that met NOSCRIPT as EVAL:
-/// one answer per chosen op, in order.
+/// one answer per chosen op, in order, with when it came in.
 async fn send(
     mut conn: MultiplexedConnection,
     queries: &[Query<'_>],
     chosen: &[usize],
     asking: bool,
     deadline: Instant,
-    tally: &Mutex<Tally>,
-) -> Vec<Answer> {
-    let mut answers = pipeline(&mut conn, false, queries, chosen, asking, deadline).await;
+    monitor: &Monitor,
+) -> Vec<Timed> {
+    let answered = pipeline(&mut conn, false, queries, chosen, asking, deadline).await;
+    let now = Instant::now();
+    let mut answers: Vec<Timed> = answered.into_iter().map(|a| (a, now)).collect();
     let (missing, at): (Vec<usize>, Vec<usize>) = (0..answers.len())
-        .filter(|&j| matches!(&answers[j], Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
+        .filter(|&j| matches!(&answers[j].0, Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
         .map(|j| (chosen[j], j))
         .unzip();
     if !missing.is_empty() {
-        lock(tally).noscript += missing.len() as u64;
+        monitor.tally().noscript += missing.len() as u64;
         let retried = pipeline(&mut conn, true, queries, &missing, asking, deadline).await;
+        let now = Instant::now();
         for (j, answer) in at.into_iter().zip(retried) {
-            answers[j] = answer;
+            answers[j] = (answer, now);
         }
     }
     answers
@@ -454,11 +480,6 @@ async fn pipeline(
             .map(|_| Answer::TimedOut { sent: true })
             .collect(),
     }
-}
-
-fn lock(tally: &Mutex<Tally>) -> std::sync::MutexGuard<'_, Tally> {
-    // Counts only: a poisoned lock still holds usable ones.
-    tally.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The op's answer, or the error its script raised.
