@@ -60,18 +60,20 @@ function render(rows) {
     '### CPU per hit: a store process serving paced hit requests from a load generator in another process',
     '',
     'Unit: us of CPU per hit, every thread of the process (user + system, from /proc), and the same for',
-    `redis-server; latency in us per hit as the generator saw it. Ratio: this store's CPU per hit over ${BASELINE}'s`,
-    'under the same load; lower is better.',
+    'redis-server; user and system split it (from /proc/PID/stat, 10 ms clock ticks: sampled, so they',
+    "need not add up exactly); latency in us per hit as the generator saw it. Ratio: this store's CPU per hit",
+    `over ${BASELINE}'s under the same load; lower is better.`,
     '',
-    '| load | store | CPU us/hit | cores | redis-server us/hit | p50 us | p99 us | hits/s | ratio (CPU) |',
-    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
+    '| load | store | CPU us/hit | user | system | cores | redis-server us/hit | p50 us | p99 us | hits/s | ratio (CPU) |',
+    '| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |',
   ];
   for (const { load, results } of rows) {
     const base = results.find((r) => r.store === BASELINE)?.storeUsPerHit;
     for (const r of results) {
       const ratio = Number.isFinite(base) ? `${(r.storeUsPerHit / base).toFixed(2)}x` : '';
       lines.push(
-        `| ${label(load)} | ${r.store} | ${r.storeUsPerHit.toFixed(1)} | ${r.storeCores.toFixed(2)} | ` +
+        `| ${label(load)} | ${r.store} | ${r.storeUsPerHit.toFixed(1)} | ${r.storeUserUsPerHit.toFixed(1)} | ` +
+          `${r.storeSystemUsPerHit.toFixed(1)} | ${r.storeCores.toFixed(2)} | ` +
           `${r.redisUsPerHit.toFixed(1)} | ${r.p50.toFixed(0)} | ${r.p99.toFixed(0)} | ` +
           `${Math.round(r.rate).toLocaleString('en-US')} | ${ratio} |`,
       );

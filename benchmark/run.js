@@ -100,6 +100,8 @@ const REDIS_COLUMNS = [
   { name: 'ops/s', range: true, unit: 'ops/s' },
   { name: 'p50 us', unit: 'us' },
   { name: 'p99 us', unit: 'us' },
+  { name: 'client cores', unit: 'cores' },
+  { name: 'redis-server cores', unit: 'cores' },
 ];
 const KEYS = Array.from({ length: 10_000 }, (_, i) => `ratelimit:chat:ip:10.0.${i >> 8}.${i & 255}`);
 
@@ -362,7 +364,8 @@ async function redis(size, notes) {
     const limit = [];
     for (let round = 0; round < size.redisRounds; round++) {
       for (const [w, width] of WIDTHS.entries()) {
-        for (const entry of rotated(entries, round)) await redisRound(samples[w], entry, size.redisHits[width], width);
+        for (const entry of rotated(entries, round))
+          await redisRound(samples[w], entry, size.redisHits[width], width, server);
       }
       limit.push(await redisBenchmark(server.port, sha, { requests: size.benchmarkRequests, pipeline: 16 }));
     }
@@ -389,11 +392,23 @@ async function redis(size, notes) {
   }
 }
 
-/** One measured round of a Redis store: its ops/s, p50 and p99. */
-async function redisRound(samples, entry, hits, width) {
+/** A process's CPU time so far (user + system, every thread), in ms: /proc's clock ticks of 10 ms. */
+function serverCpuMs(pid) {
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1].split(' ');
+  return (Number(fields[11]) + Number(fields[12])) * 10;
+}
+
+/** One measured round of a Redis store: its ops/s, p50, p99, and the cores it and the server kept busy. */
+async function redisRound(samples, entry, hits, width, server) {
   const latencies = new Float64Array(hits);
   gc();
+  const before = [performance.now(), process.cpuUsage(), server && serverCpuMs(server.pid)];
   const ops = await drive(entry.store, hits, width, latencies);
+  const ms = performance.now() - before[0];
+  const used = process.cpuUsage(before[1]);
+  // Cores busy while the round ran: which side is the limit (a core is 1.00).
+  push(samples, entry.name, 'client cores', (used.user + used.system) / 1000 / ms);
+  if (server) push(samples, entry.name, 'redis-server cores', (serverCpuMs(server.pid) - before[2]) / ms);
   latencies.sort();
   push(samples, entry.name, 'ops/s', ops);
   push(samples, entry.name, 'p50 us', latencies[Math.floor(hits * 0.5)] * 1000);
