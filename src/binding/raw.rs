@@ -25,10 +25,18 @@ pub type Callback = unsafe extern "C" fn(sys::napi_env, sys::napi_callback_info)
 
 /// `Ok` for `napi_ok`; otherwise the error Node-API reports for the call,
 /// with its own message.
+#[inline]
 pub fn check(env: sys::napi_env, status: sys::napi_status) -> Result<(), Error> {
     if status == sys::Status::napi_ok {
         return Ok(());
     }
+    Err(failed(env, status))
+}
+
+/// The error of a Node-API call that failed: out of the hit's hot path.
+#[cold]
+#[inline(never)]
+fn failed(env: sys::napi_env, status: sys::napi_status) -> Error {
     let mut info: *const sys::napi_extended_error_info = ptr::null();
     // SAFETY: `env` is the calling thread's environment (see the module
     // note) and `info` is a valid place for the pointer.
@@ -46,7 +54,7 @@ pub fn check(env: sys::napi_env, status: sys::napi_status) -> Result<(), Error> 
             _ => format!("status {status}"),
         }
     };
-    Err(Error::NodeApi(message))
+    Error::NodeApi(message)
 }
 
 /// A callback's first `N` arguments (missing ones read as undefined) and the data

@@ -346,6 +346,7 @@ impl Table {
 
     /// Shard `s`'s lock. A panic while one was held may have left it half
     /// changed: fail loudly rather than count from it.
+    #[inline]
     fn lock(&self, s: usize) -> Result<MutexGuard<'_, Shard>> {
         self.shards[s].shard.lock().map_err(poisoned)
     }

@@ -184,11 +184,13 @@ impl Shard {
 
     /// The time to apply a hit at: `now`, or the latest time applied here if
     /// that is later.
+    #[inline]
     pub fn tick(&mut self, now: u64) -> u64 {
         self.now = self.now.max(now);
         self.now
     }
 
+    #[inline]
     pub fn find(&self, key: KeyHash) -> Option<Id> {
         let halves = [key as u64, (key >> 64) as u64];
         self.table
@@ -196,24 +198,28 @@ impl Shard {
             .map(|i| Id(i as u32))
     }
 
+    #[inline]
     fn entry(&self, i: u32) -> &Entry {
         self.table
             .get_bucket(i as usize)
             .expect("a listed slot is full")
     }
 
+    #[inline]
     fn entry_mut(&mut self, i: u32) -> &mut Entry {
         self.table
             .get_bucket_mut(i as usize)
             .expect("a listed slot is full")
     }
 
+    #[inline]
     pub fn get(&self, id: Id) -> Counter {
         self.entry(id.0).counter()
     }
 
     /// Stores counter `c` for the key at `id`, opened with `window_ms` if it is
     /// a new window. Returns true when the expiry index changed.
+    #[inline]
     pub fn put(&mut self, id: Id, c: Counter, window_ms: u64) -> bool {
         let entry = self.entry_mut(id.0);
         entry.count = c.count;
