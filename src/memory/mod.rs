@@ -43,37 +43,8 @@ pub type KeyHash = u128;
 /// working on neighbouring shards don't share a line. std's mutex: a
 /// spin-then-yield lock measured no faster, with one thread or four on one
 /// table (benchmark/RESULTS.md), and a waiter sleeps rather than spins.
-/// Beside the lock, where the shard's slots lie ([`Shard::layout`]),
-/// published under the lock whenever an insert finds it changed, and read
-/// without it to prefetch a key's slot before locking (a torn or stale pair
-/// only prefetches the wrong line).
 #[repr(align(64))]
-struct Locked {
-    base: AtomicUsize,
-    mask: AtomicUsize,
-    shard: Mutex<Shard>,
-}
-
-impl Locked {
-    fn prefetch(&self, key: KeyHash) {
-        let layout = (
-            self.base.load(Ordering::Relaxed),
-            self.mask.load(Ordering::Relaxed),
-        );
-        shard::prefetch(key, layout);
-    }
-
-    /// Publishes the shard's layout if it changed; called with its lock held.
-    fn publish_layout(&self, shard: &Shard) {
-        let (base, mask) = shard.layout();
-        if self.base.load(Ordering::Relaxed) != base {
-            self.base.store(base, Ordering::Relaxed);
-        }
-        if self.mask.load(Ordering::Relaxed) != mask {
-            self.mask.store(mask, Ordering::Relaxed);
-        }
-    }
-}
+struct Locked(Mutex<Shard>);
 
 /// When the first counter of each shard's earliest short and long buckets
 /// ends (`Shard::first`), published under the shard's lock so that a full
@@ -108,11 +79,7 @@ pub struct Stats {
 impl Table {
     pub fn new(max_keys: usize) -> Table {
         let shards = (0..SHARDS)
-            .map(|_| Locked {
-                base: AtomicUsize::new(0),
-                mask: AtomicUsize::new(0),
-                shard: Mutex::new(Shard::new()),
-            })
+            .map(|_| Locked(Mutex::new(Shard::new())))
             .collect();
         let firsts = (0..SHARDS)
             .map(|_| Firsts {
@@ -184,7 +151,6 @@ impl Table {
         amount: i64,
     ) -> Result<Outcome> {
         let s = Self::shard_of(key);
-        self.shards[s].prefetch(key);
         let mut counted = false;
         loop {
             let mut shard = self.lock(s)?;
@@ -210,7 +176,6 @@ impl Table {
                         continue;
                     }
                     shard.insert(key, c, window_ms);
-                    self.shards[s].publish_layout(&shard);
                     true
                 }
                 (None, Change::Drop) => unreachable!("only a held counter is dropped"),
@@ -246,7 +211,6 @@ impl Table {
             *shard = Shard::new();
             shard.tick(now);
             shard.tally = tally;
-            self.shards[s].publish_layout(&shard);
             self.len.fetch_sub(held, Ordering::Relaxed);
             self.publish(s, &shard);
         }
@@ -330,9 +294,7 @@ impl Table {
                 shard.tally.swept += gone as u64;
                 if gone > 0 {
                     self.len.fetch_sub(gone, Ordering::Relaxed);
-                    if shard.shrink() {
-                        self.shards[s].publish_layout(&shard);
-                    }
+                    shard.shrink();
                     self.publish(s, &shard);
                 }
                 dropped += gone;
@@ -348,7 +310,7 @@ impl Table {
     /// changed: fail loudly rather than count from it.
     #[inline]
     fn lock(&self, s: usize) -> Result<MutexGuard<'_, Shard>> {
-        self.shards[s].shard.lock().map_err(poisoned)
+        self.shards[s].0.lock().map_err(poisoned)
     }
 }
 

@@ -266,7 +266,6 @@ impl Table {
                     }
                     (None, Write::Put(c, window_ms)) => {
                         shard.insert(k, c, window_ms);
-                        self.shards[s].publish_layout(&shard);
                         reindexed = true;
                     }
                     (Some(id), Write::Drop) => {
