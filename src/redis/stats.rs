@@ -97,9 +97,6 @@ pub struct Monitor {
     listeners: Mutex<Vec<Weak<dyn Listener>>>,
     /// Some connection has been up: the first one only is `connected`.
     was_up: AtomicBool,
-    /// Losses not yet made good by a connection opened since: the next
-    /// connections opened are reconnects.
-    unreplaced: Mutex<u64>,
 }
 
 impl Monitor {
@@ -143,16 +140,16 @@ impl Monitor {
 
     /// The nodes can be reached through a connection just opened (`opened`
     /// counted it): `connected` the first time; after a loss not yet made
-    /// good, a reconnect (`reconnected`).
+    /// good (only `lost` and `up` change the two counts, so their difference
+    /// is the losses not yet replaced), a reconnect (`reconnected`).
     pub fn up(&self) {
         let replaces = {
-            let mut unreplaced = self.unreplaced.lock().unwrap_or_else(|e| e.into_inner());
-            let replaces = *unreplaced > 0;
-            *unreplaced = unreplaced.saturating_sub(1);
+            let mut tally = self.tally();
+            let replaces = tally.losses > tally.reconnects;
+            tally.reconnects += u64::from(replaces);
             replaces
         };
         if replaces {
-            self.tally().reconnects += 1;
             self.tell(Event::Reconnected);
         } else if !self.was_up.swap(true, Ordering::Relaxed) {
             self.tell(Event::Connected);
@@ -162,7 +159,6 @@ impl Monitor {
     /// An open connection failed; `code` is what its calls rejected with.
     pub fn lost(&self, code: &'static str) {
         self.tally().losses += 1;
-        *self.unreplaced.lock().unwrap_or_else(|e| e.into_inner()) += 1;
         self.tell(Event::Lost(code));
     }
 }
