@@ -26,7 +26,8 @@ function summary(values) {
 function format(value, unit) {
   if (!Number.isFinite(value)) return '-';
   if (unit === 'ops/s') return Math.round(value).toLocaleString('en-US');
-  if (unit === 'B' || unit === 'cores') return value.toFixed(unit === 'B' ? 1 : 2);
+  if (unit === 'B') return value.toFixed(1);
+  if (unit === 'cores') return value.toFixed(2);
   if (unit === 'us')
     return value < 10 ? value.toFixed(2) : value < 1000 ? value.toFixed(1) : Math.round(value).toLocaleString('en-US');
   return String(value);

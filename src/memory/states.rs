@@ -120,10 +120,11 @@ fn bucket_state(held: Option<Counter>, p: &Params) -> Option<Bucket> {
     let missing = (p.capacity - c.count).max(0);
     let refills = (missing + p.refill - 1) / p.refill;
     let to_full = refills as u64 * p.interval_ms * US_PER_MS;
+    let ends_at = state_end(&c);
     Some(Bucket {
         tokens: c.count,
-        refilled_at: state_end(&c).saturating_sub(to_full),
-        ends_at: state_end(&c),
+        refilled_at: ends_at.saturating_sub(to_full),
+        ends_at,
     })
 }
 

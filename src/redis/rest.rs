@@ -410,7 +410,7 @@ fn new_pool(tls: &Arc<ClientConfig>, monitor: &Arc<Monitor>) -> Http {
 /// given up (its request's deadline passed first).
 #[derive(Clone)]
 struct Counted {
-    inner: HttpsConnector<HttpConnector>,
+    inner: Https,
     monitor: Arc<Monitor>,
 }
 
