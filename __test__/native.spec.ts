@@ -25,6 +25,7 @@ describe('memory JavaScript can reach', () => {
     async () => {
       const seen = JSON.parse(await runFixture(fixture, ['memory'], ['--expose-gc']));
       expect(seen.first).toEqual([2, 60_000]);
+      expect(seen.failed).toEqual(['ERR_OUT_OF_RANGE', true, true]);
       // Whether the engine copies or detaches, a hit reads only numbers written for it.
       if (seen.detachedLength === 0) expect(seen.afterDetach.code).toBe('ERR_INTERNAL');
       else expect(seen.afterDetach).toEqual({ answer: 7 });

@@ -82,9 +82,10 @@ class NoopStore {
     const io = this.#io;
     io[0] = windowMs;
     io[1] = amount;
-    const count = this.#hit(key);
-    if (count === undefined) return Promise.reject(new Error('no answer'));
-    return Promise.resolve({ count, resetMs: io[0] });
+    this.#hit(key);
+    const resetMs = io[0];
+    if (resetMs >= 0) return Promise.resolve({ count: io[1], resetMs });
+    return Promise.reject(new Error('no answer'));
   }
 }
 

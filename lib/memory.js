@@ -31,8 +31,8 @@ class MemoryStore extends Operations {
   /** The message of ERR_STORE_FULL, as the addon words it. */
   #fullMessage;
   /**
-   * The table's numbers, in memory the addon owns: a hit's [windowMs, amount] in and resetMs out in
-   * [0]; an op's [op, a, b, c, d] in and its answer out.
+   * The table's numbers, in memory the addon owns: a hit's [windowMs, amount] in and [resetMs, count]
+   * out; an op's [op, a, b, c, d] in and its answer out.
    */
   #io;
 
@@ -108,16 +108,16 @@ class MemoryStore extends Operations {
     const io = this.#io;
     io[0] = windowMs;
     io[1] = amount;
-    let count;
     try {
-      count = this.#hit(key);
+      this.#hit(key);
     } catch (error) {
       return this.#fail(error);
     }
-    // A number is the only success: null is a refusal of a full store, and undefined means the hit
-    // failed and its error could not be thrown.
-    if (typeof count !== 'number') return this.#fail(count === null ? storeFull(this.#fullMessage) : notAnswered());
-    return Promise.resolve({ count, resetMs: io[0] });
+    // A resetMs (never negative) is the only success: the hit took its inputs, leaving NaN. -1 is a
+    // refusal of a full store; NaN means the hit failed and its error could not be thrown.
+    const resetMs = io[0];
+    if (resetMs >= 0) return Promise.resolve({ count: io[1], resetMs });
+    return this.#fail(resetMs === -1 ? storeFull(this.#fullMessage) : notAnswered());
   }
 
   /** Runs one op (its arguments already checked) on the table, at once, and answers a settled promise. */

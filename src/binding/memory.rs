@@ -2,9 +2,9 @@
 //! Node-API callback that takes one argument, the key, read into a stack
 //! buffer. The numbers go both ways through the store's own `io` array
 //! (memory Rust owns, see [`raw::Numbers`]): JavaScript leaves
-//! `[windowMs, amount]` there, the hit takes them (leaving NaN), answers the
-//! count, and leaves resetMs in `io[0]`. No JS value is read or made for a
-//! number but the count (see "What a hit costs" in the README).
+//! `[windowMs, amount]` there, the hit takes them (leaving NaN) and leaves
+//! `[resetMs, count]`. No JS value is read or made for a number (see "What a
+//! hit costs" in the README).
 
 use std::sync::Arc;
 
@@ -28,12 +28,12 @@ struct HitData {
     io: Arc<raw::Numbers>,
 }
 
-/// `memoryStore(maxKeys, name?)` → `{ hit(key): count, call, size, clear,
+/// `memoryStore(maxKeys, name?)` → `{ hit(key), call, size, clear,
 /// stats, close, io }`. `stats()` → `[held, capacity, calls, evictedEnded,
 /// evictedShort, sweeps, swept]`.
 #[napi(
     js_name = "memoryStore",
-    ts_return_type = "{ hit(key: string): number | undefined; call(key: string): number | undefined; size(): number; clear(): void; stats(): number[]; close(): void; io: Float64Array }"
+    ts_return_type = "{ hit(key: string): void; call(key: string): number | undefined; size(): number; clear(): void; stats(): number[]; close(): void; io: Float64Array }"
 )]
 pub fn memory_store<'e>(
     env: &'e Env,
@@ -144,11 +144,14 @@ unsafe extern "C" fn call(env: sys::napi_env, info: sys::napi_callback_info) -> 
     }
 }
 
-/// `hit(key)` with `io = [windowMs, amount]` → the count, `io[0] = resetMs`;
-/// null when a full store refuses the hit (`ERR_STORE_FULL`: JavaScript
-/// makes that error without a stack trace, so that a stream of fresh keys
-/// against a full store stays cheap). Returns undefined only on failure,
-/// having thrown if it could.
+/// `hit(key)` with `io = [windowMs, amount]` → `io = [resetMs, count]`.
+/// Success is those two numbers: the hit takes its inputs (leaving NaN), and
+/// only a hit that counted writes a resetMs, never negative, so JavaScript
+/// never reads its own inputs back as an answer. A full store refuses with
+/// `io[0] = -1` (`ERR_STORE_FULL`: JavaScript makes that error without a
+/// stack trace, so that a stream of fresh keys against a full store stays
+/// cheap). Any other failure throws, if it can, and leaves NaN. The function
+/// returns no JS value: none is made per hit.
 unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
     // SAFETY: Node-API calls this on the JS thread with its own env and info.
     unsafe {
@@ -159,15 +162,21 @@ unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> s
             let HitData { table, io } = &*data.cast::<HitData>();
             let (window_ms, amount) = take_numbers(io)?;
             let key = raw::with_utf16(env, key, "key must be a string", |k| table.key(k))?;
-            let outcome = match table.hit(key, clock::now_us, window_ms, amount) {
-                Err(Error::StoreFull(_)) => return raw::null(env),
-                other => other?,
-            };
-            io.set(0, outcome.reset_ms as f64);
-            raw::double(env, outcome.count as f64)
+            match table.hit(key, clock::now_us, window_ms, amount) {
+                Ok(outcome) => {
+                    io.set(1, outcome.count as f64);
+                    io.set(0, outcome.reset_ms as f64);
+                }
+                Err(Error::StoreFull(_)) => io.set(0, REFUSED),
+                Err(e) => return Err(e),
+            }
+            Ok(std::ptr::null_mut())
         })
     }
 }
+
+/// What a full store leaves in `io[0]` for a refused hit: no resetMs is negative.
+const REFUSED: f64 = -1.0;
 
 /// A hit's numbers from its `io`. Each is taken once, so a hit whose
 /// numbers never arrived (the array was detached or replaced) fails rather
@@ -184,10 +193,10 @@ fn take_numbers(io: &raw::Numbers) -> std::result::Result<(u64, i64), Error> {
 
 /// `noopHitForBenchmark()` → `{ hit, io }`: for the benchmark's floor, a
 /// native call that takes a hit's arguments the way memoryStore's does (the
-/// key, and two numbers in its io) and does nothing with them.
+/// key, and two numbers in its io) and answers them back, doing nothing else.
 #[napi(
     js_name = "noopHitForBenchmark",
-    ts_return_type = "{ hit(key: string): number | undefined; io: Float64Array }"
+    ts_return_type = "{ hit(key: string): void; io: Float64Array }"
 )]
 pub fn noop_hit_for_benchmark(env: &Env) -> Result<Object<'_>> {
     let io = raw::Numbers::new(2);
@@ -215,8 +224,10 @@ unsafe extern "C" fn noop(env: sys::napi_env, info: sys::napi_callback_info) -> 
             // SAFETY: `data` is the Arc<Numbers> this function was made with.
             let io = &*data.cast::<Arc<raw::Numbers>>();
             raw::with_utf16(env, key, "key must be a string", |k| k.len())?;
-            let numbers = std::hint::black_box((io.take(0), io.take(1)));
-            raw::double(env, numbers.1)
+            let (window_ms, amount) = std::hint::black_box((io.take(0), io.take(1)));
+            io.set(1, amount);
+            io.set(0, window_ms);
+            Ok(std::ptr::null_mut())
         })
     }
 }

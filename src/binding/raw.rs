@@ -166,15 +166,6 @@ pub unsafe fn boolean(env: sys::napi_env, b: bool) -> Result<sys::napi_value, Er
 
 /// # Safety
 /// Called inside a callback of `env`.
-pub unsafe fn null(env: sys::napi_env) -> Result<sys::napi_value, Error> {
-    let mut value = ptr::null_mut();
-    // SAFETY: as the caller promises; `value` is a valid out-pointer.
-    check(env, unsafe { sys::napi_get_null(env, &mut value) })?;
-    Ok(value)
-}
-
-/// # Safety
-/// Called inside a callback of `env`.
 pub unsafe fn undefined(env: sys::napi_env) -> Result<sys::napi_value, Error> {
     let mut value = ptr::null_mut();
     // SAFETY: as the caller promises; `value` is a valid out-pointer.

@@ -424,6 +424,22 @@ mod tests {
     }
 
     #[test]
+    fn a_hit_reads_one_cache_line_of_its_shard() {
+        let t = Table::new(10);
+        let locked = &t.shards[1];
+        let base = locked as *const Locked as usize;
+        let guard = locked.0.lock().unwrap();
+        let shard = &*guard as *const Shard as usize;
+        assert_eq!(base % 64, 0);
+        // The lock word, then the shard's fields up to its count of calls.
+        let end = shard - base + std::mem::offset_of!(Shard, tally) + std::mem::size_of::<u64>();
+        assert!(
+            end <= 64,
+            "a hit's fields end {end} bytes into the shard's line"
+        );
+    }
+
+    #[test]
     fn keys_hash_apart_and_per_table() {
         let t = Table::new(10);
         assert_ne!(key(&t, "a"), key(&t, "b"));

@@ -1,7 +1,6 @@
 //! One shard of the memory table. Its counters sit in a dense array, found by
-//! key through a `hashbrown::HashTable` of array positions, and kept in order
-//! of their ends by an expiry index, so that what to sweep or evict is found
-//! without a scan:
+//! key through an index of array positions, and kept in order of their ends
+//! by an expiry index, so that what to sweep or evict is found without a scan:
 //!
 //! - A counter's end falls in a bucket 1/256 of its window long (windows are
 //!   grouped by their power of two, so each group has its own bucket length).
@@ -11,11 +10,12 @@
 //! - Two ordered maps from a bucket's start to the head of its list, one for
 //!   short windows (evicted when the table is full) and one for long ones
 //!   (never evicted, only dropped once ended). Only buckets in use take room.
+//!
+//! A hit touches four cache lines: the shard's lock with the fields a hit
+//! reads (one line, see [`Shard`]), the index's slot, the chunk's address and
+//! the counter's 32 bytes. Links, the maps and the other counts sit apart.
 
 use std::collections::BTreeMap;
-use std::ops::{Index, IndexMut};
-
-use hashbrown::HashTable;
 
 use super::KeyHash;
 use crate::window::Counter;
@@ -30,7 +30,10 @@ const BUCKETS_PER_WINDOW_LOG2: u32 = 8;
 /// Array positions are `u32`: a shard holds fewer than 2^32 counters.
 const NONE: u32 = u32::MAX;
 
-/// A key and its counter, with its place in its bucket's list: 40 bytes.
+/// A key and its counter: what a hit reads and writes, 32 bytes aligned to
+/// 32, so that it never straddles two cache lines.
+#[repr(C, align(32))]
+#[derive(Clone, Copy)]
 struct Entry {
     /// The key hash, as two halves (a `u128` field would align the entry to 16 bytes).
     key: [u64; 2],
@@ -38,11 +41,23 @@ struct Entry {
     /// The window's end (µs, low 56 bits), its group (the window's length
     /// in µs, log 2, 6 bits) and, in the top bit, the long flag.
     end: u64,
+}
+
+/// An entry's place in its bucket's list: read only when its window is
+/// replaced or it is dropped, so it is kept beside the entries, not in them.
+#[derive(Clone, Copy)]
+struct Link {
     prev: u32,
     next: u32,
 }
 
 impl Entry {
+    const UNUSED: Entry = Entry {
+        key: [0; 2],
+        count: 0,
+        end: 0,
+    };
+
     fn key(&self) -> KeyHash {
         (self.key[1] as u128) << 64 | self.key[0] as u128
     }
@@ -70,74 +85,26 @@ impl Entry {
     }
 }
 
-/// Entries in a shard, by position: filled in chunks of a fixed size, so
-/// that a growing shard never copies them and leaves no freed block behind.
-#[derive(Default)]
-struct Entries {
-    chunks: Vec<Vec<Entry>>,
-    len: u32,
-}
-
-/// 256 entries (10 KiB) a chunk.
+/// 256 entries and their links (10 KiB) a chunk.
 const CHUNK_LOG2: u32 = 8;
 const CHUNK: usize = 1 << CHUNK_LOG2;
 
-impl Entries {
-    fn len(&self) -> usize {
-        self.len as usize
-    }
-
-    /// Adds an entry at the end; returns its position.
-    fn push(&mut self, entry: Entry) -> u32 {
-        let i = self.len;
-        assert!(i < NONE - 1, "a shard holds fewer than 2^32 - 1 counters");
-        // Every chunk before position i's is full; a spare may follow it.
-        let c = (i >> CHUNK_LOG2) as usize;
-        if c == self.chunks.len() {
-            self.chunks.push(Vec::with_capacity(CHUNK));
-        }
-        self.chunks[c].push(entry);
-        self.len += 1;
-        i
-    }
-
-    /// Removes the entry at `i`, moving the last one into its place. One
-    /// emptied chunk is kept as a spare, so that a shard whose size wavers
-    /// across a chunk's edge does not allocate and free one on every hit.
-    fn swap_remove(&mut self, i: u32) {
-        let n = self.chunks.len();
-        // The last entry is in the last chunk, or in the one before a spare.
-        let c = if self.chunks[n - 1].is_empty() {
-            n - 2
-        } else {
-            n - 1
-        };
-        let last = self.chunks[c].pop().expect("a chunk holds the last entry");
-        if c + 2 == n && self.chunks[c].is_empty() {
-            self.chunks.pop();
-        }
-        self.len -= 1;
-        if i != self.len {
-            self[i] = last;
-        }
-    }
-
-    #[cfg(test)]
-    fn iter(&self) -> impl Iterator<Item = &Entry> {
-        self.chunks.iter().flatten()
-    }
+/// A fixed block of entries: a growing shard adds chunks, never copies
+/// them, and leaves no freed block behind.
+struct Chunk {
+    entries: [Entry; CHUNK],
+    links: [Link; CHUNK],
 }
 
-impl Index<u32> for Entries {
-    type Output = Entry;
-    fn index(&self, i: u32) -> &Entry {
-        &self.chunks[(i >> CHUNK_LOG2) as usize][i as usize & (CHUNK - 1)]
-    }
-}
-
-impl IndexMut<u32> for Entries {
-    fn index_mut(&mut self, i: u32) -> &mut Entry {
-        &mut self.chunks[(i >> CHUNK_LOG2) as usize][i as usize & (CHUNK - 1)]
+impl Chunk {
+    fn new() -> Box<Chunk> {
+        Box::new(Chunk {
+            entries: [Entry::UNUSED; CHUNK],
+            links: [Link {
+                prev: NONE,
+                next: NONE,
+            }; CHUNK],
+        })
     }
 }
 
@@ -162,27 +129,83 @@ fn packed_end(c: Counter, window_ms: u64) -> u64 {
     c.ends_at.min(END_MASK) | group << GROUP_SHIFT | long
 }
 
-/// The hash the index places a key by: its low half (the shard was chosen
-/// by its top bits).
-fn hash(key: KeyHash) -> u64 {
-    key as u64
+/// An index slot that holds nothing: a probe stops here.
+const EMPTY: u32 = u32::MAX;
+/// An index slot whose position was dropped: a probe goes on past it.
+const TOMB: u32 = u32::MAX - 1;
+/// The fewest slots an index that holds anything has.
+const MIN_SLOTS: usize = 16;
+
+/// Positions an index of `slots` slots may hold: 7/8 of them, so that a
+/// probe that misses ends soon. With at least 16 slots, a position's low
+/// bits are never those of `EMPTY` or `TOMB` (at most `slots - 3`).
+fn room(slots: usize) -> usize {
+    slots / 8 * 7
 }
 
-#[derive(Default)]
+/// The fewest slots that hold `n` positions.
+fn slots_for(n: usize) -> usize {
+    let mut slots = MIN_SLOTS;
+    while room(slots) < n {
+        slots *= 2;
+    }
+    slots
+}
+
+/// Where a key's probe starts in an index of `mask + 1` slots, and the tag
+/// its slot carries: the low half of the key hash splits into both (the
+/// shard was chosen by the high half).
+fn place(key: KeyHash, mask: usize) -> (usize, u32) {
+    let low = key as u64;
+    (low as usize & mask, (low >> 32) as u32 & !(mask as u32))
+}
+
+/// One shard. The index is hand-written open addressing over `u32` slots:
+/// a slot is a position in its low bits and, above them, a tag from the key
+/// hash, so a probe reads a counter only when the tag agrees. Probes are
+/// linear (16 slots to a cache line); a dropped position leaves a tombstone,
+/// cleared when the index is rebuilt from the entries (as it grows, or once
+/// tombstones take the room). The counters never move for the index's sake.
+///
+/// `repr(C)`: the fields a hit reads come first, so that with the mutex's
+/// word before them (the shard is the mutex's value, 8 bytes in, in a
+/// 64-byte-aligned `Locked`) they share one cache line.
+#[repr(C)]
 pub struct Shard {
-    entries: Entries,
-    /// Positions in `entries`, by key.
-    index: HashTable<u32>,
-    short: BTreeMap<u64, u32>,
-    long: BTreeMap<u64, u32>,
+    /// Entries by position, a chunk at a time.
+    chunks: Vec<Box<Chunk>>,
+    /// Positions in `chunks`, by key: empty, or a power of two (at least 16) of slots.
+    slots: Box<[u32]>,
     /// The latest time a hit here was applied at: time per key never runs back.
     now: u64,
-    /// What happened here, counted under the shard's lock.
+    /// What happened here, counted under the shard's lock (`calls` first: a hit counts it).
     pub tally: Tally,
+    /// Entries held.
+    len: u32,
+    /// Tombstones in `slots`.
+    tombs: u32,
+    short: BTreeMap<u64, u32>,
+    long: BTreeMap<u64, u32>,
+}
+
+impl Default for Shard {
+    fn default() -> Shard {
+        Shard {
+            chunks: Vec::new(),
+            slots: Box::new([]),
+            now: 0,
+            tally: Tally::default(),
+            len: 0,
+            tombs: 0,
+            short: BTreeMap::new(),
+            long: BTreeMap::new(),
+        }
+    }
 }
 
 /// A shard's counts of what it did: plain integers, changed only under its
 /// lock, so counting costs a hit no shared cache line.
+#[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
 pub struct Tally {
     /// Calls that ran here (every op, a read included).
@@ -215,7 +238,7 @@ impl Shard {
 
     /// Counters held.
     pub fn len(&self) -> usize {
-        self.entries.len()
+        self.len as usize
     }
 
     /// The time to apply a hit at: `now`, or the latest time applied here if
@@ -226,87 +249,193 @@ impl Shard {
         self.now
     }
 
+    #[inline(always)]
+    fn entry(&self, i: u32) -> &Entry {
+        &self.chunks[(i >> CHUNK_LOG2) as usize].entries[i as usize & (CHUNK - 1)]
+    }
+
+    #[inline(always)]
+    fn entry_mut(&mut self, i: u32) -> &mut Entry {
+        &mut self.chunks[(i >> CHUNK_LOG2) as usize].entries[i as usize & (CHUNK - 1)]
+    }
+
+    fn link(&self, i: u32) -> Link {
+        self.chunks[(i >> CHUNK_LOG2) as usize].links[i as usize & (CHUNK - 1)]
+    }
+
+    fn link_mut(&mut self, i: u32) -> &mut Link {
+        &mut self.chunks[(i >> CHUNK_LOG2) as usize].links[i as usize & (CHUNK - 1)]
+    }
+
     #[inline]
     pub fn find(&self, key: KeyHash) -> Option<Id> {
-        let entries = &self.entries;
+        let mask = self.slots.len().wrapping_sub(1);
+        if self.slots.is_empty() {
+            return None;
+        }
+        let (mut i, tag) = place(key, mask);
         let halves = [key as u64, (key >> 64) as u64];
-        self.index
-            .find(hash(key), |&i| entries[i].key == halves)
-            .map(|&i| Id(i))
+        loop {
+            let slot = self.slots[i];
+            if slot == EMPTY {
+                return None;
+            }
+            if (slot ^ tag) & !(mask as u32) == 0 && slot != TOMB {
+                let at = slot & mask as u32;
+                if self.entry(at).key == halves {
+                    return Some(Id(at));
+                }
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// The index slot that holds position `at` of key `key`.
+    fn slot_of(&self, key: KeyHash, at: u32) -> usize {
+        let mask = self.slots.len() - 1;
+        let (mut i, _) = place(key, mask);
+        loop {
+            let slot = self.slots[i];
+            assert!(slot != EMPTY, "every entry is indexed");
+            if slot & mask as u32 == at && slot != TOMB {
+                return i;
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Indexes position `at` of key `key`, which the index does not hold
+    /// and has room for.
+    fn index(&mut self, key: KeyHash, at: u32) {
+        let mask = self.slots.len() - 1;
+        let (mut i, tag) = place(key, mask);
+        while self.slots[i] < TOMB {
+            i = (i + 1) & mask;
+        }
+        if self.slots[i] == TOMB {
+            self.tombs -= 1;
+        }
+        self.slots[i] = tag | at;
+    }
+
+    /// Rebuilds the index with `slots` slots from the entries: no tombstones.
+    fn reindex(&mut self, slots: usize) {
+        self.slots = vec![EMPTY; slots].into_boxed_slice();
+        self.tombs = 0;
+        for at in 0..self.len {
+            self.index(self.entry(at).key(), at);
+        }
+    }
+
+    /// Makes room in the index for `n` positions (tombstones count until
+    /// cleared): rebuilt at the same size when at most half of its room is
+    /// held, else twice as large.
+    fn reserve(&mut self, n: usize) {
+        let slots = self.slots.len();
+        if n + self.tombs as usize <= room(slots) {
+            return;
+        }
+        if n <= room(slots) / 2 {
+            self.reindex(slots);
+        } else {
+            self.reindex(slots_for(n.max(room(slots) + 1)));
+        }
     }
 
     #[inline]
     pub fn get(&self, id: Id) -> Counter {
-        self.entries[id.0].counter()
+        self.entry(id.0).counter()
     }
 
     /// Stores counter `c` for the key at `id`, opened with `window_ms` if it is
     /// a new window. Returns true when the expiry index changed.
-    #[inline]
+    #[inline(always)]
     pub fn put(&mut self, id: Id, c: Counter, window_ms: u64) -> bool {
-        let entry = &mut self.entries[id.0];
+        let entry = self.entry_mut(id.0);
         entry.count = c.count;
         if c.ends_at.min(END_MASK) == entry.ends_at() && c.long == entry.long() {
             return false;
         }
-        self.unlink(id.0);
-        self.entries[id.0].end = packed_end(c, window_ms);
-        self.link(id.0);
+        self.renew(id.0, packed_end(c, window_ms));
         true
+    }
+
+    /// Moves entry `i` to the bucket of its new end.
+    #[inline(never)]
+    fn renew(&mut self, i: u32, end: u64) {
+        self.unlink(i);
+        self.entry_mut(i).end = end;
+        self.link_in(i);
     }
 
     /// Adds a key that is not held, with a window of `window_ms` just opened.
     pub fn insert(&mut self, key: KeyHash, c: Counter, window_ms: u64) {
         debug_assert!(self.find(key).is_none());
-        let i = self.entries.push(Entry {
+        let i = self.len;
+        assert!(i < NONE - 1, "a shard holds fewer than 2^32 - 1 counters");
+        self.reserve(i as usize + 1);
+        // Every chunk before position i's is full; a spare may follow it.
+        if (i >> CHUNK_LOG2) as usize == self.chunks.len() {
+            self.chunks.push(Chunk::new());
+        }
+        *self.entry_mut(i) = Entry {
             key: [key as u64, (key >> 64) as u64],
             count: c.count,
             end: packed_end(c, window_ms),
-            prev: NONE,
-            next: NONE,
-        });
-        let entries = &self.entries;
-        self.index
-            .insert_unique(hash(key), i, |&j| hash(entries[j].key()));
-        self.link(i);
+        };
+        self.len += 1;
+        self.index(key, i);
+        self.link_in(i);
     }
 
     /// Drops the counter at `id`. The last entry moves into its place.
     pub fn remove(&mut self, id: Id) {
         let i = id.0;
         self.unlink(i);
-        let key = self.entries[i].key();
-        self.index
-            .find_entry(hash(key), |&j| j == i)
-            .expect("every entry is indexed")
-            .remove();
-        let last = (self.entries.len() - 1) as u32;
-        self.entries.swap_remove(i);
-        if i == last {
-            return;
-        }
-        // The entry that was last is now at i: repoint its index slot and its list.
-        let moved = &self.entries[i];
-        let (prev, next, bucket, key) = (moved.prev, moved.next, moved.bucket(), moved.key());
-        *self
-            .index
-            .find_mut(hash(key), |&j| j == last)
-            .expect("every entry is indexed") = i;
-        if prev == last {
-            // Alone in its list.
-            let e = &mut self.entries[i];
-            (e.prev, e.next) = (i, i);
+        let key = self.entry(i).key();
+        let at = self.slot_of(key, i);
+        let mask = self.slots.len() - 1;
+        if self.slots[(at + 1) & mask] == EMPTY {
+            // The end of a probe run: empty it, and the tombstones before it.
+            self.slots[at] = EMPTY;
+            let mut j = at.wrapping_sub(1) & mask;
+            while self.slots[j] == TOMB {
+                self.slots[j] = EMPTY;
+                self.tombs -= 1;
+                j = j.wrapping_sub(1) & mask;
+            }
         } else {
-            self.entries[prev].next = i;
-            self.entries[next].prev = i;
+            self.slots[at] = TOMB;
+            self.tombs += 1;
         }
-        let long = self.entries[i].long();
-        let head = self
-            .map(long)
-            .get_mut(&bucket)
-            .expect("every entry is listed");
-        if *head == last {
-            *head = i;
+        let last = self.len - 1;
+        self.len = last;
+        if i != last {
+            // The entry that was last moves to i: repoint its index slot and its list.
+            let (moved, link) = (*self.entry(last), self.link(last));
+            *self.entry_mut(i) = moved;
+            *self.link_mut(i) = link;
+            let at = self.slot_of(moved.key(), last);
+            self.slots[at] = self.slots[at] & !(mask as u32) | i;
+            if link.prev == last {
+                // Alone in its list.
+                *self.link_mut(i) = Link { prev: i, next: i };
+            } else {
+                self.link_mut(link.prev).next = i;
+                self.link_mut(link.next).prev = i;
+            }
+            let head = self
+                .map(moved.long())
+                .get_mut(&moved.bucket())
+                .expect("every entry is listed");
+            if *head == last {
+                *head = i;
+            }
+        }
+        // One emptied chunk stays as a spare, so that a shard whose size
+        // wavers across a chunk's edge does not allocate and free one on every hit.
+        if self.chunks.len() > (self.len as usize).div_ceil(CHUNK) + 1 {
+            self.chunks.pop();
         }
     }
 
@@ -314,7 +443,7 @@ impl Shard {
     /// windows ends, in µs: `u64::MAX` when none is held.
     pub fn first(&self, long: bool) -> u64 {
         self.earliest(long)
-            .map_or(u64::MAX, |id| self.entries[id.0].ends_at())
+            .map_or(u64::MAX, |id| self.entry(id.0).ends_at())
     }
 
     /// The first counter of the earliest bucket of short (or long) windows: the
@@ -339,7 +468,7 @@ impl Shard {
                 if start > now {
                     break;
                 }
-                if end > now && self.entries[head].counter().reset_ms(now).is_some() {
+                if end > now && self.entry(head).counter().reset_ms(now).is_some() {
                     from = bucket + 1;
                     continue;
                 }
@@ -353,13 +482,18 @@ impl Shard {
     /// Gives its index's memory back once the shard is mostly empty (its
     /// entries give theirs back chunk by chunk). Returns true when it did.
     pub fn shrink(&mut self) -> bool {
-        let n = self.entries.len();
+        let n = self.len();
         // Half full after shrinking, so that it doesn't grow again soon.
-        if n * 4 > self.index.capacity().max(16) {
+        if n * 4 > room(self.slots.len()).max(MIN_SLOTS) {
             return false;
         }
-        let entries = &self.entries;
-        self.index.shrink_to(n * 2, |&j| hash(entries[j].key()));
+        let slots = if n == 0 { 0 } else { slots_for(n * 2) };
+        if slots == 0 {
+            self.slots = Box::new([]);
+            self.tombs = 0;
+        } else {
+            self.reindex(slots);
+        }
         true
     }
 
@@ -380,35 +514,36 @@ impl Shard {
     }
 
     /// Appends entry `i` to its bucket's list, making the bucket if need be.
-    fn link(&mut self, i: u32) {
-        let (bucket, long) = (self.entries[i].bucket(), self.entries[i].long());
+    fn link_in(&mut self, i: u32) {
+        let (bucket, long) = (self.entry(i).bucket(), self.entry(i).long());
         match self.map(long).get(&bucket).copied() {
             None => {
                 self.map(long).insert(bucket, i);
-                let e = &mut self.entries[i];
-                (e.prev, e.next) = (i, i);
+                *self.link_mut(i) = Link { prev: i, next: i };
             }
             Some(head) => {
                 // The list is a ring: the head's prev is its tail.
-                let tail = self.entries[head].prev;
-                self.entries[tail].next = i;
-                self.entries[head].prev = i;
-                let e = &mut self.entries[i];
-                (e.prev, e.next) = (tail, head);
+                let tail = self.link(head).prev;
+                self.link_mut(tail).next = i;
+                self.link_mut(head).prev = i;
+                *self.link_mut(i) = Link {
+                    prev: tail,
+                    next: head,
+                };
             }
         }
     }
 
     /// Takes entry `i` out of its bucket's list, dropping the bucket if it empties.
     fn unlink(&mut self, i: u32) {
-        let e = &self.entries[i];
-        let (prev, next, bucket, long) = (e.prev, e.next, e.bucket(), e.long());
+        let Link { prev, next } = self.link(i);
+        let (bucket, long) = (self.entry(i).bucket(), self.entry(i).long());
         if next == i {
             self.map(long).remove(&bucket);
             return;
         }
-        self.entries[prev].next = next;
-        self.entries[next].prev = prev;
+        self.link_mut(prev).next = next;
+        self.link_mut(next).prev = prev;
         let head = self
             .map(long)
             .get_mut(&bucket)
@@ -416,6 +551,18 @@ impl Shard {
         if *head == i {
             *head = next;
         }
+    }
+
+    /// The entries held, in order of position (tests).
+    #[cfg(test)]
+    fn entries(&self) -> impl Iterator<Item = &Entry> {
+        (0..self.len).map(|i| self.entry(i))
+    }
+
+    /// Positions the index holds (tests).
+    #[cfg(test)]
+    fn indexed(&self) -> usize {
+        self.slots.iter().filter(|&&s| s < TOMB).count()
     }
 }
 
@@ -437,33 +584,40 @@ mod tests {
 
     /// Every entry is indexed and listed once, in a bucket that holds its end.
     fn check(shard: &Shard) {
-        assert_eq!(shard.index.len(), shard.entries.len());
+        assert_eq!(shard.indexed(), shard.len());
+        assert!(shard.len() + shard.tombs as usize <= room(shard.slots.len()));
+        assert_eq!(
+            shard.slots.iter().filter(|&&s| s == TOMB).count(),
+            shard.tombs as usize
+        );
         let mut listed = 0;
         for long in [false, true] {
             for (&bucket, &head) in shard.map_ref(long) {
                 let (start, end) = bucket_span(bucket);
                 let mut i = head;
                 loop {
-                    let e = &shard.entries[i];
+                    let (e, link) = (shard.entry(i), shard.link(i));
                     assert_eq!(e.bucket(), bucket);
                     assert_eq!(e.long(), long);
                     assert!((start..end).contains(&e.ends_at()));
-                    assert_eq!(shard.entries[e.next].prev, i);
+                    assert_eq!(shard.link(link.next).prev, i);
                     assert_eq!(shard.find(e.key()), Some(Id(i)));
                     listed += 1;
-                    i = e.next;
+                    i = link.next;
                     if i == head {
                         break;
                     }
                 }
             }
         }
-        assert_eq!(listed, shard.entries.len());
+        assert_eq!(listed, shard.len());
     }
 
     #[test]
-    fn entries_are_forty_bytes_and_round_trip() {
-        assert_eq!(std::mem::size_of::<Entry>(), 40);
+    fn entries_are_thirty_two_aligned_bytes_and_round_trip() {
+        assert_eq!(std::mem::size_of::<Entry>(), 32);
+        assert_eq!(std::mem::align_of::<Entry>(), 32);
+        assert_eq!(std::mem::size_of::<Link>(), 8);
         let mut shard = Shard::new();
         let c = counter(-crate::window::MAX_SAFE, 123 * MS, true);
         let key = u128::MAX - 5;
@@ -496,7 +650,7 @@ mod tests {
         assert_eq!(shard.first(false), 10_000 * MS);
         assert_eq!(shard.get(shard.earliest(true).unwrap()).ends_at, 5_000 * MS);
         assert_eq!(shard.drop_ended(10_000 * MS, 10), 2);
-        assert_eq!(shard.entries.len(), 2);
+        assert_eq!(shard.len(), 2);
         assert_eq!(shard.first(true), u64::MAX);
         check(&shard);
     }
@@ -530,9 +684,9 @@ mod tests {
         check(&shard);
         assert_eq!(shard.drop_ended(45 * MS, usize::MAX), 9_000);
         assert!(shard.shrink());
-        assert!(shard.index.capacity() < 4_000);
+        assert!(room(shard.slots.len()) < 4_000);
         // Its chunks, and at most one spare.
-        let chunks = shard.entries.chunks.len();
+        let chunks = shard.chunks.len();
         assert!(
             (0..=1).contains(&(chunks - 1_000usize.div_ceil(CHUNK))),
             "{chunks} chunks"
@@ -555,12 +709,12 @@ mod tests {
             let k = CHUNK as u64 + round;
             shard.insert(key(k), counter(k as i64, MS, false), 60);
             shard.insert(key(k + 100), counter(0, 2 * MS, false), 60);
-            assert_eq!(shard.entries.chunks.len(), 2);
+            assert_eq!(shard.chunks.len(), 2);
             for gone in [k, k + 100, round] {
                 shard.remove(shard.find(key(gone)).unwrap());
                 check(&shard);
             }
-            assert_eq!(shard.entries.chunks.len(), 2, "the spare stays");
+            assert_eq!(shard.chunks.len(), 2, "the spare stays");
             shard.insert(
                 key(round),
                 counter(round as i64, (round + 1) * MS, false),
@@ -598,8 +752,8 @@ mod tests {
                 }
             }
             check(&shard);
-            prop_assert_eq!(shard.entries.len(), held.len());
-            prop_assert!(shard.entries.chunks.len() <= held.len().div_ceil(CHUNK) + 1);
+            prop_assert_eq!(shard.len(), held.len());
+            prop_assert!(shard.chunks.len() <= held.len().div_ceil(CHUNK) + 1);
         }
     }
 
@@ -631,7 +785,7 @@ mod tests {
                             prop_assert!(model.remove(&k).unwrap().reset_ms(now).is_none());
                         }
                         // Nothing is left in a bucket that has ended.
-                        for e in shard.entries.iter() {
+                        for e in shard.entries() {
                             prop_assert!(bucket_span(e.bucket()).1 > now);
                         }
                     }
@@ -645,7 +799,7 @@ mod tests {
                     }
                 }
                 check(&shard);
-                prop_assert_eq!(shard.entries.len(), model.len());
+                prop_assert_eq!(shard.len(), model.len());
                 for (&key, &c) in &model {
                     prop_assert_eq!(shard.find(key).map(|id| shard.get(id)), Some(c));
                 }
