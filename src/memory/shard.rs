@@ -699,6 +699,37 @@ mod tests {
     }
 
     #[test]
+    fn turning_over_at_one_size_clears_tombstones_without_growing() {
+        // 1,000 counters held while 50,000 come and go: every drop leaves a
+        // tombstone or an empty slot, and the index is rebuilt, not grown.
+        let mut shard = Shard::new();
+        let key = |k: u64| (k as u128).wrapping_mul(0x9E37_79B9_7F4A_7C15_F39C_C060_5CED_C835);
+        for k in 0..1_000u64 {
+            shard.insert(key(k), counter(k as i64, (k + 1) * MS, false), 60);
+        }
+        let slots = shard.slots.len();
+        for k in 1_000..51_000u64 {
+            let oldest = shard.find(key(k - 1_000)).expect("held");
+            shard.remove(oldest);
+            shard.insert(key(k), counter(k as i64, (k + 1) * MS, false), 60);
+            if k % 5_000 == 0 {
+                check(&shard);
+            }
+        }
+        // Grown once at most (as hashbrown does, an index more than half full
+        // grows rather than rebuild in place), then rebuilt at its size.
+        assert!(
+            shard.slots.len() <= 2 * slots,
+            "{} slots",
+            shard.slots.len()
+        );
+        for k in 50_000..51_000u64 {
+            assert_eq!(shard.get(shard.find(key(k)).unwrap()).count, k as i64);
+        }
+        assert_eq!(shard.find(key(49_999)), None);
+    }
+
+    #[test]
     fn a_size_wavering_across_a_chunk_edge_keeps_one_spare() {
         let mut shard = Shard::new();
         let key = |k: u64| (k as u128 + 1) << 64 | k as u128;
