@@ -11,9 +11,10 @@
 //!   short windows (evicted when the table is full) and one for long ones
 //!   (never evicted, only dropped once ended). Only buckets in use take room.
 //!
-//! A hit touches four cache lines: the shard's lock with the fields a hit
-//! reads (one line, see [`Shard`]), the index's slot, the chunk's address and
-//! the counter's 32 bytes. Links, the maps and the other counts sit apart.
+//! A hit touches three cache lines: the shard's lock with the fields a hit
+//! reads (one line, see [`Shard`]), the index's slot and the counter's 32
+//! bytes; a fourth, the chunk's address, once the shard holds more than one
+//! chunk. Links, the maps and the other counts sit apart.
 
 use std::collections::BTreeMap;
 
@@ -108,6 +109,61 @@ impl Chunk {
     }
 }
 
+/// A shard's chunks: the first held in the shard itself, so that a shard of
+/// up to 256 counters (any table of up to about 20,000) reads no table of
+/// chunks on a hit; the rest in a table, reallocated as a chunk comes or goes
+/// (every 256 counters), so that it takes 16 bytes of the shard's first line.
+#[repr(C)]
+#[derive(Default)]
+struct Chunks {
+    first: Option<Box<Chunk>>,
+    rest: Box<[Box<Chunk>]>,
+}
+
+impl Chunks {
+    fn len(&self) -> usize {
+        usize::from(self.first.is_some()) + self.rest.len()
+    }
+
+    #[inline(always)]
+    fn get(&self, c: usize) -> &Chunk {
+        match c {
+            0 => self.first.as_deref(),
+            _ => self.rest.get(c - 1).map(|chunk| &**chunk),
+        }
+        .expect("a position held is in a chunk")
+    }
+
+    #[inline(always)]
+    fn get_mut(&mut self, c: usize) -> &mut Chunk {
+        match c {
+            0 => self.first.as_deref_mut(),
+            _ => self.rest.get_mut(c - 1).map(|chunk| &mut **chunk),
+        }
+        .expect("a position held is in a chunk")
+    }
+
+    fn push(&mut self) {
+        if self.first.is_none() {
+            self.first = Some(Chunk::new());
+            return;
+        }
+        let mut rest = std::mem::take(&mut self.rest).into_vec();
+        rest.push(Chunk::new());
+        self.rest = rest.into_boxed_slice();
+    }
+
+    fn pop(&mut self) {
+        if self.rest.is_empty() {
+            self.first = None;
+            return;
+        }
+        let mut rest = std::mem::take(&mut self.rest).into_vec();
+        rest.pop();
+        self.rest = rest.into_boxed_slice();
+    }
+}
+
 fn bucket_start(ends_at: u64, group: u64) -> u64 {
     let shift = group.saturating_sub(BUCKETS_PER_WINDOW_LOG2 as u64);
     ends_at >> shift << shift
@@ -173,7 +229,7 @@ fn place(key: KeyHash, mask: usize) -> (usize, u32) {
 #[repr(C)]
 pub struct Shard {
     /// Entries by position, a chunk at a time.
-    chunks: Vec<Box<Chunk>>,
+    chunks: Chunks,
     /// Positions in `chunks`, by key: empty, or a power of two (at least 16) of slots.
     slots: Box<[u32]>,
     /// The latest time a hit here was applied at: time per key never runs back.
@@ -191,7 +247,7 @@ pub struct Shard {
 impl Default for Shard {
     fn default() -> Shard {
         Shard {
-            chunks: Vec::new(),
+            chunks: Chunks::default(),
             slots: Box::new([]),
             now: 0,
             tally: Tally::default(),
@@ -251,20 +307,20 @@ impl Shard {
 
     #[inline(always)]
     fn entry(&self, i: u32) -> &Entry {
-        &self.chunks[(i >> CHUNK_LOG2) as usize].entries[i as usize & (CHUNK - 1)]
+        &self.chunks.get((i >> CHUNK_LOG2) as usize).entries[i as usize & (CHUNK - 1)]
     }
 
     #[inline(always)]
     fn entry_mut(&mut self, i: u32) -> &mut Entry {
-        &mut self.chunks[(i >> CHUNK_LOG2) as usize].entries[i as usize & (CHUNK - 1)]
+        &mut self.chunks.get_mut((i >> CHUNK_LOG2) as usize).entries[i as usize & (CHUNK - 1)]
     }
 
     fn link(&self, i: u32) -> Link {
-        self.chunks[(i >> CHUNK_LOG2) as usize].links[i as usize & (CHUNK - 1)]
+        self.chunks.get((i >> CHUNK_LOG2) as usize).links[i as usize & (CHUNK - 1)]
     }
 
     fn link_mut(&mut self, i: u32) -> &mut Link {
-        &mut self.chunks[(i >> CHUNK_LOG2) as usize].links[i as usize & (CHUNK - 1)]
+        &mut self.chunks.get_mut((i >> CHUNK_LOG2) as usize).links[i as usize & (CHUNK - 1)]
     }
 
     #[inline]
@@ -376,7 +432,7 @@ impl Shard {
         self.reserve(i as usize + 1);
         // Every chunk before position i's is full; a spare may follow it.
         if (i >> CHUNK_LOG2) as usize == self.chunks.len() {
-            self.chunks.push(Chunk::new());
+            self.chunks.push();
         }
         *self.entry_mut(i) = Entry {
             key: [key as u64, (key >> 64) as u64],
