@@ -268,4 +268,26 @@ describe('memoryStore', () => {
     });
     expect(stdout.trim()).toBe('done');
   });
+
+  it('rejects a microtask after the call, so an awaited refusal is cheap and an unhandled one is still reported', async () => {
+    const store = memoryStore({ maxKeys: 1 });
+    await store.hit('budget', 2 * HOUR, 1);
+    const order: string[] = [];
+    const refused = store.hit('fresh', 2 * HOUR, 1).catch((error: { code: string }) => order.push(error.code));
+    order.push('returned');
+    await refused;
+    expect(order).toEqual(['returned', 'ERR_STORE_FULL']);
+    // Nobody handles it: Node.js still reports the rejection and fails the script.
+    const script = "require(process.argv[1]).memoryStore().hit('k', 0, 1);";
+    const { code, stderr } = await new Promise<{ code: number | null; stderr: string }>((resolve) => {
+      const child = execFile(
+        process.execPath,
+        ['-e', script, join(__dirname, '..')],
+        { timeout: 10_000 },
+        (_e, _o, stderr) => resolve({ code: child.exitCode, stderr }),
+      );
+    });
+    expect(code).not.toBe(0);
+    expect(stderr).toMatch(/ERR_OUT_OF_RANGE|windowMs must be a positive safe integer/);
+  });
 });

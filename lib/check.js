@@ -96,6 +96,20 @@ function storeFull(message) {
   return error;
 }
 
+const SETTLED = Promise.resolve();
+
+/**
+ * A promise that rejects with `error` one microtask from now. A promise rejected before its caller's
+ * `await` attaches a handler goes through Node's unhandled-rejection tracking twice (rejected unhandled,
+ * then handled); rejecting a microtask later skips both, so a stream of refusals stays cheap. A promise
+ * nobody handles is still reported as an unhandled rejection.
+ */
+function rejection(error) {
+  return SETTLED.then(() => {
+    throw error;
+  });
+}
+
 /** The error of a native call that failed without being able to throw (its environment is ending). */
 function notAnswered() {
   const error = new Error('ratestore: the store could not answer this hit (is the Node.js environment shutting down?)');
@@ -154,6 +168,7 @@ module.exports = {
   checkWellFormed,
   checkPositiveInteger,
   notAnswered,
+  rejection,
   storeFull,
   typeError,
   rangeError,

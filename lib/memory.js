@@ -10,6 +10,7 @@ const {
   checkPositiveInteger,
   notAnswered,
   closedError,
+  rejection,
   storeFull,
 } = require('./check.js');
 const { Failures } = require('./stats.js');
@@ -80,7 +81,7 @@ class MemoryStore extends Operations {
       try {
         this.#close();
       } catch (error) {
-        return Promise.reject(error);
+        return rejection(error);
       }
     }
     return Promise.resolve();
@@ -88,7 +89,7 @@ class MemoryStore extends Operations {
 
   /** A failed call's rejection: counted, and told to onError. */
   #fail(error) {
-    return Promise.reject(this.#failures.failed(error));
+    return rejection(this.#failures.failed(error));
   }
 
   /** Always false: the counters live in this process. */
@@ -103,7 +104,7 @@ class MemoryStore extends Operations {
 
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
-    if (invalid !== undefined) return Promise.reject(invalid);
+    if (invalid !== undefined) return rejection(invalid);
     if (this.#closed) return this.#fail(closedError('memoryStore'));
     const io = this.#io;
     io[0] = windowMs;

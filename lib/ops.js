@@ -4,7 +4,7 @@
 // (a bad call is refused before any store is touched), its numbers, and how
 // its answer (up to five integers) becomes the result object.
 
-const { typeError, rangeError, typeName, MAX_KEY_LENGTH } = require('./check.js');
+const { typeError, rangeError, typeName, rejection, MAX_KEY_LENGTH } = require('./check.js');
 
 const OP = {
   hit: 0,
@@ -124,12 +124,12 @@ function decode(op, v, at) {
 class Operations {
   consume(key, options) {
     const [error, a, b, c, d] = consumeArgs('consume(key, options)', key, options);
-    return error ? Promise.reject(error) : this._call(OP.consume, key, a, b, c, d);
+    return error ? rejection(error) : this._call(OP.consume, key, a, b, c, d);
   }
 
   refund(key, amount) {
     const [error, a, b, c, d] = refundArgs(key, amount);
-    return error ? Promise.reject(error) : this._call(OP.refund, key, a, b, c, d);
+    return error ? rejection(error) : this._call(OP.refund, key, a, b, c, d);
   }
 
   /** The sliding window over this store, made once per store: it is read on every sliding call. */
@@ -138,27 +138,27 @@ class Operations {
     return (this[SLIDING] ??= {
       increment(key, windowMs, amount = 1) {
         const [error, a, b, c, d] = amountArgs('slidingWindow.increment(key, windowMs, amount)', key, windowMs, amount);
-        return error ? Promise.reject(error) : store._call(OP.slidingIncrement, key, a, b, c, d);
+        return error ? rejection(error) : store._call(OP.slidingIncrement, key, a, b, c, d);
       },
       decrement(key, windowMs, amount = 1) {
         const [error, a, b, c, d] = amountArgs('slidingWindow.decrement(key, windowMs, amount)', key, windowMs, amount);
-        return error ? Promise.reject(error) : store._call(OP.slidingDecrement, key, a, b, c, d);
+        return error ? rejection(error) : store._call(OP.slidingDecrement, key, a, b, c, d);
       },
       consume(key, options) {
         const [error, a, b, c, d] = consumeArgs('slidingWindow.consume(key, options)', key, options);
-        return error ? Promise.reject(error) : store._call(OP.slidingConsume, key, a, b, c, d);
+        return error ? rejection(error) : store._call(OP.slidingConsume, key, a, b, c, d);
       },
     });
   }
 
   tokenBucket(key, options) {
     const [error, a, b, c, d] = bucketArgs(key, options);
-    return error ? Promise.reject(error) : this._call(OP.tokenBucket, key, a, b, c, d);
+    return error ? rejection(error) : this._call(OP.tokenBucket, key, a, b, c, d);
   }
 
   reset(key) {
     const error = checkKey('reset(key)', key);
-    if (error) return Promise.reject(error);
+    if (error) return rejection(error);
     return Promise.all(STATES.map((state) => this._call(OP.unlink, key, state, 0, 0, 0))).then(() => undefined);
   }
 }

@@ -11,6 +11,7 @@ const {
   checkWellFormed,
   checkPositiveInteger,
   notAnswered,
+  rejection,
 } = require('./check.js');
 
 const { OP, Operations, decode } = require('./ops.js');
@@ -85,7 +86,7 @@ class RedisStore extends Operations {
 
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
-    if (invalid !== undefined) return Promise.reject(invalid);
+    if (invalid !== undefined) return rejection(invalid);
     return this._call(OP.hit, key, windowMs, amount, 0, 0);
   }
 
@@ -151,9 +152,11 @@ class RedisStore extends Operations {
       this.#open();
       done = this.#native.resetAll();
     } catch (error) {
-      return Promise.reject(this.#failures.failed(error));
+      return rejection(this.#failures.failed(error));
     }
-    return done.catch((error) => Promise.reject(this.#failures.failed(error)));
+    return done.catch((error) => {
+      throw this.#failures.failed(error);
+    });
   }
 
   /** Sends one op (its arguments already checked) and answers the promise of its result. */
@@ -167,7 +170,7 @@ class RedisStore extends Operations {
       if (store.send(slot, op, key, a, b, c, d) !== true) throw notAnswered();
     } catch (error) {
       this.#freeSlots.push(slot);
-      return Promise.reject(this.#failures.failed(error));
+      return rejection(this.#failures.failed(error));
     }
     this.#inFlight++;
     if (!this.#flushing) {
