@@ -113,8 +113,11 @@ fn kept_in_redis(redis: &mut Redis, key: &str) -> Kept {
     count.filter(|_| pttl > 0).map(|n| (n, pttl as u64))
 }
 
+/// Rust's time is read before each call to Redis, so either side may have
+/// the more left: Redis by as much as its call that opened the window ran
+/// later after Rust's reading than this one did.
 fn close_ms(rust: u64, redis: u64) -> bool {
-    redis <= rust && redis + SLACK_MS >= rust
+    rust.abs_diff(redis) <= SLACK_MS
 }
 
 /// Same numbers, the last (ms left) within the slack.
