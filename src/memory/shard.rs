@@ -164,6 +164,12 @@ impl Chunks {
     }
 }
 
+/// Position `i`'s chunk, and its place in that chunk.
+#[inline(always)]
+fn in_chunk(i: u32) -> (usize, usize) {
+    ((i >> CHUNK_LOG2) as usize, i as usize & (CHUNK - 1))
+}
+
 fn bucket_start(ends_at: u64, group: u64) -> u64 {
     let shift = group.saturating_sub(BUCKETS_PER_WINDOW_LOG2 as u64);
     ends_at >> shift << shift
@@ -227,6 +233,7 @@ fn place(key: KeyHash, mask: usize) -> (usize, u32) {
 /// word before them (the shard is the mutex's value, 8 bytes in, in a
 /// 64-byte-aligned `Locked`) they share one cache line.
 #[repr(C)]
+#[derive(Default)]
 pub struct Shard {
     /// Entries by position, a chunk at a time.
     chunks: Chunks,
@@ -242,21 +249,6 @@ pub struct Shard {
     tombs: u32,
     short: BTreeMap<u64, u32>,
     long: BTreeMap<u64, u32>,
-}
-
-impl Default for Shard {
-    fn default() -> Shard {
-        Shard {
-            chunks: Chunks::default(),
-            slots: Box::new([]),
-            now: 0,
-            tally: Tally::default(),
-            len: 0,
-            tombs: 0,
-            short: BTreeMap::new(),
-            long: BTreeMap::new(),
-        }
-    }
 }
 
 /// A shard's counts of what it did: plain integers, changed only under its
@@ -307,28 +299,32 @@ impl Shard {
 
     #[inline(always)]
     fn entry(&self, i: u32) -> &Entry {
-        &self.chunks.get((i >> CHUNK_LOG2) as usize).entries[i as usize & (CHUNK - 1)]
+        let (c, at) = in_chunk(i);
+        &self.chunks.get(c).entries[at]
     }
 
     #[inline(always)]
     fn entry_mut(&mut self, i: u32) -> &mut Entry {
-        &mut self.chunks.get_mut((i >> CHUNK_LOG2) as usize).entries[i as usize & (CHUNK - 1)]
+        let (c, at) = in_chunk(i);
+        &mut self.chunks.get_mut(c).entries[at]
     }
 
     fn link(&self, i: u32) -> Link {
-        self.chunks.get((i >> CHUNK_LOG2) as usize).links[i as usize & (CHUNK - 1)]
+        let (c, at) = in_chunk(i);
+        self.chunks.get(c).links[at]
     }
 
     fn link_mut(&mut self, i: u32) -> &mut Link {
-        &mut self.chunks.get_mut((i >> CHUNK_LOG2) as usize).links[i as usize & (CHUNK - 1)]
+        let (c, at) = in_chunk(i);
+        &mut self.chunks.get_mut(c).links[at]
     }
 
     #[inline]
     pub fn find(&self, key: KeyHash) -> Option<Id> {
-        let mask = self.slots.len().wrapping_sub(1);
         if self.slots.is_empty() {
             return None;
         }
+        let mask = self.slots.len() - 1;
         let (mut i, tag) = place(key, mask);
         let halves = [key as u64, (key >> 64) as u64];
         loop {
@@ -374,7 +370,7 @@ impl Shard {
         self.slots[i] = tag | at;
     }
 
-    /// Rebuilds the index with `slots` slots from the entries: no tombstones.
+    /// Rebuilds the index with `slots` slots (none for an empty shard) from the entries: no tombstones.
     fn reindex(&mut self, slots: usize) {
         self.slots = vec![EMPTY; slots].into_boxed_slice();
         self.tombs = 0;
@@ -543,13 +539,7 @@ impl Shard {
         if n * 4 > room(self.slots.len()).max(MIN_SLOTS) {
             return false;
         }
-        let slots = if n == 0 { 0 } else { slots_for(n * 2) };
-        if slots == 0 {
-            self.slots = Box::new([]);
-            self.tombs = 0;
-        } else {
-            self.reindex(slots);
-        }
+        self.reindex(if n == 0 { 0 } else { slots_for(n * 2) });
         true
     }
 
