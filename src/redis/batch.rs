@@ -183,7 +183,7 @@ impl Batched {
         self.open.get_or_init(|| {
             let config = Config::resolve(&self.options, env)?;
             let store = Store::new(&config)?;
-            let monitor = Arc::clone(&store.monitor);
+            let monitor = Arc::clone(store.monitor());
             let listener: Arc<Shared<Finished>> = Arc::clone(&self.done);
             let listener: std::sync::Weak<dyn Listener> = Arc::downgrade(&listener) as _;
             monitor.listen(listener);

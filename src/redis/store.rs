@@ -93,12 +93,12 @@ impl Nodes {
     }
 
     /// What these nodes' connections and calls count and tell.
-    fn monitor(&self) -> Arc<Monitor> {
-        Arc::clone(match self {
+    fn monitor(&self) -> &Arc<Monitor> {
+        match self {
             Nodes::Single(link) => link.monitor(),
             Nodes::Cluster(cluster) => cluster.monitor(),
             Nodes::Rest(rest) => rest.monitor(),
-        })
+        }
     }
 }
 
@@ -116,9 +116,6 @@ pub struct Store {
     nodes: Nodes,
     timeout: Duration,
     secrets: Vec<Vec<u8>>,
-    /// What the calls and connections of the nodes met, shared by the
-    /// stores on them: locked once per pipeline's answers.
-    pub monitor: Arc<Monitor>,
 }
 
 /// Redirections one hit may follow (a slot that moves twice while a hit is
@@ -127,10 +124,8 @@ const MAX_REDIRECTS: usize = 5;
 
 impl Store {
     pub fn new(config: &Config) -> Result<Store> {
-        let nodes = Nodes::shared(config)?;
         Ok(Store {
-            monitor: nodes.monitor(),
-            nodes,
+            nodes: Nodes::shared(config)?,
             timeout: Duration::from_millis(config.timeout_ms),
             secrets: config.secrets(),
         })
@@ -144,12 +139,18 @@ impl Store {
             .unwrap_or(Err(Error::Internal("a hit got no answer")))
     }
 
+    /// What the calls and connections of the nodes met, shared by the
+    /// stores on them: locked once per pipeline's answers.
+    pub fn monitor(&self) -> &Arc<Monitor> {
+        self.nodes.monitor()
+    }
+
     /// Hits sent together, answered in order. Runs on the runtime. Each
     /// answered hit adds one latency sample: from here to its answer.
     pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Values>> {
         let started = Instant::now();
         let deadline = started + self.timeout;
-        let monitor = &*self.monitor;
+        let monitor = &**self.monitor();
         let answers = match &self.nodes {
             Nodes::Single(link) => {
                 let all: Vec<usize> = (0..queries.len()).collect();
@@ -273,6 +274,12 @@ impl Answer {
 /// An answer and when it came in.
 type Timed = (Answer, Instant);
 
+/// `n` answers alike, all in now: hits that were never sent, or refused together.
+fn alike(n: usize, answer: &dyn Fn() -> Answer) -> Vec<Timed> {
+    let now = Instant::now();
+    (0..n).map(|_| (answer(), now)).collect()
+}
+
 /// Sends the chosen hits to one node within the deadline (connecting
 /// included), and tells its link how that went. One answer per chosen hit.
 async fn on_node(
@@ -283,10 +290,7 @@ async fn on_node(
     deadline: Instant,
     monitor: &Monitor,
 ) -> Vec<Timed> {
-    let all = |answer: &dyn Fn() -> Answer| {
-        let now = Instant::now();
-        chosen.iter().map(|_| (answer(), now)).collect()
-    };
+    let all = |answer: &dyn Fn() -> Answer| alike(chosen.len(), answer);
     let (conn, generation) = match timeout_at(deadline, link.connection()).await {
         Ok(Ok(connected)) => connected,
         Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
@@ -319,10 +323,7 @@ async fn routed(
     deadline: Instant,
     monitor: &Monitor,
 ) -> Vec<Timed> {
-    let all = |answer: &dyn Fn() -> Answer| {
-        let now = Instant::now();
-        queries.iter().map(|_| (answer(), now)).collect()
-    };
+    let all = |answer: &dyn Fn() -> Answer| alike(queries.len(), answer);
     let links = match timeout_at(deadline, cluster.route(queries.iter().map(|q| q.key))).await {
         Ok(Ok(links)) => links,
         Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
