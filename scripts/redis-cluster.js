@@ -126,7 +126,7 @@ async function startCluster({ masters = 3, tls } = {}) {
       nodes: nodes.map(({ port, child }) => ({ port, pid: child.pid })),
       cli: run,
       kill(port) {
-        nodes.find((node) => node.port === port)?.child.kill('SIGKILL');
+        cluster.signal(port, 'SIGKILL');
       },
       signal(port, signal) {
         nodes.find((node) => node.port === port)?.child.kill(signal);
