@@ -55,27 +55,55 @@ pub struct Outcome {
     pub change: Change,
 }
 
+/// `n` as a whole number from `lo` to `hi` (both within ±[`MAX_SAFE`]), if it
+/// is one. Compared as doubles first (NaN fails both), so that the cast back
+/// and forth that tests for a whole number needs no saturation and no libm call.
+#[inline(always)]
+fn safe_integer_in(n: f64, lo: i64, hi: i64) -> Option<i64> {
+    if !(n >= lo as f64 && n <= hi as f64) {
+        return None;
+    }
+    let whole = n as i64;
+    (whole as f64 == n).then_some(whole)
+}
+
 /// Whether `n` is a whole number from 1 to [`MAX_SAFE`].
-/// A cast and back tests for a whole number without a libm call (NaN casts to
-/// 0, ±inf saturates).
 pub fn is_positive_safe_integer(n: f64) -> bool {
-    let whole = n as u64;
-    (1..=MAX_SAFE as u64).contains(&whole) && whole as f64 == n
+    safe_integer_in(n, 1, MAX_SAFE).is_some()
 }
 
 /// Checks the numbers of a hit. The JS face checks them first, with messages
 /// naming the argument; this keeps the core safe on its own.
+#[inline]
 pub fn check(window_ms: f64, amount: f64) -> Result<(u64, i64)> {
-    if !is_positive_safe_integer(window_ms) {
+    let Some(window_ms) = safe_integer_in(window_ms, 1, MAX_SAFE) else {
         return Err(Error::InvalidRange(
             "windowMs must be a positive safe integer",
         ));
-    }
-    let count = amount as i64;
-    if !(-MAX_SAFE..=MAX_SAFE).contains(&count) || count as f64 != amount {
+    };
+    let Some(count) = safe_integer_in(amount, -MAX_SAFE, MAX_SAFE) else {
         return Err(Error::InvalidRange("amount must be a safe integer"));
-    }
+    };
     Ok((window_ms as u64, count))
+}
+
+/// A hit on an open window, `reset_ms` from its end: `amount` added to its count.
+#[inline(always)]
+pub fn add(counter: Counter, reset_ms: u64, amount: i64) -> Result<Outcome> {
+    let count = counter.count + amount;
+    if count.abs() > MAX_SAFE {
+        return Err(Error::CountOutOfRange);
+    }
+    let change = if amount == 0 {
+        Change::Keep
+    } else {
+        Change::Put(Counter { count, ..counter })
+    };
+    Ok(Outcome {
+        count,
+        reset_ms,
+        change,
+    })
 }
 
 /// Applies one hit to the counter stored for a key (if any) at time `now`.
@@ -83,20 +111,7 @@ pub fn check(window_ms: f64, amount: f64) -> Result<(u64, i64)> {
 pub fn hit(stored: Option<Counter>, now: u64, window_ms: u64, amount: i64) -> Result<Outcome> {
     let open = stored.and_then(|c| c.reset_ms(now).map(|reset_ms| (c, reset_ms)));
     if let Some((counter, reset_ms)) = open {
-        let count = counter.count + amount;
-        if count.abs() > MAX_SAFE {
-            return Err(Error::CountOutOfRange);
-        }
-        let change = if amount == 0 {
-            Change::Keep
-        } else {
-            Change::Put(Counter { count, ..counter })
-        };
-        return Ok(Outcome {
-            count,
-            reset_ms,
-            change,
-        });
+        return add(counter, reset_ms, amount);
     }
     if amount == 0 {
         let change = if stored.is_some() {
@@ -137,8 +152,7 @@ pub const MAX_PERIOD_MS: u64 = (1 << 52) / US_PER_MS;
 
 /// `n` as a count from 0 to [`MAX_SAFE`], if it is one.
 pub fn non_negative_safe_integer(n: f64) -> Option<i64> {
-    let whole = n as i64;
-    ((0..=MAX_SAFE).contains(&whole) && whole as f64 == n).then_some(whole)
+    safe_integer_in(n, 0, MAX_SAFE)
 }
 
 /// Checks the numbers of a consume: `(window_ms, limit, cost)`.

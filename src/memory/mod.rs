@@ -151,14 +151,33 @@ impl Table {
         amount: i64,
     ) -> Result<Outcome> {
         let s = Self::shard_of(key);
-        let mut counted = false;
+        let mut shard = self.lock(s)?;
+        shard.tally.calls += 1;
+        let now = shard.tick(clock());
+        let held = shard.find(key);
+        // Most hits land in an open window: changed in place, nothing to reindex.
+        if let Some(outcome) = held.and_then(|id| shard.hit_open(id, now, amount)) {
+            return outcome;
+        }
+        self.hit_new(s, shard, held, key, now, &clock, window_ms, amount)
+    }
+
+    /// The rest of [`Table::hit`]: a window opened, dropped or refused, with
+    /// shard `s` locked, the key found there (or not) and the time read there.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn hit_new<'a>(
+        &'a self,
+        s: usize,
+        mut shard: MutexGuard<'a, Shard>,
+        mut held: Option<shard::Id>,
+        key: KeyHash,
+        mut now: u64,
+        clock: &impl Fn() -> u64,
+        window_ms: u64,
+        amount: i64,
+    ) -> Result<Outcome> {
         loop {
-            let mut shard = self.lock(s)?;
-            if !std::mem::replace(&mut counted, true) {
-                shard.tally.calls += 1;
-            }
-            let now = shard.tick(clock());
-            let held = shard.find(key);
             let outcome = window::hit(held.map(|id| shard.get(id)), now, window_ms, amount)?;
             let reindexed = match (held, outcome.change) {
                 (_, Change::Keep) => false,
@@ -170,9 +189,13 @@ impl Table {
                 }
                 (None, Change::Put(c)) => {
                     if !self.reserve() {
-                        // Release the shard before touching another.
+                        // Release the shard before touching another, then
+                        // look again: the key may have come meanwhile.
                         drop(shard);
-                        self.make_room(&clock)?;
+                        self.make_room(clock)?;
+                        shard = self.lock(s)?;
+                        now = shard.tick(clock());
+                        held = shard.find(key);
                         continue;
                     }
                     shard.insert(key, c, window_ms);

@@ -19,7 +19,8 @@
 use std::collections::BTreeMap;
 
 use super::KeyHash;
-use crate::window::Counter;
+use crate::errors::Result;
+use crate::window::{self, Counter, Outcome};
 
 /// Ends are kept to 2^56 µs (2,284 years) of the process clock, so that the
 /// top byte of `Entry::end` holds the window's group and its long flag.
@@ -397,6 +398,16 @@ impl Shard {
     #[inline]
     pub fn get(&self, id: Id) -> Counter {
         self.entry(id.0).counter()
+    }
+
+    /// A hit on the key at `id` if its window is open: the count changed in
+    /// place, as [`window::hit`] would have it. `None` if the window has ended.
+    #[inline(always)]
+    pub fn hit_open(&mut self, id: Id, now: u64, amount: i64) -> Option<Result<Outcome>> {
+        let entry = self.entry_mut(id.0);
+        let counter = entry.counter();
+        let reset_ms = counter.reset_ms(now)?;
+        Some(window::add(counter, reset_ms, amount).inspect(|o| entry.count = o.count))
     }
 
     /// Stores counter `c` for the key at `id`, opened with `window_ms` if it is
