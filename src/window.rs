@@ -370,6 +370,9 @@ mod tests {
         assert!(check(1.0, f64::NAN).is_err());
         assert!(check(1.0, f64::NEG_INFINITY).is_err());
         assert!(check(1.0, 2f64.powi(53)).is_err());
+        assert!(check(2f64.powi(53), 1.0).is_err());
+        assert!(check(1.0, -(2f64.powi(53))).is_err());
+        assert!(check(f64::MIN_POSITIVE, 1.0).is_err());
         assert!(check(1.0, 0.5).is_err());
         assert_eq!(check(1.0, -(MAX_SAFE as f64)), Ok((1, -MAX_SAFE)));
         assert_eq!(check(MAX_SAFE as f64, -0.0), Ok((MAX_SAFE as u64, 0)));
