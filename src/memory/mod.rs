@@ -159,14 +159,14 @@ impl Table {
         if let Some(outcome) = held.and_then(|id| shard.hit_open(id, now, amount)) {
             return outcome;
         }
-        self.hit_new(s, shard, held, key, now, &clock, window_ms, amount)
+        self.hit_slow(s, shard, held, key, now, &clock, window_ms, amount)
     }
 
     /// The rest of [`Table::hit`]: a window opened, dropped or refused, with
     /// shard `s` locked, the key found there (or not) and the time read there.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
-    fn hit_new<'a>(
+    fn hit_slow<'a>(
         &'a self,
         s: usize,
         mut shard: MutexGuard<'a, Shard>,
