@@ -60,6 +60,10 @@ pub struct Outcome {
 /// and forth that tests for a whole number needs no saturation and no libm call.
 #[inline(always)]
 fn safe_integer_in(n: f64, lo: i64, hi: i64) -> Option<i64> {
+    debug_assert!(
+        -MAX_SAFE <= lo && hi <= MAX_SAFE,
+        "bounds a double holds exactly"
+    );
     if !(n >= lo as f64 && n <= hi as f64) {
         return None;
     }

@@ -165,7 +165,8 @@ unsafe extern "C" fn hit(env: sys::napi_env, info: sys::napi_callback_info) -> s
             match table.hit(key, clock::now_us, window_ms, amount) {
                 Ok(outcome) => {
                     io.set(1, outcome.count as f64);
-                    // At most windowMs, a safe integer: the signed cast is exact and one instruction.
+                    // A safe integer (windowMs, or what is left of an open window, whose
+                    // end is kept to 2^56 µs): the signed cast is exact and one instruction.
                     io.set(0, outcome.reset_ms as i64 as f64);
                 }
                 Err(Error::StoreFull(_)) => io.set(0, REFUSED),

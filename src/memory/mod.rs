@@ -560,6 +560,53 @@ mod tests {
         assert_eq!(all, (1..=40_000).collect::<Vec<_>>());
     }
 
+    /// Threads that find a full table race to open the same key: each makes
+    /// room, then looks for the key again, so it is held once and no hit is
+    /// lost. Each thread's clock pauses on its second read (while it makes
+    /// room), so that the others find the key still missing meanwhile.
+    #[test]
+    fn threads_opening_one_key_in_a_full_table_hold_it_once() {
+        const THREADS: i64 = 4;
+        const HITS: i64 = 50;
+        for round in 0..20 {
+            // Full of windows that end before the raced key's: each thread
+            // makes room at most once, so the raced key is never evicted.
+            let t = Arc::new(Table::new(THREADS as usize));
+            for k in 0..THREADS as u64 {
+                t.hit(spread(1_000_000 + k), || 0, 1_000, 1).unwrap();
+            }
+            let raced = spread(round);
+            let start = Arc::new(std::sync::Barrier::new(THREADS as usize));
+            let handles: Vec<_> = (0..THREADS)
+                .map(|_| {
+                    let (t, start) = (Arc::clone(&t), Arc::clone(&start));
+                    std::thread::spawn(move || {
+                        let reads = std::cell::Cell::new(0);
+                        let clock = || {
+                            reads.set(reads.get() + 1);
+                            if reads.get() == 2 {
+                                std::thread::sleep(Duration::from_millis(2));
+                            }
+                            0
+                        };
+                        start.wait();
+                        (0..HITS)
+                            .map(|_| t.hit(raced, clock, 60_000, 1).unwrap().count)
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            let mut all: Vec<i64> = handles
+                .into_iter()
+                .flat_map(|h| h.join().unwrap())
+                .collect();
+            all.sort_unstable();
+            assert_eq!(all, (1..=THREADS * HITS).collect::<Vec<_>>());
+            assert!(t.len() <= THREADS as usize);
+            assert_eq!(t.hit(raced, || 0, 60_000, 0).unwrap().count, THREADS * HITS);
+        }
+    }
+
     #[test]
     fn many_keys_spread_over_shards_and_are_swept() {
         let t = Table::new(100_000);

@@ -401,7 +401,9 @@ impl Shard {
     }
 
     /// A hit on the key at `id` if its window is open: the count changed in
-    /// place, as [`window::hit`] would have it. `None` if the window has ended.
+    /// place, as [`window::hit`] would have it (an error changes nothing).
+    /// `None`, having changed nothing, if the window has ended: the caller
+    /// goes on with the same `id`.
     #[inline(always)]
     pub fn hit_open(&mut self, id: Id, now: u64, amount: i64) -> Option<Result<Outcome>> {
         let entry = self.entry_mut(id.0);
