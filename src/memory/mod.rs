@@ -539,6 +539,16 @@ mod tests {
         assert_eq!(t.hit(2, || MS, 1, 0).unwrap().count, 0);
     }
 
+    /// Every count the threads' hits answered, in order.
+    fn sorted_counts(threads: Vec<std::thread::JoinHandle<Vec<i64>>>) -> Vec<i64> {
+        let mut all: Vec<i64> = threads
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect();
+        all.sort_unstable();
+        all
+    }
+
     #[test]
     fn threads_lose_no_update() {
         let t = Arc::new(Table::new(100));
@@ -552,11 +562,7 @@ mod tests {
                 })
             })
             .collect();
-        let mut all: Vec<i64> = handles
-            .into_iter()
-            .flat_map(|h| h.join().unwrap())
-            .collect();
-        all.sort_unstable();
+        let all = sorted_counts(handles);
         assert_eq!(all, (1..=40_000).collect::<Vec<_>>());
     }
 
@@ -596,11 +602,7 @@ mod tests {
                     })
                 })
                 .collect();
-            let mut all: Vec<i64> = handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap())
-                .collect();
-            all.sort_unstable();
+            let all = sorted_counts(handles);
             assert_eq!(all, (1..=THREADS * HITS).collect::<Vec<_>>());
             assert!(t.len() <= THREADS as usize);
             assert_eq!(t.hit(raced, || 0, 60_000, 0).unwrap().count, THREADS * HITS);
