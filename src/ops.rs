@@ -14,16 +14,19 @@ use crate::{bucket, sliding, window};
 pub enum Op {
     /// `hit(key, windowMs, amount)` → `[count, resetMs]`.
     Hit,
-    /// `consume(key, { limit, windowMs, cost })` → `[allowed, count, remaining, resetMs]`.
+    /// `consume(key, { limit, windowMs, cost })` →
+    /// `[allowed, count, remaining, resetMs, window]`.
     Consume,
-    /// `refund(key, amount)` → `[count, resetMs]` (`resetMs` 0: no open window).
+    /// `refund(key, amount, { window })` → `[count, resetMs]` (`resetMs` 0:
+    /// no open window, or not the one named).
     Refund,
-    /// `slidingWindow.increment(key, windowMs, amount)` → `[count, resetMs]`.
+    /// `slidingWindow.increment(key, windowMs, amount)` → `[count, resetMs, window]`.
     SlidingIncrement,
-    /// `slidingWindow.decrement(key, windowMs, amount)` → `[count, resetMs]`.
+    /// `slidingWindow.decrement(key, windowMs, amount, { window })` →
+    /// `[count, resetMs, window]`.
     SlidingDecrement,
     /// `slidingWindow.consume(key, { limit, windowMs, cost })` →
-    /// `[allowed, count, remaining, resetMs, retryMs]`.
+    /// `[allowed, count, remaining, resetMs, retryMs, window]`.
     SlidingConsume,
     /// `tokenBucket(key, { capacity, refill, intervalMs, cost })` →
     /// `[allowed, remaining, retryMs, resetMs]`.
@@ -38,16 +41,25 @@ pub enum Op {
 /// An op's numbers, checked: integers in the ranges the op allows.
 pub type Args = [i64; 4];
 
+/// The most integers an op answers.
+pub const ANSWER_LEN: usize = 6;
+
+/// A give-back's window argument: the id its take answered, or `None` (sent
+/// as 0: an id is a window's end, above 0) for a give-back naming no window.
+pub fn taken_in(arg: i64) -> Option<u64> {
+    (arg > 0).then_some(arg as u64)
+}
+
 /// An op's answer: its integers, `len` of them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Answer {
-    pub values: [i64; 5],
+    pub values: [i64; ANSWER_LEN],
     pub len: usize,
 }
 
 impl Answer {
     pub fn new(values: &[i64]) -> Answer {
-        let mut all = [0; 5];
+        let mut all = [0; ANSWER_LEN];
         all[..values.len()].copy_from_slice(values);
         Answer {
             values: all,
@@ -115,10 +127,14 @@ impl Op {
                 let (window_ms, limit, cost) = window::check_consume(n[0], n[1], n[2])?;
                 [window_ms as i64, limit, cost, 0]
             }
-            Op::Refund => [window::check_refund(n[0])?, 0, 0, 0],
-            Op::SlidingIncrement | Op::SlidingDecrement => {
+            Op::Refund => [window::check_refund(n[0])?, check_window(n[1])?, 0, 0],
+            Op::SlidingIncrement => {
                 let (window_ms, amount) = sliding::check(n[0], n[1])?;
                 [window_ms as i64, amount, 0, 0]
+            }
+            Op::SlidingDecrement => {
+                let (window_ms, amount) = sliding::check(n[0], n[1])?;
+                [window_ms as i64, amount, check_window(n[2])?, 0]
             }
             Op::SlidingConsume => {
                 let (window_ms, limit, cost) = sliding::check_consume(n[0], n[1], n[2])?;
@@ -169,9 +185,15 @@ impl Op {
         match self {
             Op::Hit => f(&[digits(a0, b0), digits(a1, b1)]),
             Op::Consume => f(&[digits(a0, b0), digits(a1, b1), digits(a2, b2)]),
-            Op::Refund => f(&[digits(a0, b0)]),
+            Op::Refund => f(&[digits(a0, b0), digits(a1, b1)]),
             Op::SlidingIncrement => f(&[b"increment", digits(a0, b0), digits(a1, b1)]),
-            Op::SlidingDecrement => f(&[b"decrement", digits(a0, b0), digits(a1, b1)]),
+            // The window named sits where a consume's limit does.
+            Op::SlidingDecrement => f(&[
+                b"decrement",
+                digits(a0, b0),
+                digits(a1, b1),
+                digits(a2, b2),
+            ]),
             // The script takes the cost before the limit.
             Op::SlidingConsume => f(&[b"consume", digits(a0, b0), digits(a2, b2), digits(a1, b1)]),
             Op::Bucket => f(&[
@@ -187,9 +209,11 @@ impl Op {
     /// How many integers the op answers.
     pub fn answer_len(self) -> usize {
         match self {
-            Op::Hit | Op::Refund | Op::SlidingIncrement | Op::SlidingDecrement => 2,
-            Op::Consume | Op::Bucket => 4,
-            Op::SlidingConsume => 5,
+            Op::Hit | Op::Refund => 2,
+            Op::SlidingIncrement | Op::SlidingDecrement => 3,
+            Op::Bucket => 4,
+            Op::Consume => 5,
+            Op::SlidingConsume => 6,
             Op::Unlink | Op::Ping => 1,
         }
     }
@@ -207,6 +231,13 @@ impl Op {
         }
         Ok(Answer::new(values))
     }
+}
+
+/// A give-back's window argument: 0 (none named) or an id, a safe integer.
+fn check_window(n: f64) -> Result<i64> {
+    window::non_negative_safe_integer(n).ok_or(Error::InvalidRange(
+        "window must be a window id a take answered (a positive safe integer)",
+    ))
 }
 
 /// `n` in decimal, written into `buf` (no allocation per hit).
@@ -278,7 +309,21 @@ mod tests {
         assert_eq!(Op::Hit.answer(&[3, 10]).unwrap().values[..2], [3, 10]);
         assert!(Op::Hit.answer(&[3, 0]).is_err());
         assert!(Op::Hit.answer(&[3]).is_err());
-        assert!(Op::Consume.answer(&[1, MAX_SAFE + 1, 0, 5]).is_err());
-        assert_eq!(Op::SlidingConsume.answer(&[0, 5, 0, 10, 3]).unwrap().len, 5);
+        assert!(Op::Consume.answer(&[1, MAX_SAFE + 1, 0, 5, 7]).is_err());
+        assert!(Op::Consume.answer(&[1, 1, 0, 5]).is_err());
+        assert_eq!(Op::SlidingConsume.answer(&[0, 5, 0, 10, 3, 7]).unwrap().len, 6);
+    }
+
+    #[test]
+    fn give_backs_name_a_window_or_none() {
+        assert_eq!(Op::Refund.check([2.0, 0.0, 0.0, 0.0]), Ok([2, 0, 0, 0]));
+        assert_eq!(Op::Refund.check([2.0, 7.0, 0.0, 0.0]), Ok([2, 7, 0, 0]));
+        assert!(Op::Refund.check([2.0, -1.0, 0.0, 0.0]).is_err());
+        assert!(Op::Refund.check([2.0, 0.5, 0.0, 0.0]).is_err());
+        let args = Op::SlidingDecrement.check([100.0, 1.0, 9.0, 0.0]).unwrap();
+        assert_eq!(args, [100, 1, 9, 0]);
+        let argv = Op::SlidingDecrement.argv(&args, |a| a.iter().map(|x| x.to_vec()).collect::<Vec<_>>());
+        assert_eq!(argv[3], b"9".to_vec());
+        assert_eq!((taken_in(0), taken_in(9)), (None, Some(9)));
     }
 }

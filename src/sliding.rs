@@ -3,11 +3,13 @@
 //! the previous window's, weighted by the share of it still inside.
 //! [`SCRIPT`] (`sliding.lua`) is the twin, run by Redis on the server's TIME.
 //!
-//! Time is in µs on the caller's clock: the memory store's monotonic clock, or
-//! Redis's TIME. The weighting is `floor(previous * left / window)` computed
-//! in IEEE doubles in that order, as Lua computes it, so that both twins round
-//! alike (it is exact while `previous * left` stays below 2^53); at the very
-//! start of a window the previous one counts in full.
+//! Time is in µs on the caller's clock: the memory store's, or Redis's TIME.
+//! The weighting is `ceil(previous * left / window)`, rounded up as seed 004
+//! rounds ("so we never under-count"), so that a consume passes only if the
+//! exact `previous * left / window + current + cost <= limit` holds. It is
+//! computed exactly in integers (here in u128; `sliding.lua` in doubles, by a
+//! long multiplication whose every step is an integer below 2^54), so both
+//! twins answer alike for every input in range.
 
 use crate::errors::{Error, Result};
 use crate::window::{self, Change, MAX_PERIOD_MS, MAX_SAFE};
@@ -34,6 +36,9 @@ pub struct Sliding {
 /// The answer of an increment or a decrement.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hit {
+    /// The window this call counted in (its end, in µs): what a decrement
+    /// names to give back to it alone.
+    pub window: u64,
     /// The estimate after this call: weighted previous plus current.
     pub count: i64,
     /// Whole ms until the current window ends, from 1 to the window.
@@ -56,6 +61,8 @@ pub struct Consumed {
     /// with no other traffic. A cost above the limit never is: then the ms
     /// until the key is as new, at least `reset_ms`.
     pub retry_ms: u64,
+    /// The window the cost was added to (its end, in µs).
+    pub window: u64,
     pub change: Change<Sliding>,
 }
 
@@ -82,14 +89,23 @@ pub fn check_consume(window_ms: f64, limit: f64, cost: f64) -> Result<(u64, i64,
     Ok((window_ms, limit, cost))
 }
 
-/// The previous window's `count` weighted by `left` µs of `window` µs.
+/// The previous window's `count` weighted by `left` µs of `window` µs,
+/// rounded up: `ceil(count * left / window)`, exactly.
 pub fn weighted(count: i64, left: u64, window: u64) -> i64 {
     if left >= window {
         return count;
     }
-    // Rounding can carry a product past `count`; the share is at most all of it.
-    let share = (count as f64 * left as f64 / window as f64).floor() as i64;
-    share.min(count)
+    (count as u128 * left as u128).div_ceil(window as u128) as i64
+}
+
+/// The largest `left` in `0..=most` at which `count`, weighted, is at most
+/// `room`: `count * left <= room * window`, so `floor(room * window / count)`.
+fn latest(count: i64, room: i64, most: u64, window: u64) -> u64 {
+    if room >= count {
+        return most;
+    }
+    let left = room as u128 * window as u128 / count as u128;
+    most.min(left as u64)
 }
 
 /// The state as seen at `now`.
@@ -119,6 +135,11 @@ impl View {
             previous,
             current,
         }
+    }
+
+    /// The current window's end: its id.
+    fn end(&self) -> u64 {
+        self.start + self.window
     }
 
     fn estimate(&self) -> i64 {
@@ -168,19 +189,36 @@ pub fn increment(stored: Option<Sliding>, now: u64, window_ms: u64, amount: i64)
         view.change()
     };
     Ok(Hit {
+        window: view.end(),
         count,
         reset_ms: view.reset_ms(),
         change,
     })
 }
 
-/// Takes back up to `amount`: from the current window first, then from the
-/// previous one, never below 0 (a late decrement still finds the hit it
-/// undoes). Never creates a state.
-pub fn decrement(stored: Option<Sliding>, now: u64, window_ms: u64, amount: i64) -> Hit {
+/// Takes back up to `amount`, never below 0, and never creates a state.
+/// Given the window its take answered (`taken_in`), only from that window:
+/// the current one, or the previous one once the clock has moved a window on
+/// (a late decrement still finds the take it undoes); from any other window
+/// nothing, so that it never returns a count to a window it did not come
+/// from. Without one: from the current window first, then the previous one.
+pub fn decrement(
+    stored: Option<Sliding>,
+    now: u64,
+    window_ms: u64,
+    amount: i64,
+    taken_in: Option<u64>,
+) -> Hit {
     let mut view = View::at(stored, now, window_ms);
-    let from_current = amount.min(view.current);
-    let from_previous = (amount - from_current).min(view.previous);
+    let (from_current, from_previous) = match taken_in {
+        None => {
+            let from_current = amount.min(view.current);
+            (from_current, (amount - from_current).min(view.previous))
+        }
+        Some(w) if w == view.end() => (amount.min(view.current), 0),
+        Some(w) if w == view.start => (0, amount.min(view.previous)),
+        Some(_) => (0, 0),
+    };
     let change = if from_current + from_previous == 0 {
         view.unchanged(stored)
     } else {
@@ -189,25 +227,11 @@ pub fn decrement(stored: Option<Sliding>, now: u64, window_ms: u64, amount: i64)
         view.change()
     };
     Hit {
+        window: view.end(),
         count: view.estimate(),
         reset_ms: view.reset_ms(),
         change,
     }
-}
-
-/// The largest `left` in `0..=most` at which `count`, weighted, is at most
-/// `room` (0 always is). The weighting only grows with `left`.
-fn latest(count: i64, room: i64, most: u64, window: u64) -> u64 {
-    let (mut low, mut high) = (0, most);
-    while low < high {
-        let mid = low + (high - low).div_ceil(2);
-        if weighted(count, mid, window) <= room {
-            low = mid;
-        } else {
-            high = mid - 1;
-        }
-    }
-    low
 }
 
 /// Adds `cost` only if the estimate stays within `limit`. A refused consume,
@@ -236,6 +260,7 @@ pub fn consume(
             remaining: window::remaining(limit, count),
             reset_ms,
             retry_ms: 0,
+            window: view.end(),
             change,
         };
     }
@@ -266,6 +291,7 @@ pub fn consume(
         remaining: window::remaining(limit, estimate),
         reset_ms,
         retry_ms,
+        window: view.end(),
         change: view.unchanged(stored),
     }
 }
@@ -311,13 +337,15 @@ mod tests {
         let o = increment(state(10_000, 0, 8), 22_500 * MS, W, 2).unwrap();
         assert_eq!(o.count, 6 + 2);
         assert_eq!(put(o.change), state(20_000, 8, 2).unwrap());
-        // Rounded down: 8 * 0.7499 = 5.99.
+        // Rounded up, as seed 004 rounds: 8 * 0.7499 = 5.9992 weighs 6.
         assert_eq!(
             increment(state(10_000, 0, 8), 22_501 * MS, W, 0)
                 .unwrap()
                 .count,
-            5
+            6
         );
+        // A single hit weighs 1 until the window before it has wholly slid out.
+        assert_eq!(increment(state(10_000, 0, 1), 29_999_999, W, 0).unwrap().count, 1);
         // At the start of a window the previous one counts in full.
         assert_eq!(
             increment(state(10_000, 0, 8), 20_000 * MS, W, 0)
@@ -344,7 +372,7 @@ mod tests {
     #[test]
     fn a_state_ahead_of_the_clock_counts_in_full() {
         let o = increment(state(20_000, 3, 4), 15_000 * MS, W, 1).unwrap();
-        assert_eq!((o.count, o.reset_ms), (3 * 5 / 10 + 5, 5_000));
+        assert_eq!((o.count, o.reset_ms), (2 + 5, 5_000));
         assert_eq!(put(o.change), state(20_000, 3, 5).unwrap());
     }
 
@@ -367,29 +395,49 @@ mod tests {
         );
         // Half of the window gone: about half of the previous count still weighs.
         let o = increment(state(0, 0, MAX_SAFE), 15_000 * MS, W, 1).unwrap();
-        assert_eq!(o.count, MAX_SAFE / 2 + 1);
+        assert_eq!(o.count, (MAX_SAFE + 1) / 2 + 1);
     }
 
     #[test]
     fn decrement_takes_from_current_then_previous() {
-        let o = decrement(state(20_000, 4, 2), 25_000 * MS, W, 3);
+        let o = decrement(state(20_000, 4, 2), 25_000 * MS, W, 3, None);
         assert_eq!(
             put(o.change),
             state(20_000, 3, 0).unwrap().with_ends(30_000)
         );
-        assert_eq!(o.count, 1);
-        let o = decrement(state(20_000, 4, 2), 25_000 * MS, W, 9);
+        // 3 * 0.5 = 1.5 weighs 2.
+        assert_eq!(o.count, 2);
+        let o = decrement(state(20_000, 4, 2), 25_000 * MS, W, 9, None);
         assert_eq!((o.count, o.change), (0, Change::Drop));
         // A decrement one window on finds the hits in the previous window.
-        let o = decrement(state(20_000, 4, 2), 30_000 * MS, W, 1);
+        let o = decrement(state(20_000, 4, 2), 30_000 * MS, W, 1, None);
         assert_eq!(
             put(o.change),
             state(30_000, 1, 0).unwrap().with_ends(40_000)
         );
-        let o = decrement(None, 0, W, 1);
+        let o = decrement(None, 0, W, 1, None);
         assert_eq!((o.count, o.reset_ms, o.change), (0, W, Change::Keep));
-        let o = decrement(state(0, 1, 1), 30_000 * MS, W, 1);
+        let o = decrement(state(0, 1, 1), 30_000 * MS, W, 1, None);
         assert_eq!((o.count, o.change), (0, Change::Drop));
+    }
+
+    #[test]
+    fn a_decrement_naming_its_window_gives_back_to_that_window_alone() {
+        let taken_in = Some(30_000 * MS);
+        // In its own window: from the current count only.
+        let o = decrement(state(20_000, 4, 2), 25_000 * MS, W, 3, taken_in);
+        assert_eq!(put(o.change), state(20_000, 4, 0).unwrap().with_ends(30_000));
+        // A window on: from the previous count, which was its window's.
+        let o = decrement(state(20_000, 4, 2), 30_000 * MS, W, 1, taken_in);
+        assert_eq!(put(o.change), state(30_000, 1, 0).unwrap().with_ends(40_000));
+        let o = decrement(state(30_000, 2, 5), 35_000 * MS, W, 1, taken_in);
+        assert_eq!(put(o.change), state(30_000, 1, 5).unwrap());
+        // Two windows on, or in a window before its own: nothing.
+        let o = decrement(state(40_000, 2, 5), 45_000 * MS, W, 1, taken_in);
+        assert_eq!((o.count, o.change), (1 + 5, Change::Keep));
+        let o = decrement(state(10_000, 2, 5), 15_000 * MS, W, 1, taken_in);
+        assert_eq!(o.change, Change::Keep);
+        assert_eq!(o.window, 20_000 * MS);
     }
 
     impl Sliding {
@@ -418,16 +466,16 @@ mod tests {
 
     #[test]
     fn a_refused_consume_answers_when_it_would_pass() {
-        // Previous 8, limit 10, cost 6: the share of 8 must fall below 5,
-        // which it does 1 µs after 6.25 s are left (8 * 0.625 = 5).
+        // Previous 8, limit 10, cost 6: the share of 8 must fall to 4, which
+        // it does once 5 s are left (8 * 0.5 = 4; 8 * 0.5001 weighs 5).
         let o = consume(state(10_000, 0, 8), 22_500 * MS, W, 10, 6);
-        assert_eq!((o.allowed, o.retry_ms, o.reset_ms), (false, 1_251, 7_500));
-        assert!(consume(state(10_000, 0, 8), (22_500 + 1_251) * MS, W, 10, 6).allowed);
-        assert!(!consume(state(10_000, 0, 8), (22_500 + 1_250) * MS, W, 10, 6).allowed);
-        // Its share is 5.99 at once: a cost of 5 waits 1 µs.
+        assert_eq!((o.allowed, o.retry_ms, o.reset_ms), (false, 2_500, 7_500));
+        assert!(consume(state(10_000, 0, 8), 25_000 * MS, W, 10, 6).allowed);
+        assert!(!consume(state(10_000, 0, 8), 25_000 * MS - 1, W, 10, 6).allowed);
+        // A cost of 5 waits until 8 * left / W is 5: 6.25 s left.
         assert_eq!(
             consume(state(10_000, 0, 8), 22_500 * MS, W, 10, 5).retry_ms,
-            1
+            1_250
         );
         // The current window is over the limit on its own: it must end, and its
         // share fall to 10 - 5 = 5 out of 7 in the next window.
@@ -435,10 +483,10 @@ mod tests {
         let at = 22_500 + o.retry_ms;
         assert!(consume(state(20_000, 0, 7), at * MS, W, 10, 5).allowed);
         assert!(!consume(state(20_000, 0, 7), (at - 1) * MS, W, 10, 5).allowed);
-        // 7 * left / W < 6 from left = 8,571,428 µs on.
+        // 7 * left / W <= 5 from left = 7,142,857 µs on.
         assert_eq!(
             o.retry_ms,
-            (7_500_000 + 10_000_000 - 8_571_428u64).div_ceil(MS)
+            (7_500_000 + 10_000_000 - 7_142_857u64).div_ceil(MS)
         );
     }
 
@@ -498,7 +546,9 @@ mod tests {
             let n = now / window;
             let left = window - now % window;
             let previous = n.checked_sub(1).map_or(0, |p| self.get(key, p));
-            (weighted(previous, left, window) + self.get(key, n), left)
+            // The exact rational previous * left / window, rounded up.
+            let share = (previous as u128 * left as u128).div_ceil(window as u128) as i64;
+            (share + self.get(key, n), left)
         }
         fn get(&self, key: u8, n: u64) -> i64 {
             self.0.get(&(key, n)).copied().unwrap_or(0)
@@ -506,10 +556,18 @@ mod tests {
         fn add(&mut self, key: u8, now: u64, window_ms: u64, amount: i64) {
             *self.0.entry((key, now / (window_ms * MS))).or_default() += amount;
         }
-        fn decrement(&mut self, key: u8, now: u64, window_ms: u64, amount: i64) {
+        fn decrement(&mut self, key: u8, now: u64, window_ms: u64, amount: i64, taken_in: Option<u64>) {
             let n = now / (window_ms * MS);
             let mut amount = amount;
-            for w in [Some(n), n.checked_sub(1)].into_iter().flatten() {
+            let windows = match taken_in {
+                None => [Some(n), n.checked_sub(1)],
+                // Only the take's own window, while it still counts.
+                Some(end) => {
+                    let w = end / (window_ms * MS) - 1;
+                    [(w == n || w + 1 == n).then_some(w), None]
+                }
+            };
+            for w in windows.into_iter().flatten() {
                 let count = self.0.entry((key, w)).or_default();
                 let taken = amount.min(*count);
                 *count -= taken;
@@ -527,13 +585,15 @@ mod tests {
     proptest! {
         #[test]
         fn agrees_with_the_model(
-            ops in proptest::collection::vec((0u8..3, 0u64..3_000, 0u8..3, 0i64..6, 0i64..8), 1..150)
+            ops in proptest::collection::vec((0u8..3, 0u64..3_000, 0u8..4, 0i64..6, 0i64..8), 1..150)
         ) {
             // One window length per key: a state belongs to one window length.
             let windows = [1, 3, 4];
             let mut stored: HashMap<u8, Sliding> = HashMap::new();
             let mut model = Model::default();
             let mut now = 5_000_000;
+            // The window of each key's last take, which a decrement of op 3 names.
+            let mut taken: HashMap<u8, u64> = HashMap::new();
             for (key, step, op, amount, limit) in ops {
                 now += step;
                 let window_ms = windows[key as usize];
@@ -544,12 +604,15 @@ mod tests {
                     0 => {
                         let o = increment(held, now, window_ms, amount).unwrap();
                         model.add(key, now, window_ms, amount);
+                        prop_assert_eq!(o.window, now - now % (window_ms * MS) + window_ms * MS);
+                        taken.insert(key, o.window);
                         prop_assert_eq!((o.count, o.reset_ms), (expected + amount, reset_ms));
                         o.change
                     }
-                    1 => {
-                        let o = decrement(held, now, window_ms, amount);
-                        model.decrement(key, now, window_ms, amount);
+                    1 | 3 => {
+                        let taken_in = if op == 3 { taken.get(&key).copied() } else { None };
+                        let o = decrement(held, now, window_ms, amount, taken_in);
+                        model.decrement(key, now, window_ms, amount, taken_in);
                         prop_assert_eq!((o.count, o.reset_ms), (model.at(key, now, window_ms).0, reset_ms));
                         o.change
                     }
@@ -559,6 +622,7 @@ mod tests {
                         prop_assert_eq!((o.allowed, o.reset_ms), (allowed, reset_ms));
                         if allowed {
                             model.add(key, now, window_ms, amount);
+                            taken.insert(key, o.window);
                             prop_assert_eq!((o.count, o.retry_ms), (expected + amount, 0));
                         } else if amount <= limit {
                             let wait = model.wait(key, now, window_ms, limit, amount);

@@ -29,6 +29,13 @@ pub struct Counter {
 }
 
 impl Counter {
+    /// The window's id, which a consume answers and a refund names: its end
+    /// (as a safe integer, so JavaScript holds it exactly; windows ending past
+    /// 2^53 µs on the clock, over 100 years on, share one).
+    pub fn window(&self) -> u64 {
+        self.ends_at.min(MAX_SAFE as u64)
+    }
+
     /// Whole ms left, rounded up; `None` once under 1 ms is left.
     pub fn reset_ms(&self, now: u64) -> Option<u64> {
         let left = self.ends_at.checked_sub(now)?;
@@ -195,6 +202,8 @@ pub struct Consumed {
     pub remaining: i64,
     /// Whole ms until the window ends (and frees); `window_ms` with no open window.
     pub reset_ms: u64,
+    /// The id of the window counted in ([`Counter::window`]); 0 when none is open.
+    pub window: u64,
     pub change: Change,
 }
 
@@ -232,11 +241,17 @@ pub fn consume(
             }),
         ),
     };
+    let window = match (&change, open) {
+        (Change::Put(c), _) => c.window(),
+        (_, Some((c, _))) => c.window(),
+        _ => 0,
+    };
     Consumed {
         allowed,
         count,
         remaining: remaining(limit, count),
         reset_ms,
+        window,
         change,
     }
 }
@@ -252,10 +267,26 @@ pub struct Refunded {
 }
 
 /// Gives back up to `amount` within the open window, never taking the count
-/// below 0, so a late or repeated refund can never lift a window past its
-/// limit. With no open window it does nothing (and opens none).
+/// below 0. With no open window it does nothing (and opens none).
 pub fn refund(stored: Option<Counter>, now: u64, amount: i64) -> Refunded {
+    refund_to(stored, now, amount, None)
+}
+
+/// [`refund`], given the window the take counted in (`taken_in`, the id its
+/// consume answered): while another window is open it does nothing, as with
+/// none open, so that a late refund never takes from a window another
+/// request opened.
+pub fn refund_to(stored: Option<Counter>, now: u64, amount: i64, taken_in: Option<u64>) -> Refunded {
     let open = stored.and_then(|c| c.reset_ms(now).map(|reset_ms| (c, reset_ms)));
+    if let (Some((c, _)), Some(w)) = (open, taken_in) {
+        if c.window() != w {
+            return Refunded {
+                count: 0,
+                reset_ms: 0,
+                change: Change::Keep,
+            };
+        }
+    }
     let Some((counter, reset_ms)) = open else {
         return Refunded {
             count: 0,
@@ -497,6 +528,32 @@ mod tests {
         );
         let o = refund(Some(open(5, 10 * MS)), 9_001, 3);
         assert_eq!((o.count, o.reset_ms, o.change), (0, 0, Change::Drop));
+    }
+
+    #[test]
+    fn a_refund_naming_its_window_gives_back_to_that_window_alone() {
+        let taken = consume(None, 5 * MS, 1_000, 10, 3);
+        let c = match taken.change {
+            Change::Put(c) => c,
+            other => panic!("expected a Put, got {other:?}"),
+        };
+        assert_eq!(taken.window, 1_005 * MS);
+        assert_eq!(consume(Some(c), 6 * MS, 1_000, 10, 1).window, taken.window);
+        let o = refund_to(Some(c), 500 * MS, 2, Some(taken.window));
+        assert_eq!((o.count, o.reset_ms), (1, 505));
+        // The window it named ended and another request opened the next: nothing.
+        let next = consume(Some(c), 1_005 * MS, 1_000, 10, 1);
+        let n = match next.change {
+            Change::Put(n) => n,
+            other => panic!("expected a Put, got {other:?}"),
+        };
+        assert_ne!(next.window, taken.window);
+        let o = refund_to(Some(n), 1_006 * MS, 1, Some(taken.window));
+        assert_eq!((o.count, o.reset_ms, o.change), (0, 0, Change::Keep));
+        // Without a window: today's refund, from whatever window is open.
+        assert_eq!(refund_to(Some(n), 1_006 * MS, 1, None).count, 0);
+        // A refused consume with no open window answers none.
+        assert_eq!(consume(None, 0, 1_000, 1, 2).window, 0);
     }
 
     #[test]

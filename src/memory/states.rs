@@ -13,7 +13,7 @@
 use super::{KeyHash, Table};
 use crate::bucket::{self, Bucket, Params};
 use crate::errors::Result;
-use crate::ops::{Answer, Args, Op};
+use crate::ops::{taken_in, Answer, Args, Op};
 use crate::sliding::{self, Sliding};
 use crate::window::{self, Change, Counter, SHORT_WINDOW_MS};
 
@@ -146,11 +146,12 @@ fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answ
                 c.count,
                 c.remaining,
                 c.reset_ms as i64,
+                c.window as i64,
             ];
             (Answer::new(&values), [write(c.change, a[0] as u64), keep])
         }
         Op::Refund => {
-            let r = window::refund(held[0], now, a[0]);
+            let r = window::refund_to(held[0], now, a[0], taken_in(a[1]));
             let window_ms = held[0].map_or(0, |c| c.ends_at.saturating_sub(now) / US_PER_MS);
             (
                 Answer::new(&[r.count, r.reset_ms as i64]),
@@ -162,10 +163,10 @@ fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answ
             let stored = sliding_state(held, window_ms);
             let h = match op {
                 Op::SlidingIncrement => sliding::increment(stored, now, window_ms, a[1])?,
-                _ => sliding::decrement(stored, now, window_ms, a[1]),
+                _ => sliding::decrement(stored, now, window_ms, a[1], taken_in(a[2])),
             };
             (
-                Answer::new(&[h.count, h.reset_ms as i64]),
+                Answer::new(&[h.count, h.reset_ms as i64, h.window as i64]),
                 sliding_writes(h.change, window_ms),
             )
         }
@@ -178,6 +179,7 @@ fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answ
                 c.remaining,
                 c.reset_ms as i64,
                 c.retry_ms as i64,
+                c.window as i64,
             ];
             (Answer::new(&values), sliding_writes(c.change, window_ms))
         }
@@ -304,11 +306,11 @@ mod tests {
         t.hit(1, || 0, 60_000, 3).unwrap();
         assert_eq!(
             run(&t, 1, 0, Op::Consume, [60_000.0, 4.0, 1.0, 0.0]),
-            [1, 4, 0, 60_000]
+            [1, 4, 0, 60_000, 60_000 * MS as i64]
         );
         assert_eq!(
             run(&t, 1, 0, Op::Consume, [60_000.0, 4.0, 1.0, 0.0]),
-            [0, 4, 0, 60_000]
+            [0, 4, 0, 60_000, 60_000 * MS as i64]
         );
         assert_eq!(
             run(&t, 1, MS, Op::Refund, [9.0, 0.0, 0.0, 0.0]),
@@ -332,7 +334,7 @@ mod tests {
                 Op::SlidingIncrement,
                 [w as f64, 4.0, 0.0, 0.0]
             ),
-            [4, 1_000]
+            [4, 1_000, (start + w * MS) as i64]
         );
         let later = start + w * MS + 750 * MS;
         let stored = match sliding::increment(None, start, w, 4).unwrap().change {
@@ -348,7 +350,7 @@ mod tests {
                 Op::SlidingIncrement,
                 [w as f64, 0.0, 0.0, 0.0]
             ),
-            [want.count, want.reset_ms as i64]
+            [want.count, want.reset_ms as i64, want.window as i64]
         );
         assert_eq!(t.len(), 1, "the previous window alone is one counter");
         assert_eq!(
@@ -409,10 +411,10 @@ mod tests {
                         Op::SlidingIncrement => {
                             sliding::increment(self.sliding, now, a[0] as u64, a[1]).unwrap()
                         }
-                        _ => sliding::decrement(self.sliding, now, a[0] as u64, a[1]),
+                        _ => sliding::decrement(self.sliding, now, a[0] as u64, a[1], None),
                     };
                     kept(&mut self.sliding, h.change);
-                    vec![h.count, h.reset_ms as i64]
+                    vec![h.count, h.reset_ms as i64, h.window as i64]
                 }
                 Op::SlidingConsume => {
                     let c = sliding::consume(self.sliding, now, a[0] as u64, a[1], a[2]);
@@ -423,6 +425,7 @@ mod tests {
                         c.remaining,
                         c.reset_ms as i64,
                         c.retry_ms as i64,
+                        c.window as i64,
                     ]
                 }
                 _ => {
