@@ -207,9 +207,9 @@ describe.each(STORES)('a late give-back never lifts a limit, on %s', (_, create)
     const next = [await plain.check(key), await plain.check(key)];
     await refused;
     // The refund (for the window before) has landed; the window the plain limiter opened still holds 2.
+    expect((await inner.consume(`${key}:w`, { limit: 2, windowMs, cost: 0 })).count).toBe(2);
     next.push(await plain.check(key));
     expect(next.map((a) => a.allowed)).toEqual([true, true, false]);
-    expect((await inner.consume(`${key}:w`, { limit: 2, windowMs, cost: 0 })).count).toBe(2);
   });
 
   it('several limits: a sliding decrement landing windows later takes nothing from the current window', async () => {
@@ -253,7 +253,7 @@ describe.each(STORES)('a late give-back never lifts a limit, on %s', (_, create)
       expect((await express.get(key))?.totalHits).toBe(1);
       // A decrement of the new window's own request is given back to it.
       await express.decrement(key);
-      expect(await express.get(key)).toBeUndefined();
+      expect((await express.get(key))?.totalHits ?? 0).toBe(0);
     }
   });
 });

@@ -1,22 +1,31 @@
 'use strict';
 // Adapters that give other rate limiters a ratestore store: universal-rate-limit's Store and
 // express-rate-limit's. Each call is one operation of the store's chosen algorithm, so counts keep
-// the store's guarantees (atomic per key, shared when the store is) and no state lives here.
+// the store's guarantees (atomic per key, shared when the store is). The one state kept here is
+// which window each key's recent hits went into, so that a decrement gives back only to it.
 
 const { memoryStore } = require('./memory.js');
 const { checkOptions, checkOption, checkWellFormed, typeName, typeError, rangeError } = require('./check.js');
 
-/** What an adapter does with each algorithm: a counted hit, a decrement that opens nothing, a read. */
+/**
+ * What an adapter does with each algorithm: a counted hit that answers its window, a decrement that
+ * gives back to that window only (and opens nothing), a read.
+ */
 const ALGORITHMS = {
   'fixed-window': {
-    increment: (store, key, windowMs) => store.hit(key, windowMs, 1),
-    // refund never opens a window and never goes below 0; it answers null with no open window.
-    decrement: (store, key) => store.refund(key, 1),
+    increment: async (store, key, windowMs) => {
+      // consume with no limit to speak of is hit(key, windowMs, 1) that also answers its window; at
+      // the top of the count's range, hit itself rejects as it does.
+      const answer = await store.consume(key, { limit: Number.MAX_SAFE_INTEGER, windowMs, cost: 1 });
+      return answer.allowed ? answer : store.hit(key, windowMs, 1);
+    },
+    // refund never opens a window and never goes below 0; named a window that is not open, it changes nothing.
+    decrement: (store, key, windowMs, window) => store.refund(key, 1, { window }),
     read: (store, key) => store.refund(key, 0),
   },
   'sliding-window': {
     increment: (store, key, windowMs) => store.slidingWindow.increment(key, windowMs, 1),
-    decrement: (store, key, windowMs) => store.slidingWindow.decrement(key, windowMs, 1),
+    decrement: (store, key, windowMs, window) => store.slidingWindow.decrement(key, windowMs, 1, { window }),
     // No state and a state that counts nothing read alike: 0.
     read: async (store, key, windowMs) => {
       const state = await store.slidingWindow.increment(key, windowMs, 0);
@@ -74,6 +83,58 @@ function checkWindowMs(where, windowMs) {
   }
 }
 
+/** Keys whose hits an adapter remembers the windows of; past this, the least recently hit is forgotten. */
+const REMEMBERED_KEYS = 10_000;
+
+/**
+ * Which window each key's recent increments went into, so that a decrement (which names no request)
+ * gives back only what an increment took, to the window it took it from:
+ * - `n` increments in the key's latest window, and `carry` in the window before, not yet given back;
+ * - a decrement goes to the window before while its `carry` lasts (the oldest requests' first: a
+ *   fixed window that has ended then changes nothing; a sliding window takes it from its previous
+ *   count), then to the latest window, and does nothing once both are spent;
+ * - a key not remembered (forgotten, or reset) is given nothing back: the request stays counted.
+ * So a window's count never goes below the increments made in it that were not given back, as long
+ * as a request's decrement arrives before the key's window after next opens.
+ */
+class Windows {
+  #keys = new Map();
+
+  /** Notes an increment of `key` counted in `window`. */
+  took(key, window) {
+    const last = this.#keys.get(key);
+    this.#keys.delete(key);
+    let entry;
+    if (last !== undefined && last.window === window) entry = { ...last, n: last.n + 1 };
+    else entry = { window, n: 1, before: last?.window, carry: last?.n ?? 0 };
+    this.#keys.set(key, entry);
+    if (this.#keys.size > REMEMBERED_KEYS) this.#keys.delete(this.#keys.keys().next().value);
+  }
+
+  /** The window a decrement of `key` gives back to, or undefined for none (then nothing is given back). */
+  giveBack(key) {
+    const entry = this.#keys.get(key);
+    if (entry === undefined) return undefined;
+    if (entry.carry > 0) {
+      entry.carry -= 1;
+      return entry.before;
+    }
+    if (entry.n > 0) {
+      entry.n -= 1;
+      return entry.window;
+    }
+    return undefined;
+  }
+
+  forget(key) {
+    this.#keys.delete(key);
+  }
+
+  forgetAll() {
+    this.#keys.clear();
+  }
+}
+
 /** A count and resetMs as the limiters take them: the window's end as a Date. */
 function clientInfo({ count, resetMs }) {
   return { totalHits: count, resetTime: new Date(Date.now() + resetMs) };
@@ -86,6 +147,7 @@ class UniversalStore {
   #store;
   #algorithm;
   #windowMs;
+  #windows = new Windows();
 
   constructor(options) {
     const { windowMs, algorithm = 'fixed-window', store } = checkOptions('universalStore', options, UNIVERSAL_OPTIONS);
@@ -97,20 +159,25 @@ class UniversalStore {
 
   async increment(key) {
     checkKey('universalStore', 'increment', key);
-    return clientInfo(await this.#algorithm.increment(this.#store, key, this.#windowMs));
+    const answer = await this.#algorithm.increment(this.#store, key, this.#windowMs);
+    this.#windows.took(key, answer.window);
+    return clientInfo(answer);
   }
 
   async decrement(key) {
     checkKey('universalStore', 'decrement', key);
-    await this.#algorithm.decrement(this.#store, key, this.#windowMs);
+    const window = this.#windows.giveBack(key);
+    if (window !== undefined) await this.#algorithm.decrement(this.#store, key, this.#windowMs, window);
   }
 
   async resetKey(key) {
     checkKey('universalStore', 'resetKey', key);
+    this.#windows.forget(key);
     await this.#store.reset(key);
   }
 
   async resetAll() {
+    this.#windows.forgetAll();
     await this.#store.resetAll();
   }
 
@@ -146,6 +213,7 @@ class ExpressStore {
   #algorithm;
   #windowMs;
   #prefix;
+  #windows = new Windows();
 
   constructor(options) {
     const { store, algorithm = 'fixed-window', prefix = '' } = checkOptions('expressStore', options, EXPRESS_OPTIONS);
@@ -202,21 +270,27 @@ class ExpressStore {
   async increment(key) {
     checkKey('expressStore', 'increment', key);
     const windowMs = this.#windowOrThrow();
-    return clientInfo(await this.#algorithm.increment(this.#store, this.#prefix + key, windowMs));
+    const answer = await this.#algorithm.increment(this.#store, this.#prefix + key, windowMs);
+    this.#windows.took(key, answer.window);
+    return clientInfo(answer);
   }
 
   async decrement(key) {
     checkKey('expressStore', 'decrement', key);
-    await this.#algorithm.decrement(this.#store, this.#prefix + key, this.#windowOrThrow());
+    const windowMs = this.#windowOrThrow();
+    const window = this.#windows.giveBack(key);
+    if (window !== undefined) await this.#algorithm.decrement(this.#store, this.#prefix + key, windowMs, window);
   }
 
   async resetKey(key) {
     checkKey('expressStore', 'resetKey', key);
+    this.#windows.forget(key);
     await this.#store.reset(this.#prefix + key);
   }
 
   /** Empties the whole ratestore store, other limiters' keys included when they share it. */
   async resetAll() {
+    this.#windows.forgetAll();
     await this.#store.resetAll();
   }
 

@@ -1,8 +1,9 @@
 'use strict';
 // createLimiter: the limits of a request (one, several, or those of its
 // tier) checked against a store, with the answer's headers. On ratestore's
-// own stores each limit is one atomic, limit-aware call; on any other
-// RateLimitStore a fixed window is a hit, given back when it refuses.
+// own stores each limit is one atomic, limit-aware call, and what a request
+// took is given back only to the window it took it from; on any other
+// RateLimitStore a fixed window is a hit, never given back.
 
 const { checkOptions, checkOption, typeError, rangeError } = require('./check.js');
 const { STYLES, limitHeaders } = require('./headers.js');
@@ -148,9 +149,11 @@ function supports(store, algorithm) {
 // One limit against the store. A take answers { allowed, count?, remaining, resetMs, retryMs } and,
 // when it took something that can be given back, giveBack(): a promise of the new remaining count.
 
-const now = () => performance.now();
-
-/** A fixed window over ratestore's consume: one atomic call; a refusal changes nothing. */
+/**
+ * A fixed window over ratestore's consume: one atomic call; a refusal changes nothing. The give-back
+ * names the window the cost went into, so that landing after its end (in a window another request
+ * opened) it changes nothing.
+ */
 function takeConsume(store) {
   return async (key, rule, cost) => {
     const answer = await store.consume(key, { limit: rule.limit, windowMs: rule.windowMs, cost });
@@ -160,61 +163,32 @@ function takeConsume(store) {
       resetMs: answer.resetMs,
       retryMs: answer.allowed ? 0 : answer.resetMs,
       giveBack: async () => {
-        // refund never opens a window: after the window's end it changes nothing.
-        const back = await store.refund(key, cost);
-        return back === null ? 0 : back.count;
+        const back = await store.refund(key, cost, { window: answer.window });
+        // null: its window has ended; the count is that of a window that no longer counts.
+        return back === null ? undefined : back.count;
       },
     };
   };
 }
 
 /**
- * A fixed window over a store that has only hit: the hit counts, and is given back when it went past
- * the limit. A hit of -cost that lands after the window ended would open the next window at -cost,
- * which then allows limit + cost; so the refund is sent only while the window is open, and a refund
- * whose answer shows another window (it landed late) is taken back at once.
+ * A fixed window over a store that has only hit: the hit counts, and is never given back, whether
+ * this limit refused or another one did. A hit of -cost cannot say which window it lands in (late, it
+ * would take from, or open at -cost, the window another request opened), so a refused hit stays
+ * counted: then in every window the counts only grow, and the allowed requests' costs sum to at most
+ * the limit (docs/algorithms.md, "Give-backs").
  */
 function takeHit(store) {
   return async (key, rule, cost) => {
-    const sent = now();
     const hit = await store.hit(key, rule.windowMs, cost);
-    const answered = now();
-    const window = { end: answered + hit.resetMs, rtt: answered - sent };
-    const giveBack = () => refundHit(store, key, rule, cost, window);
-    if (hit.count <= rule.limit) {
-      return { allowed: true, remaining: remainingOf(rule, hit.count), resetMs: hit.resetMs, retryMs: 0, giveBack };
-    }
-    // Refused: the cost is given back here, so that the answer can say what is left.
-    const refused = {
-      allowed: false,
+    const allowed = hit.count <= rule.limit;
+    return {
+      allowed,
       remaining: remainingOf(rule, hit.count),
       resetMs: hit.resetMs,
-      retryMs: hit.resetMs,
+      retryMs: allowed ? 0 : hit.resetMs,
     };
-    try {
-      const count = await giveBack();
-      if (count !== undefined) refused.remaining = remainingOf(rule, count);
-    } catch (error) {
-      refused.error = error;
-    }
-    return refused;
   };
-}
-
-/** The count after giving `cost` back to the window `window` of a hit, or undefined when it was left counted. */
-async function refundHit(store, key, rule, cost, window) {
-  const start = now();
-  // The refund would land after the window's end: the cost stays in a window that is ending anyway.
-  if (window.end - start <= window.rtt) return undefined;
-  const back = await store.hit(key, rule.windowMs, -cost);
-  const answered = now();
-  // Both ends are measured on this clock, each late by up to its round trip; a later window ends at
-  // least windowMs after this one, so a gap beyond the round trips means the refund missed its window.
-  if (answered + back.resetMs - window.end > Math.max(window.rtt, answered - start) + 2) {
-    await store.hit(key, rule.windowMs, cost);
-    return undefined;
-  }
-  return back.count;
 }
 
 function takeSliding(store) {
@@ -226,7 +200,8 @@ function takeSliding(store) {
       remaining: answer.remaining,
       resetMs: answer.resetMs,
       retryMs: answer.retryMs,
-      giveBack: async () => (await sliding.decrement(key, rule.windowMs, cost)).count,
+      // Only to the window the cost went into (or, a window on, to the previous one it now is).
+      giveBack: async () => (await sliding.decrement(key, rule.windowMs, cost, { window: answer.window })).count,
     };
   };
 }

@@ -69,10 +69,34 @@ function amountArgs(call, key, windowMs, amount) {
   return error ? [error] : [undefined, windowMs, amount, 0, 0];
 }
 
-function refundArgs(key, amount) {
-  const call = 'refund(key, amount)';
+/**
+ * A give-back's `{ window }`: the id its take answered, or 0 (sent for none: ids are above 0) when
+ * `options` is undefined or names none, for today's give-back from whatever window is open.
+ */
+function windowArg(call, options) {
+  if (options === undefined) return [undefined, 0];
+  const error = checkObject(call, options);
+  if (error) return [error];
+  const { window } = options;
+  if (window === undefined) return [undefined, 0];
+  const bad = checkInteger(call, 'options.window', window, 1);
+  return bad ? [bad] : [undefined, window];
+}
+
+function refundArgs(key, amount, options) {
+  const call = 'refund(key, amount, options)';
   const error = checkKey(call, key) ?? checkInteger(call, 'amount', amount, 0);
-  return error ? [error] : [undefined, amount, 0, 0, 0];
+  if (error) return [error];
+  const [bad, window] = windowArg(call, options);
+  return bad ? [bad] : [undefined, amount, window, 0, 0];
+}
+
+function decrementArgs(key, windowMs, amount, options) {
+  const call = 'slidingWindow.decrement(key, windowMs, amount, options)';
+  const [error, a, b] = amountArgs(call, key, windowMs, amount);
+  if (error) return [error];
+  const [bad, window] = windowArg(call, options);
+  return bad ? [bad] : [undefined, a, b, window, 0];
 }
 
 function bucketArgs(key, options) {
@@ -92,12 +116,16 @@ function bucketArgs(key, options) {
 function decode(op, v, at) {
   switch (op) {
     case OP.hit:
+      return { count: v[at], resetMs: v[at + 1] };
     case OP.slidingIncrement:
     case OP.slidingDecrement:
-      return { count: v[at], resetMs: v[at + 1] };
+      return { count: v[at], resetMs: v[at + 1], window: v[at + 2] };
     case OP.consume: {
       const allowed = v[at] === 1;
-      return { allowed, count: v[at + 1], remaining: v[at + 2], resetMs: v[at + 3], retryMs: allowed ? 0 : v[at + 3] };
+      const answer = { allowed, count: v[at + 1], remaining: v[at + 2], resetMs: v[at + 3] };
+      answer.retryMs = allowed ? 0 : v[at + 3];
+      answer.window = v[at + 4];
+      return answer;
     }
     case OP.refund:
       // resetMs 0: no window was open, and none was opened.
@@ -109,6 +137,7 @@ function decode(op, v, at) {
         remaining: v[at + 2],
         resetMs: v[at + 3],
         retryMs: v[at + 4],
+        window: v[at + 5],
       };
     case OP.tokenBucket:
       return { allowed: v[at] === 1, remaining: v[at + 1], retryMs: v[at + 2], resetMs: v[at + 3] };
@@ -127,8 +156,8 @@ class Operations {
     return error ? rejection(error) : this._call(OP.consume, key, a, b, c, d);
   }
 
-  refund(key, amount) {
-    const [error, a, b, c, d] = refundArgs(key, amount);
+  refund(key, amount, options) {
+    const [error, a, b, c, d] = refundArgs(key, amount, options);
     return error ? rejection(error) : this._call(OP.refund, key, a, b, c, d);
   }
 
@@ -140,8 +169,8 @@ class Operations {
         const [error, a, b, c, d] = amountArgs('slidingWindow.increment(key, windowMs, amount)', key, windowMs, amount);
         return error ? rejection(error) : store._call(OP.slidingIncrement, key, a, b, c, d);
       },
-      decrement(key, windowMs, amount = 1) {
-        const [error, a, b, c, d] = amountArgs('slidingWindow.decrement(key, windowMs, amount)', key, windowMs, amount);
+      decrement(key, windowMs, amount = 1, options = undefined) {
+        const [error, a, b, c, d] = decrementArgs(key, windowMs, amount, options);
         return error ? rejection(error) : store._call(OP.slidingDecrement, key, a, b, c, d);
       },
       consume(key, options) {

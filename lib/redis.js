@@ -19,7 +19,7 @@ const { Failures } = require('./stats.js');
 
 const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'onError'];
 /** Numbers per result in the native `results`: the id, then the op's answer. */
-const STRIDE = 6;
+const STRIDE = 7;
 
 class RedisStore extends Operations {
   #native;

@@ -2,7 +2,9 @@
 -- as window.lua (a plain integer string with a PTTL), so hit and consume agree.
 -- KEYS[1]: the counter. ARGV[1]: windowMs, ARGV[2]: limit, ARGV[3]: cost
 -- (integers, limit and cost 0 or more). Returns { allowed (1 or 0), count,
--- remaining, resetMs }. A refused consume, or one of cost 0, writes nothing.
+-- remaining, resetMs, window }. A refused consume, or one of cost 0, writes
+-- nothing. window: the open window's id, its expiry in epoch ms (PEXPIRETIME,
+-- which stays put while the window is open); 0 when none is open.
 local key, window_ms = KEYS[1], tonumber(ARGV[1])
 local limit, cost = tonumber(ARGV[2]), tonumber(ARGV[3])
 
@@ -32,4 +34,8 @@ if allowed and cost > 0 then
     count = cost
   end
 end
-return { allowed and 1 or 0, count, math.max(0, math.min(limit, limit - count)), reset_ms }
+local window = 0
+if pttl >= 1 or (allowed and cost > 0) then
+  window = redis.call('PEXPIRETIME', key)
+end
+return { allowed and 1 or 0, count, math.max(0, math.min(limit, limit - count)), reset_ms, window }

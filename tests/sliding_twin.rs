@@ -21,7 +21,8 @@ const SLACK_MS: u64 = 20;
 #[derive(Clone, Copy, Debug)]
 enum Op {
     Increment(i64),
-    Decrement(i64),
+    /// An amount, and the window it names (0: none; else a window's end in µs).
+    Decrement(i64, u64),
     Consume { limit: i64, cost: i64 },
 }
 
@@ -29,7 +30,7 @@ impl Op {
     fn args(self, window_ms: u64) -> Vec<String> {
         let (op, amount, limit) = match self {
             Op::Increment(a) => ("increment", a, None),
-            Op::Decrement(a) => ("decrement", a, None),
+            Op::Decrement(a, w) => ("decrement", a, Some(w as i64)),
             Op::Consume { limit, cost } => ("consume", cost, Some(limit)),
         };
         let mut args = vec![op.to_string(), window_ms.to_string(), amount.to_string()];
@@ -47,11 +48,11 @@ impl Op {
             Op::Increment(a) => {
                 let o =
                     sliding::increment(stored, now, window_ms, a).map_err(|e| format!("{e:?}"))?;
-                (vec![o.count, o.reset_ms as i64], o.change)
+                (vec![o.count, o.reset_ms as i64, o.window as i64], o.change)
             }
-            Op::Decrement(a) => {
-                let o = sliding::decrement(stored, now, window_ms, a);
-                (vec![o.count, o.reset_ms as i64], o.change)
+            Op::Decrement(a, w) => {
+                let o = sliding::decrement(stored, now, window_ms, a, (w > 0).then_some(w));
+                (vec![o.count, o.reset_ms as i64, o.window as i64], o.change)
             }
             Op::Consume { limit, cost } => {
                 let o = sliding::consume(stored, now, window_ms, limit, cost);
@@ -61,6 +62,7 @@ impl Op {
                     o.remaining,
                     o.reset_ms as i64,
                     o.retry_ms as i64,
+                    o.window as i64,
                 ];
                 (answer, o.change)
             }
@@ -178,6 +180,21 @@ enum Stored {
 }
 
 const W: u64 = 60_000;
+/// A case's named window, resolved when it runs: `NAMED + n` is the end of
+/// the window `n - 1` windows back from the current one (`NAMED`: the next one's).
+const NAMED: u64 = 1 << 60;
+
+/// The op with its named window resolved against `now`.
+fn resolve(op: Op, now: u64, window_ms: u64) -> Op {
+    let window = window_ms * MS;
+    match op {
+        Op::Decrement(a, w) if w >= NAMED => {
+            let end = now - now % window + window;
+            Op::Decrement(a, end + window - (w - NAMED) * window)
+        }
+        other => other,
+    }
+}
 
 const CASES: &[(&str, Stored, Op)] = &[
     ("a new key", Stored::Nothing, Op::Increment(1)),
@@ -221,27 +238,64 @@ const CASES: &[(&str, Stored, Op)] = &[
     (
         "decrements the current window",
         Stored::At(0, 4, 2),
-        Op::Decrement(1),
+        Op::Decrement(1, 0),
     ),
     (
         "decrements into the previous",
         Stored::At(0, 4, 2),
-        Op::Decrement(3),
+        Op::Decrement(3, 0),
     ),
     (
         "decrements to nothing",
         Stored::At(0, 4, 2),
-        Op::Decrement(99),
+        Op::Decrement(99, 0),
     ),
     (
         "decrements a window on",
         Stored::At(1, 4, 2),
-        Op::Decrement(1),
+        Op::Decrement(1, 0),
+    ),
+    // A named window: as windows back from the current one, 1 for the current
+    // (resolved to its end when the case runs).
+    (
+        "a decrement to its own window",
+        Stored::At(0, 4, 2),
+        Op::Decrement(3, NAMED + 1),
+    ),
+    (
+        "a decrement to the window before",
+        Stored::At(0, 4, 2),
+        Op::Decrement(3, NAMED + 2),
+    ),
+    (
+        "a decrement to an older window",
+        Stored::At(0, 4, 2),
+        Op::Decrement(3, NAMED + 3),
+    ),
+    (
+        "a decrement to a later window",
+        Stored::At(0, 4, 2),
+        Op::Decrement(3, NAMED),
+    ),
+    (
+        "a late decrement finds its window a window on",
+        Stored::At(1, 4, 2),
+        Op::Decrement(1, NAMED + 2),
+    ),
+    (
+        "a large previous count, rounded up",
+        Stored::At(1, 0, MAX_SAFE - 2),
+        Op::Consume { limit: MAX_SAFE, cost: 1 },
+    ),
+    (
+        "refuses on a large previous count",
+        Stored::At(0, MAX_SAFE - 3, 0),
+        Op::Consume { limit: MAX_SAFE - 7, cost: 3 },
     ),
     (
         "a decrement creates nothing",
         Stored::Nothing,
-        Op::Decrement(1),
+        Op::Decrement(1, 0),
     ),
     (
         "consumes within the limit",
@@ -314,7 +368,7 @@ fn sliding_rs_and_sliding_lua_agree() {
             }
         };
         put_in_redis(&mut redis, &key, state, now);
-        if let Err(e) = twin_step(&mut redis, &key, state, W, *op) {
+        if let Err(e) = twin_step(&mut redis, &key, state, W, resolve(*op, now, W)) {
             panic!("{name}: {e}");
         }
     }
@@ -344,7 +398,7 @@ fn the_script_refuses_what_is_not_its_state() {
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
         (0i64..4).prop_map(Op::Increment),
-        (0i64..3).prop_map(Op::Decrement),
+        (0i64..3, 0u64..4).prop_map(|(a, w)| Op::Decrement(a, if w == 0 { 0 } else { NAMED + w })),
         (0i64..10, 0i64..4).prop_map(|(limit, cost)| Op::Consume { limit, cost }),
     ]
 }
@@ -368,11 +422,66 @@ proptest! {
             let mut state = None;
             for (op, pause_ms) in steps {
                 std::thread::sleep(Duration::from_millis(pause_ms));
+                let op = resolve(op, redis.time_us(), window_ms);
                 match twin_step(redis, &key, state, window_ms, op) {
                     Ok((_, kept)) => state = kept,
                     Err(e) => return Err(TestCaseError::fail(e)),
                 }
             }
+            Ok(())
+        })?;
+    }
+}
+
+/// sliding.lua's muldiv on its own: `floor(a * b / d)` and the remainder,
+/// exactly, across the whole range (products far past 2^53 included).
+fn muldiv_in_lua(redis: &mut Redis, a: u64, b: u64, d: u64) -> Vec<i64> {
+    let script = sliding::SCRIPT;
+    let body = &script[script.find("-- BEGIN muldiv").unwrap()..script.find("-- END muldiv").unwrap()];
+    let script = format!(
+        "{body}\nlocal q, r = muldiv(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))\nreturn {{ q, r }}"
+    );
+    redis
+        .run(&script, &[], &[a.to_string(), b.to_string(), d.to_string()])
+        .unwrap()
+}
+
+fn muldiv(a: u64, b: u64, d: u64) -> Vec<i64> {
+    let p = a as u128 * b as u128;
+    vec![(p / d as u128) as i64, (p % d as u128) as i64]
+}
+
+#[test]
+fn muldiv_is_exact_at_the_edges_of_the_range() {
+    let mut redis = Redis::connect("sliding-muldiv");
+    let top = MAX_SAFE as u64;
+    let period = (1u64 << 52) - 1;
+    for (a, b, d) in [
+        (0, top, 1),
+        (top - 1, top, top),
+        (top - 2, top - 1, top),
+        (period - 1, top, period),
+        (1, top, 2),
+        (3, top, 7),
+        (123_456_789, top - 12, 987_654_321_012),
+        (period / 3, period, period),
+        (1 << 26, 1 << 27, (1 << 26) + 1),
+    ] {
+        assert_eq!(muldiv_in_lua(&mut redis, a, b, d), muldiv(a, b, d), "{a} * {b} / {d}");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn muldiv_is_exact(d in 1u64..=MAX_SAFE as u64, a_of in 0.0f64..1.0, b in 0u64..=MAX_SAFE as u64) {
+        thread_local! {
+            static REDIS: std::cell::RefCell<Redis> = std::cell::RefCell::new(Redis::connect("sliding-muldiv-seq"));
+        }
+        let a = ((d as f64 * a_of) as u64).min(d - 1);
+        REDIS.with_borrow_mut(|redis| -> Result<(), TestCaseError> {
+            prop_assert_eq!(muldiv_in_lua(redis, a, b, d), muldiv(a, b, d), "{} * {} / {}", a, b, d);
             Ok(())
         })?;
     }

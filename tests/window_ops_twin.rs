@@ -36,6 +36,8 @@ enum Op {
         cost: i64,
     },
     Refund(i64),
+    /// A refund naming a window: the open one's id (true) or another's.
+    RefundTo(i64, bool),
 }
 
 /// The answer as numbers: consume's `[allowed, count, remaining, resetMs]`,
@@ -75,11 +77,26 @@ fn in_rust(stored: Option<Counter>, now: u64, op: Op) -> (Answer, Kept) {
             cost,
         } => {
             let o = window::consume(stored, now, window_ms, limit, cost);
+            // The id is the end of the window counted in, 0 with none open.
+            let kept = apply(stored, o.change, now);
+            let open = match o.change {
+                Change::Put(c) => Some(c),
+                _ => stored.filter(|c| c.reset_ms(now).is_some()),
+            };
+            assert_eq!(o.window, open.map_or(0, |c| c.window()));
             let answer = vec![o.allowed as i64, o.count, o.remaining, o.reset_ms as i64];
-            (answer, apply(stored, o.change, now))
+            (answer, kept)
         }
         Op::Refund(amount) => {
             let o = window::refund(stored, now, amount);
+            (
+                vec![o.count, o.reset_ms as i64],
+                apply(stored, o.change, now),
+            )
+        }
+        Op::RefundTo(amount, own) => {
+            let id = stored.map_or(1, |c| c.window() + u64::from(!own));
+            let o = window::refund_to(stored, now, amount, Some(id));
             (
                 vec![o.count, o.reset_ms as i64],
                 apply(stored, o.change, now),
@@ -94,17 +111,40 @@ fn in_redis(redis: &mut Redis, key: &str, op: Op) -> Result<Answer, String> {
             window_ms,
             limit,
             cost,
-        } => redis.run(
-            window::CONSUME_SCRIPT,
-            &[key.as_bytes()],
-            &[window_ms.to_string(), limit.to_string(), cost.to_string()],
-        ),
+        } => {
+            let mut answer = redis.run(
+                window::CONSUME_SCRIPT,
+                &[key.as_bytes()],
+                &[window_ms.to_string(), limit.to_string(), cost.to_string()],
+            )?;
+            // The id: the open window's expiry (which stays put while it is open), 0 with none.
+            let id = answer.pop();
+            let expiry = expire_time(redis, key);
+            assert!(id == Some(0) || expiry == 0 || id == Some(expiry), "{id:?} {expiry}");
+            Ok(answer)
+        }
         Op::Refund(amount) => redis.run(
             window::REFUND_SCRIPT,
             &[key.as_bytes()],
             &[amount.to_string()],
         ),
+        Op::RefundTo(amount, own) => {
+            let id = expire_time(redis, key).max(0) + i64::from(!own);
+            redis.run(
+                window::REFUND_SCRIPT,
+                &[key.as_bytes()],
+                &[amount.to_string(), id.max(1).to_string()],
+            )
+        }
     }
+}
+
+fn expire_time(redis: &mut Redis, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME")
+        .arg(key)
+        .query::<i64>(&mut redis.con)
+        .unwrap()
+        .max(0)
 }
 
 fn kept_in_redis(redis: &mut Redis, key: &str) -> Kept {
@@ -249,6 +289,21 @@ const CASES: &[(&str, Stored, Op)] = &[
     ),
     ("a refund opens no window", Stored::Nothing, Op::Refund(3)),
     (
+        "a refund to its own window",
+        Stored::Open(5, 30_000),
+        Op::RefundTo(2, true),
+    ),
+    (
+        "a refund to another window changes nothing",
+        Stored::Open(5, 30_000),
+        Op::RefundTo(2, false),
+    ),
+    (
+        "a refund to a window with none open",
+        Stored::Nothing,
+        Op::RefundTo(2, true),
+    ),
+    (
         "a refund after the window ended",
         Stored::Ending(5),
         Op::Refund(3),
@@ -341,6 +396,7 @@ fn step() -> impl Strategy<Value = (usize, Step)> {
         (-3i64..4).prop_map(Step::Hit),
         (0i64..12, 0i64..5).prop_map(|(limit, cost)| Step::Op(consume(60_000, limit, cost))),
         (0i64..4).prop_map(|amount| Step::Op(Op::Refund(amount))),
+        (0i64..4, any::<bool>()).prop_map(|(amount, own)| Step::Op(Op::RefundTo(amount, own))),
         Just(Step::End),
     ];
     (0usize..3, step)
@@ -388,6 +444,7 @@ proptest! {
                                 apply_counter(held[k], window::consume(held[k], now, window_ms, limit, cost).change)
                             }
                             Op::Refund(amount) => apply_counter(held[k], window::refund(held[k], now, amount).change),
+                            Op::RefundTo(..) => apply_counter(held[k], in_rust_change(held[k], now, op)),
                         };
                     }
                 }
@@ -404,5 +461,15 @@ fn apply_counter(held: Option<Counter>, change: Change) -> Option<Counter> {
         Change::Put(c) => Some(c),
         Change::Keep => held,
         Change::Drop => None,
+    }
+}
+
+fn in_rust_change(held: Option<Counter>, now: u64, op: Op) -> Change {
+    match op {
+        Op::RefundTo(amount, own) => {
+            let id = held.map_or(1, |c| c.window() + u64::from(!own));
+            window::refund_to(held, now, amount, Some(id)).change
+        }
+        _ => unreachable!("only a named refund"),
     }
 }

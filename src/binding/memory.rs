@@ -19,8 +19,8 @@ use crate::memory::{self, Table};
 use crate::ops::Op;
 use crate::window;
 
-/// Numbers in a store's `io`: a hit uses two, an op five in and five out.
-const IO_LEN: usize = 5;
+/// Numbers in a store's `io`: a hit uses two, an op five in and up to six out.
+const IO_LEN: usize = crate::ops::ANSWER_LEN;
 
 /// What a hit function holds: its table and its numbers.
 struct HitData {

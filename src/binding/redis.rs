@@ -34,7 +34,7 @@ use crate::window;
 /// Hits one call of the JS callback hands over at most.
 const BATCH: usize = 1024;
 /// Numbers per result in `results`: the id, then the op's answer.
-const STRIDE: usize = 6;
+const STRIDE: usize = 1 + crate::ops::ANSWER_LEN;
 /// Deliveries in a row that may fail before the rest is given up (the
 /// environment is then ending): each failure schedules another try.
 const DELIVERY_TRIES: u32 = 8;
