@@ -147,6 +147,24 @@ export interface ConsumeResult {
   readonly resetMs: number;
   /** 0 when allowed; else milliseconds until the same consume would pass with no other traffic. */
   readonly retryMs: number;
+  /**
+   * The window counted in, as an opaque id (a positive safe integer; 0 when a refused fixed-window
+   * consume found none open): pass it to `refund`/`slidingWindow.decrement` as `{ window }` so that a
+   * give-back returns to this window only.
+   */
+  readonly window: number;
+}
+
+/** Names the window a give-back returns to: the `window` its take answered. */
+export interface GiveBackOptions {
+  /** The id a consume (or a sliding increment) answered; omitted: whatever window is open now. */
+  window?: number;
+}
+
+/** The answer of a sliding-window increment or decrement. */
+export interface SlidingHit extends CounterHit {
+  /** The current window, as an opaque id: what a decrement names to give back to it alone. */
+  readonly window: number;
 }
 
 /** Options of a token bucket. */
@@ -176,9 +194,13 @@ export interface TokenBucketResult {
 /** A sliding window over one store (seed 004's): the previous window weighted by its share still inside. */
 export interface SlidingWindow {
   /** Adds `amount` (default 1; 0 reads) with no limit; `count` is the estimate including it. */
-  increment(key: string, windowMs: number, amount?: number): Promise<CounterHit>;
-  /** Takes back up to `amount` (default 1), current window first; never below 0, never creates a state. */
-  decrement(key: string, windowMs: number, amount?: number): Promise<CounterHit>;
+  increment(key: string, windowMs: number, amount?: number): Promise<SlidingHit>;
+  /**
+   * Takes back up to `amount` (default 1); never below 0, never creates a state. With `{ window }`
+   * only from that window: the current one, or the previous one once the clock has moved a window on;
+   * any other window changes nothing. Without it: the current window first, then the previous one.
+   */
+  decrement(key: string, windowMs: number, amount?: number, options?: GiveBackOptions): Promise<SlidingHit>;
   /** Adds `cost` only if the estimate stays within `limit`; a refused consume changes nothing. */
   consume(key: string, options: ConsumeOptions): Promise<ConsumeResult>;
 }
@@ -198,9 +220,11 @@ export interface RatestoreStore extends RateLimitStore {
   consume(key: string, options: ConsumeOptions): Promise<ConsumeResult>;
   /**
    * Gives back up to `amount` (a safe integer, 0 or more) within the open fixed window, never below 0;
-   * resolves `null`, changing nothing, when no window is open: a refund never opens a window.
+   * resolves `null`, changing nothing, when no window is open: a refund never opens a window. With
+   * `{ window }` (the id its consume answered) it also changes nothing, and resolves `null`, when the
+   * open window is another one: a late refund never takes from a window another request opened.
    */
-  refund(key: string, amount: number): Promise<CounterHit | null>;
+  refund(key: string, amount: number, options?: GiveBackOptions): Promise<CounterHit | null>;
   /** The sliding-window algorithm over this store. */
   readonly slidingWindow: SlidingWindow;
   /** Takes `cost` tokens from the key's bucket if it holds them. */
@@ -509,8 +533,9 @@ export interface TieredLimiter<Tier extends string> {
 
 /**
  * A limiter for route handlers and Next.js's proxy, over any store. On ratestore's stores each limit is
- * one atomic, limit-aware call (a refused request costs one call and changes nothing); on another
- * `RateLimitStore`, a fixed window is a `hit`, given back when it refuses, and never in a later window.
+ * one atomic, limit-aware call (a refused request costs one call and changes nothing), and what a
+ * request took is given back only to the window it took it from; on another `RateLimitStore`, a fixed
+ * window is a `hit`, never given back (a refused hit stays counted), so no window allows more than `limit`.
  * Bad options throw a {@link RatestoreArgumentError} here.
  */
 export declare function createLimiter<const Tier extends string>(

@@ -1,6 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { createLimiter, memoryStore, redisStore, type CounterHit, type RateLimitStore } from '../index.js';
+import {
+  createLimiter,
+  memoryStore,
+  redisStore,
+  type CounterHit,
+  type RateLimitStore,
+  type RatestoreStore,
+} from '../index.js';
 import { limiterSuite } from './limiter-suite.js';
 import { freePort } from './support/redis.js';
 
@@ -30,30 +37,31 @@ limiterSuite('memoryStore', () => memoryStore());
 limiterSuite('a store with only hit', () => hitOnly().store, { hitOnly: true });
 
 describe('createLimiter over a store with only hit', () => {
-  it('gives a refused hit back within its window', async () => {
+  it('never gives a refused hit back: it stays counted until its window ends', async () => {
     const { store, inner, calls } = hitOnly();
     const limiter = createLimiter({ store, limit: 1, windowMs: 10_000 });
     await limiter.check('k');
     expect((await limiter.check('k')).allowed).toBe(false);
-    expect(calls).toEqual([1, 1, -1]);
-    expect((await inner.hit('k', 10_000, 0)).count).toBe(1);
+    expect(calls).toEqual([1, 1]);
+    expect((await inner.hit('k', 10_000, 0)).count).toBe(2);
   });
 
-  it('never starts the next window at -cost with a refund that lands after the window ended', async () => {
+  it('never starts the next window at -cost: it sends no hit of -cost at all', async () => {
     const windowMs = 200;
     const delays: number[] = [];
-    const { store, inner } = hitOnly(memoryStore(), { delays });
+    const { store, inner, calls } = hitOnly(memoryStore(), { delays });
     const limiter = createLimiter({ store, limit: 1, windowMs });
     expect((await limiter.check('k')).allowed).toBe(true);
     await sleep(windowMs - 50);
-    // The refused hit arrives at once; its refund takes 100 ms to arrive, 50 ms after the window ended.
     delays.push(0, 100);
     const refused = await limiter.check('k');
     expect(refused.allowed).toBe(false);
-    // The refund opened a window at -1 and was taken back: the new window holds nothing.
+    await sleep(100);
+    // The window ended; nothing landed after it, so the next one starts at the next hit.
     expect((await inner.hit('k', windowMs, 0)).count).toBe(0);
     const next = [await limiter.check('k'), await limiter.check('k')];
     expect(next.map((a) => a.allowed)).toEqual([true, false]);
+    expect(calls.filter((amount) => amount < 0)).toEqual([]);
   });
 
   it('takes no cost back from a window another request opened after a late refund', async () => {
@@ -90,22 +98,35 @@ describe('createLimiter when the store fails', () => {
     expect(answer.error).toMatchObject({ code: 'ERR_CONNECTION' });
   });
 
-  it('lets failOpen cover the refund: the refusal stands, with the error', async () => {
-    const { store, inner } = hitOnly(memoryStore(), { failRefunds: true });
-    const open = createLimiter({ store, limit: 1, windowMs: 10_000, failOpen: true });
+  it('lets failOpen cover a failed give-back: the refusal stands, with the error', async () => {
+    // A ratestore store whose refunds fail: a bucket refuses, and the window's give-back rejects.
+    const inner = memoryStore();
+    const store = Object.assign(Object.create(null) as RatestoreStore, {
+      shared: false,
+      hit: inner.hit.bind(inner),
+      consume: inner.consume.bind(inner),
+      tokenBucket: inner.tokenBucket.bind(inner),
+      slidingWindow: inner.slidingWindow,
+      refund: () => Promise.reject(Object.assign(new Error('store down'), { code: 'ERR_CONNECTION' })),
+    });
+    const limits = [
+      { name: 'w', limit: 5, windowMs: 10_000 },
+      { name: 'b', algorithm: 'token-bucket' as const, capacity: 1, refill: 1, intervalMs: 60_000 },
+    ];
+    const open = createLimiter({ store, limits, failOpen: true });
     expect((await open.check('k')).allowed).toBe(true);
     const refused = await open.check('k');
     expect(refused.allowed).toBe(false);
     expect(refused.headers['Retry-After']).toBeDefined();
     expect((refused.error as Error).message).toBe('store down');
-    // The refund failed, so the refused hit is still counted: the safe side.
-    expect((await inner.hit('k', 10_000, 0)).count).toBe(2);
+    // The give-back failed, so the cost is still counted: the safe side.
+    expect((await inner.hit('k:w', 10_000, 0)).count).toBe(2);
 
-    const closed = createLimiter({ store, limit: 1, windowMs: 10_000 });
+    const closed = createLimiter({ store, limits });
     await expect(closed.check('k')).rejects.toThrow('store down');
   });
 
-  it('gives back what the other limits took when one store call fails', async () => {
+  it('over a store with only hit, keeps what the other limits took when one store call fails', async () => {
     const inner = memoryStore();
     const store: RateLimitStore = {
       shared: false,
@@ -116,12 +137,13 @@ describe('createLimiter when the store fails', () => {
       { name: 'a', limit: 5, windowMs: 10_000 },
       { name: 'b', limit: 5, windowMs: 10_000 },
     ];
+    // Over a store with only hit nothing is given back: the other limit's hit stays counted.
     await expect(createLimiter({ store, limits }).check('k')).rejects.toThrow('store down');
-    expect((await inner.hit('k:a', 10_000, 0)).count).toBe(0);
+    expect((await inner.hit('k:a', 10_000, 0)).count).toBe(1);
     // failOpen: the failed limit lets the request through, the other still counts.
     const answer = await createLimiter({ store, limits, failOpen: true }).check('k');
     expect(answer.allowed).toBe(true);
-    expect((await inner.hit('k:a', 10_000, 0)).count).toBe(1);
+    expect((await inner.hit('k:a', 10_000, 0)).count).toBe(2);
   });
 });
 

@@ -40,6 +40,7 @@ export function operationsSuite(name: string, make: () => RatestoreStore): void 
         remaining: 3,
         resetMs: 60_000,
         retryMs: 0,
+        window: 0,
       });
       expect((await store.hit(k, 60_000, 0)).count).toBe(0);
       expect((await store.consume(k, { limit: 3, windowMs: 60_000, cost: 4 })).allowed).toBe(false);
@@ -47,6 +48,44 @@ export function operationsSuite(name: string, make: () => RatestoreStore): void 
       const r = await store.consume(k, { limit: 3, windowMs: 60_000 });
       expect(r).toMatchObject({ allowed: true, count: 3, remaining: 0, retryMs: 0 });
       expect(r.resetMs).toBeLessThanOrEqual(60_000);
+    });
+
+    it('a give-back naming its window returns to that window only', async () => {
+      const store = make();
+      const k = key();
+      const windowMs = 150;
+      const first = await store.consume(k, { limit: 10, windowMs, cost: 3 });
+      expect(first.window).toBeGreaterThan(0);
+      expect(Number.isSafeInteger(first.window)).toBe(true);
+      expect((await store.consume(k, { limit: 10, windowMs, cost: 1 })).window).toBe(first.window);
+      expect((await store.refund(k, 2, { window: first.window }))?.count).toBe(2);
+      await new Promise((resolve) => setTimeout(resolve, windowMs + 20));
+      const next = await store.consume(k, { limit: 10, windowMs, cost: 2 });
+      expect(next.window).not.toBe(first.window);
+      // Late, into the window another call opened: nothing changes.
+      expect(await store.refund(k, 2, { window: first.window })).toBeNull();
+      expect((await store.hit(k, windowMs, 0)).count).toBe(2);
+      expect((await store.refund(k, 1, { window: next.window }))?.count).toBe(1);
+      await expect(store.refund(k, 1, { window: -1 })).rejects.toThrow(RangeError);
+      await expect(store.refund(k, 1, { window: 1.5 })).rejects.toThrow(RangeError);
+
+      // The sliding window: to the take's window, or to the previous one a window on; else nothing.
+      const s = key();
+      const sliding = store.slidingWindow;
+      const took = await sliding.consume(s, { limit: 10, windowMs, cost: 3 });
+      expect(took.window).toBe((await sliding.increment(s, windowMs, 0)).window);
+      expect((await sliding.decrement(s, windowMs, 1, { window: took.window })).window).toBe(took.window);
+      await new Promise((resolve) => setTimeout(resolve, took.resetMs + 5));
+      await sliding.increment(s, windowMs, 4);
+      // A window on: from the previous count (2 left there), not from this window's 4.
+      const back = await sliding.decrement(s, windowMs, 5, { window: took.window });
+      expect(back.window).not.toBe(took.window);
+      expect(back.count).toBe(4);
+      await new Promise((resolve) => setTimeout(resolve, back.resetMs + 5));
+      // Two windows on: nothing; this window's previous count (the 4) stays.
+      const later = await sliding.decrement(s, windowMs, 5, { window: took.window });
+      expect(later.count).toBeGreaterThan(0);
+      expect((await sliding.decrement(s, windowMs, 5, { window: back.window })).count).toBe(0);
     });
 
     it('refund gives back within the open window, never below 0, and never opens one', async () => {

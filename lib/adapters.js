@@ -20,12 +20,13 @@ const ALGORITHMS = {
       return answer.allowed ? answer : store.hit(key, windowMs, 1);
     },
     // refund never opens a window and never goes below 0; named a window that is not open, it changes nothing.
-    decrement: (store, key, windowMs, window) => store.refund(key, 1, { window }),
+    decrement: (store, key, windowMs, window) => store.refund(key, window === undefined ? 0 : 1, { window }),
     read: (store, key) => store.refund(key, 0),
   },
   'sliding-window': {
     increment: (store, key, windowMs) => store.slidingWindow.increment(key, windowMs, 1),
-    decrement: (store, key, windowMs, window) => store.slidingWindow.decrement(key, windowMs, 1, { window }),
+    decrement: (store, key, windowMs, window) =>
+      store.slidingWindow.decrement(key, windowMs, window === undefined ? 0 : 1, { window }),
     // No state and a state that counts nothing read alike: 0.
     read: async (store, key, windowMs) => {
       const state = await store.slidingWindow.increment(key, windowMs, 0);
@@ -93,7 +94,8 @@ const REMEMBERED_KEYS = 10_000;
  * - a decrement goes to the window before while its `carry` lasts (the oldest requests' first: a
  *   fixed window that has ended then changes nothing; a sliding window takes it from its previous
  *   count), then to the latest window, and does nothing once both are spent;
- * - a key not remembered (forgotten, or reset) is given nothing back: the request stays counted.
+ * - a key not remembered (forgotten, or reset) is given nothing back: the request stays counted (the
+ *   decrement is then a read, so that a failing store still rejects).
  * So a window's count never goes below the increments made in it that were not given back, as long
  * as a request's decrement arrives before the key's window after next opens.
  */
@@ -166,8 +168,8 @@ class UniversalStore {
 
   async decrement(key) {
     checkKey('universalStore', 'decrement', key);
-    const window = this.#windows.giveBack(key);
-    if (window !== undefined) await this.#algorithm.decrement(this.#store, key, this.#windowMs, window);
+    // With no window to give back to, a read: it changes nothing, but a failing store still rejects.
+    await this.#algorithm.decrement(this.#store, key, this.#windowMs, this.#windows.giveBack(key));
   }
 
   async resetKey(key) {
@@ -278,8 +280,8 @@ class ExpressStore {
   async decrement(key) {
     checkKey('expressStore', 'decrement', key);
     const windowMs = this.#windowOrThrow();
-    const window = this.#windows.giveBack(key);
-    if (window !== undefined) await this.#algorithm.decrement(this.#store, this.#prefix + key, windowMs, window);
+    // With no window to give back to, a read: it changes nothing, but a failing store still rejects.
+    await this.#algorithm.decrement(this.#store, this.#prefix + key, windowMs, this.#windows.giveBack(key));
   }
 
   async resetKey(key) {
