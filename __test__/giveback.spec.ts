@@ -200,7 +200,13 @@ describe.each(STORES)('a late give-back never lifts a limit, on %s', (_, create)
         { name: 'b', algorithm: 'token-bucket', capacity: 1, refill: 1, intervalMs: 60_000 },
       ],
     });
-    const plain = createLimiter({ store, limits: [{ name: 'w', limit: 2, windowMs }, { name: 'z', limit: 99, windowMs }] });
+    const plain = createLimiter({
+      store,
+      limits: [
+        { name: 'w', limit: 2, windowMs },
+        { name: 'z', limit: 99, windowMs },
+      ],
+    });
     expect((await bucketed.check(key)).allowed).toBe(true);
     const refused = bucketed.check(key);
     await sleep(windowMs + 10);

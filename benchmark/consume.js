@@ -24,7 +24,7 @@ class MapSlidingWindow {
     let w = this.#windows.get(key);
     if (w === undefined || w.start + 2 * windowMs <= start) w = { start, previous: 0, current: 0 };
     else if (w.start + windowMs <= start) w = { start, previous: w.current, current: 0 };
-    const estimate = Math.floor((w.previous * (windowMs - (now - start))) / windowMs) + w.current;
+    const estimate = Math.ceil((w.previous * (windowMs - (now - start))) / windowMs) + w.current;
     if (estimate + cost > limit) return { allowed: false, count: estimate };
     w.current += cost;
     this.#windows.set(key, w);

@@ -188,12 +188,9 @@ impl Op {
             Op::Refund => f(&[digits(a0, b0), digits(a1, b1)]),
             Op::SlidingIncrement => f(&[b"increment", digits(a0, b0), digits(a1, b1)]),
             // The window named sits where a consume's limit does.
-            Op::SlidingDecrement => f(&[
-                b"decrement",
-                digits(a0, b0),
-                digits(a1, b1),
-                digits(a2, b2),
-            ]),
+            Op::SlidingDecrement => {
+                f(&[b"decrement", digits(a0, b0), digits(a1, b1), digits(a2, b2)])
+            }
             // The script takes the cost before the limit.
             Op::SlidingConsume => f(&[b"consume", digits(a0, b0), digits(a2, b2), digits(a1, b1)]),
             Op::Bucket => f(&[
@@ -311,7 +308,10 @@ mod tests {
         assert!(Op::Hit.answer(&[3]).is_err());
         assert!(Op::Consume.answer(&[1, MAX_SAFE + 1, 0, 5, 7]).is_err());
         assert!(Op::Consume.answer(&[1, 1, 0, 5]).is_err());
-        assert_eq!(Op::SlidingConsume.answer(&[0, 5, 0, 10, 3, 7]).unwrap().len, 6);
+        assert_eq!(
+            Op::SlidingConsume.answer(&[0, 5, 0, 10, 3, 7]).unwrap().len,
+            6
+        );
     }
 
     #[test]
@@ -322,7 +322,8 @@ mod tests {
         assert!(Op::Refund.check([2.0, 0.5, 0.0, 0.0]).is_err());
         let args = Op::SlidingDecrement.check([100.0, 1.0, 9.0, 0.0]).unwrap();
         assert_eq!(args, [100, 1, 9, 0]);
-        let argv = Op::SlidingDecrement.argv(&args, |a| a.iter().map(|x| x.to_vec()).collect::<Vec<_>>());
+        let argv =
+            Op::SlidingDecrement.argv(&args, |a| a.iter().map(|x| x.to_vec()).collect::<Vec<_>>());
         assert_eq!(argv[3], b"9".to_vec());
         assert_eq!((taken_in(0), taken_in(9)), (None, Some(9)));
     }

@@ -345,7 +345,12 @@ mod tests {
             6
         );
         // A single hit weighs 1 until the window before it has wholly slid out.
-        assert_eq!(increment(state(10_000, 0, 1), 29_999_999, W, 0).unwrap().count, 1);
+        assert_eq!(
+            increment(state(10_000, 0, 1), 29_999_999, W, 0)
+                .unwrap()
+                .count,
+            1
+        );
         // At the start of a window the previous one counts in full.
         assert_eq!(
             increment(state(10_000, 0, 8), 20_000 * MS, W, 0)
@@ -426,10 +431,16 @@ mod tests {
         let taken_in = Some(30_000 * MS);
         // In its own window: from the current count only.
         let o = decrement(state(20_000, 4, 2), 25_000 * MS, W, 3, taken_in);
-        assert_eq!(put(o.change), state(20_000, 4, 0).unwrap().with_ends(30_000));
+        assert_eq!(
+            put(o.change),
+            state(20_000, 4, 0).unwrap().with_ends(30_000)
+        );
         // A window on: from the previous count, which was its window's.
         let o = decrement(state(20_000, 4, 2), 30_000 * MS, W, 1, taken_in);
-        assert_eq!(put(o.change), state(30_000, 1, 0).unwrap().with_ends(40_000));
+        assert_eq!(
+            put(o.change),
+            state(30_000, 1, 0).unwrap().with_ends(40_000)
+        );
         let o = decrement(state(30_000, 2, 5), 35_000 * MS, W, 1, taken_in);
         assert_eq!(put(o.change), state(30_000, 1, 5).unwrap());
         // Two windows on, or in a window before its own: nothing.
@@ -556,7 +567,14 @@ mod tests {
         fn add(&mut self, key: u8, now: u64, window_ms: u64, amount: i64) {
             *self.0.entry((key, now / (window_ms * MS))).or_default() += amount;
         }
-        fn decrement(&mut self, key: u8, now: u64, window_ms: u64, amount: i64, taken_in: Option<u64>) {
+        fn decrement(
+            &mut self,
+            key: u8,
+            now: u64,
+            window_ms: u64,
+            amount: i64,
+            taken_in: Option<u64>,
+        ) {
             let n = now / (window_ms * MS);
             let mut amount = amount;
             let windows = match taken_in {

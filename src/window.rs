@@ -276,7 +276,12 @@ pub fn refund(stored: Option<Counter>, now: u64, amount: i64) -> Refunded {
 /// consume answered): while another window is open it does nothing, as with
 /// none open, so that a late refund never takes from a window another
 /// request opened.
-pub fn refund_to(stored: Option<Counter>, now: u64, amount: i64, taken_in: Option<u64>) -> Refunded {
+pub fn refund_to(
+    stored: Option<Counter>,
+    now: u64,
+    amount: i64,
+    taken_in: Option<u64>,
+) -> Refunded {
     let open = stored.and_then(|c| c.reset_ms(now).map(|reset_ms| (c, reset_ms)));
     if let (Some((c, _)), Some(w)) = (open, taken_in) {
         if c.window() != w {

@@ -23,7 +23,10 @@ enum Op {
     Increment(i64),
     /// An amount, and the window it names (0: none; else a window's end in µs).
     Decrement(i64, u64),
-    Consume { limit: i64, cost: i64 },
+    Consume {
+        limit: i64,
+        cost: i64,
+    },
 }
 
 impl Op {
@@ -285,12 +288,18 @@ const CASES: &[(&str, Stored, Op)] = &[
     (
         "a large previous count, rounded up",
         Stored::At(1, 0, MAX_SAFE - 2),
-        Op::Consume { limit: MAX_SAFE, cost: 1 },
+        Op::Consume {
+            limit: MAX_SAFE,
+            cost: 1,
+        },
     ),
     (
         "refuses on a large previous count",
         Stored::At(0, MAX_SAFE - 3, 0),
-        Op::Consume { limit: MAX_SAFE - 7, cost: 3 },
+        Op::Consume {
+            limit: MAX_SAFE - 7,
+            cost: 3,
+        },
     ),
     (
         "a decrement creates nothing",
@@ -437,7 +446,8 @@ proptest! {
 /// exactly, across the whole range (products far past 2^53 included).
 fn muldiv_in_lua(redis: &mut Redis, a: u64, b: u64, d: u64) -> Vec<i64> {
     let script = sliding::SCRIPT;
-    let body = &script[script.find("-- BEGIN muldiv").unwrap()..script.find("-- END muldiv").unwrap()];
+    let body =
+        &script[script.find("-- BEGIN muldiv").unwrap()..script.find("-- END muldiv").unwrap()];
     let script = format!(
         "{body}\nlocal q, r = muldiv(tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3]))\nreturn {{ q, r }}"
     );
@@ -467,7 +477,11 @@ fn muldiv_is_exact_at_the_edges_of_the_range() {
         (period / 3, period, period),
         (1 << 26, 1 << 27, (1 << 26) + 1),
     ] {
-        assert_eq!(muldiv_in_lua(&mut redis, a, b, d), muldiv(a, b, d), "{a} * {b} / {d}");
+        assert_eq!(
+            muldiv_in_lua(&mut redis, a, b, d),
+            muldiv(a, b, d),
+            "{a} * {b} / {d}"
+        );
     }
 }
 

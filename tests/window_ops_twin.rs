@@ -120,7 +120,10 @@ fn in_redis(redis: &mut Redis, key: &str, op: Op) -> Result<Answer, String> {
             // The id: the open window's expiry (which stays put while it is open), 0 with none.
             let id = answer.pop();
             let expiry = expire_time(redis, key);
-            assert!(id == Some(0) || expiry == 0 || id == Some(expiry), "{id:?} {expiry}");
+            assert!(
+                id == Some(0) || expiry == 0 || id == Some(expiry),
+                "{id:?} {expiry}"
+            );
             Ok(answer)
         }
         Op::Refund(amount) => redis.run(
