@@ -75,6 +75,23 @@ describe.each(STORES)('the sliding window rounds up, on %s', (_, create) => {
     });
   });
 
+  it('limit 1: two requests that pass are at least windowMs apart', async () => {
+    const store = create();
+    const windowMs = 200;
+    const limiter = createLimiter({ store, algorithm: 'sliding-window', limit: 1, windowMs });
+    const key = randomUUID();
+    const passed: number[] = [];
+    const until = performance.now() + 3 * windowMs;
+    while (performance.now() < until) {
+      const sent = performance.now();
+      if ((await limiter.check(key)).allowed) passed.push(sent);
+      await sleep(5);
+    }
+    expect(passed.length).toBeGreaterThanOrEqual(1);
+    // Each pass is timed from before its call; the store's clock may read up to a ms apart.
+    for (let i = 1; i < passed.length; i++) expect(passed[i] - passed[i - 1]).toBeGreaterThan(windowMs - 2);
+  });
+
   it('limit 10, 10 in the previous window, 25% into the window: exactly 2 more pass', async () => {
     const store = create();
     const windowMs = 2_000;
@@ -260,6 +277,22 @@ describe.each(STORES)('a late give-back never lifts a limit, on %s', (_, create)
       // A decrement of the new window's own request is given back to it.
       await express.decrement(key);
       expect((await express.get(key))?.totalHits ?? 0).toBe(0);
+    }
+  });
+});
+
+describe('the adapters remember the windows of the last 10,000 keys', () => {
+  it('gives a key it no longer remembers nothing back: the request stays counted', async () => {
+    for (const algorithm of ['fixed-window', 'sliding-window'] as const) {
+      const inner = memoryStore({ maxKeys: 100_000 });
+      const universal = universalStore({ windowMs: 60_000, algorithm, store: inner });
+      await universal.increment('first');
+      for (let i = 0; i < 10_000; i++) await universal.increment(`other:${i}`);
+      await universal.decrement('first');
+      expect((await universal.increment('first')).totalHits).toBe(2);
+      // A key it remembers is given back to.
+      await universal.decrement('other:9999');
+      expect((await universal.increment('other:9999')).totalHits).toBe(1);
     }
   });
 });
