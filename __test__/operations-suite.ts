@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { describe, expect, it } from 'vitest';
-import type { RatestoreStore } from '../index.js';
+import type { RatestoreStore, RedisStore, RedisStoreOptions } from '../index.js';
 import { rejection as rejectionOf } from './support/redis.js';
 
 const MARKER = '203.0.113.99-operations-marker';
@@ -230,6 +230,102 @@ export function operationsSuite(name: string, make: () => RatestoreStore): void 
         expect(error.message, what).toMatch(/^ratestore: /);
       }
       expect((await store.hit(MARKER, 60_000, 0)).count).toBe(1);
+    });
+  });
+}
+
+/**
+ * What only a Redis store has, on every transport: ping() and connect() touch no key, and a
+ * store's calls on one key take effect in the order they were made, resetAll() and a flushed
+ * script cache (`flushScripts`: SCRIPT FLUSH on every server) included.
+ */
+export function redisOrderSuite(
+  name: string,
+  make: (options?: RedisStoreOptions) => RedisStore,
+  flushScripts: () => Promise<unknown>,
+): void {
+  describe(`${name}: ping and the order of calls`, () => {
+    const key = () => `order:${randomUUID()}`;
+
+    it('ping() and connect() answer and touch nothing, not even a key named exactly the prefix', async () => {
+      const store = make();
+      // The empty key's state lives at the bare prefix.
+      await store.hit('', 60_000, 5);
+      await store.ping();
+      await store.connect();
+      await Promise.all([store.ping(), store.connect(), store.ping()]);
+      expect((await store.hit('', 60_000, 0)).count).toBe(5);
+      await store.reset('');
+    });
+
+    it('calls on one key made in one tick take effect in order, after SCRIPT FLUSH too', async () => {
+      const store = make();
+      await store.hit(key(), 60_000, 1);
+      for (const flush of [false, true, true]) {
+        if (flush) await flushScripts();
+        const k = key();
+        const [consumed, hit] = await Promise.all([
+          store.consume(k, { limit: 10, windowMs: 60_000 }),
+          store.hit(k, 60_000, 3),
+        ]);
+        expect([consumed.count, hit.count]).toEqual([1, 4]);
+      }
+    });
+
+    it('a script first used on a connection never runs after the calls made behind it', async () => {
+      const store = make();
+      await flushScripts();
+      // The window script is cached, the consume script not.
+      await store.hit(key(), 60_000, 1);
+      const k = key();
+      const [consumed, hit] = await Promise.all([
+        store.consume(k, { limit: 10, windowMs: 60_000 }),
+        store.hit(k, 60_000, 3),
+      ]);
+      expect([consumed.count, hit.count]).toEqual([1, 4]);
+    });
+
+    it('reset and resetAll take effect between the calls made before and after them', async () => {
+      const store = make();
+      for (const flush of [false, true]) {
+        if (flush) await flushScripts();
+        const k = key();
+        const [, , after] = await Promise.all([store.hit(k, 60_000, 2), store.reset(k), store.hit(k, 60_000, 1)]);
+        expect(after.count).toBe(1);
+        const j = key();
+        const [before, , later] = await Promise.all([store.hit(j, 60_000, 1), store.resetAll(), store.hit(j, 60_000, 1)]);
+        expect([before.count, later.count]).toEqual([1, 1]);
+        expect((await store.hit(j, 60_000, 0)).count).toBe(1);
+      }
+      // Calls and resetAll()s made while one runs keep their order.
+      const k = key();
+      const answers = await Promise.all([
+        store.resetAll(),
+        store.hit(k, 60_000, 1),
+        store.resetAll(),
+        store.hit(k, 60_000, 2),
+        store.hit(k, 60_000, 3),
+      ]);
+      expect(answers.slice(1).map((a) => a?.count)).toEqual([1, undefined, 2, 5]);
+    });
+
+    it('calls on one key made a tick apart take effect in order', async () => {
+      const tick = () => new Promise((resolve) => setImmediate(resolve));
+      for (let round = 0; round < 40; round++) {
+        // Settings of its own: new connections (over REST, a new pool) each round.
+        const store = make({ timeoutMs: 5_000 + round });
+        const k = key();
+        const a = store.hit(k, 60_000, 1);
+        await tick();
+        const b1 = store.hit(k, 60_000, 1);
+        await tick();
+        const b2 = store.hit(k, 60_000, 1);
+        await a;
+        const c = store.hit(k, 60_000, 1);
+        const counts = await Promise.all([a, b1, b2, c]);
+        expect(counts.map((r) => r.count)).toEqual([1, 2, 3, 4]);
+        await store.close();
+      }
     });
   });
 }

@@ -15,7 +15,7 @@ import {
 } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
-import { operationsSuite } from './operations-suite.js';
+import { operationsSuite, redisOrderSuite } from './operations-suite.js';
 import { slotOf, startCluster, type Cluster } from './support/cluster.js';
 import { errorText, makeCertificates, startRedis } from './support/redis.js';
 
@@ -40,6 +40,9 @@ const make = (options: RedisStoreOptions = {}) => {
 rateLimitStoreContract('redisStore on a cluster', () => make());
 limiterSuite('redisStore on a cluster', () => make());
 operationsSuite('redisStore on a cluster', () => make());
+redisOrderSuite('redisStore on a cluster', make, () =>
+  Promise.all(cluster.nodes.map((node) => cluster.cli(node.port, 'SCRIPT', 'FLUSH'))),
+);
 
 /** The master port of each slot, as the first node sees it. */
 async function slotMap(): Promise<number[]> {

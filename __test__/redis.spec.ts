@@ -6,7 +6,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
-import { operationsSuite } from './operations-suite.js';
+import { operationsSuite, redisOrderSuite } from './operations-suite.js';
 import { plainRedis, rejection as rejectionOf, runFixture } from './support/redis.js';
 import { hitFromWorkers } from './support/workers.js';
 
@@ -22,6 +22,7 @@ const make = (options: RedisStoreOptions = {}) => redisStore({ url: server.url, 
 rateLimitStoreContract('redisStore', () => make());
 limiterSuite('redisStore', () => make());
 operationsSuite('redisStore', () => make());
+redisOrderSuite('redisStore', make, () => server.cli('SCRIPT', 'FLUSH'));
 
 const KEY_MARKER = '203.0.113.77-key-marker';
 const TOKEN_MARKER = 'token-marker-5f1c';

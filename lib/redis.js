@@ -45,8 +45,13 @@ class RedisStore extends Operations {
     this.#flushing = false;
     this.#native.flush();
   };
-  /** close() promises waiting for the hits in flight. */
+  /** close() promises (and a resetAll()) waiting for the hits in flight. */
   #drained = [];
+  /**
+   * While a resetAll() waits for the calls before it or runs: the calls (and resetAll()s) made
+   * meanwhile, in order, sent once it is done, so that it takes effect between them. Else null.
+   */
+  #behindReset = null;
   /** Called with each batch of results. The native side holds it only weakly while idle, so it lives here. */
   #onBatch = (n, errors, events) => this.#settle(n, errors, events);
   /** Lets the process go once idle; queued as a microtask, so a caller that hits again at once keeps the hold. */
@@ -145,22 +150,51 @@ class RedisStore extends Operations {
     }
   }
 
-  /** Unlinks every key under the prefix (SCAN and UNLINK in batches, on every master of a cluster). */
+  /**
+   * Unlinks every key under the prefix (SCAN and UNLINK in batches, on every master of a cluster),
+   * in order with this store's calls: it starts once the calls made before it have settled, and
+   * the calls made after it are sent once it is done.
+   */
   resetAll() {
-    let done;
-    try {
-      this.#open();
-      done = this.#native.resetAll();
-    } catch (error) {
-      return rejection(this.#failures.failed(error));
+    if (this.#behindReset !== null) return this.#wait(null);
+    this.#behindReset = [];
+    const reset = () => {
+      let done;
+      try {
+        this.#open();
+        done = this.#native.resetAll();
+      } catch (error) {
+        done = Promise.reject(error);
+      }
+      return done.then(
+        () => this.#resume(),
+        (error) => {
+          this.#resume();
+          throw this.#failures.failed(error);
+        },
+      );
+    };
+    if (this.#inFlight === 0) return reset();
+    return new Promise((resolve) => this.#drained.push(resolve)).then(reset);
+  }
+
+  /** A call (`args` null: a resetAll) made while a resetAll is under way: made once it is done. */
+  #wait(args) {
+    return new Promise((resolve, reject) => this.#behindReset.push({ args, resolve, reject }));
+  }
+
+  /** The resetAll is done: the calls made meanwhile go, in order (a later resetAll waits again). */
+  #resume() {
+    const waiting = this.#behindReset;
+    this.#behindReset = null;
+    for (const { args, resolve, reject } of waiting) {
+      (args === null ? this.resetAll() : this._call(...args)).then(resolve, reject);
     }
-    return done.catch((error) => {
-      throw this.#failures.failed(error);
-    });
   }
 
   /** Sends one op (its arguments already checked) and answers the promise of its result. */
   _call(op, key, a, b, c, d) {
+    if (this.#behindReset !== null) return this.#wait([op, key, a, b, c, d]);
     const store = this.#native;
     this.#calls++;
     const slot = this.#freeSlots.length > 0 ? this.#freeSlots.pop() : this.#resolvers.length;

@@ -94,8 +94,6 @@ pub struct Conn {
     wakeup: *mut Handle,
     /// Spaces out connects after failures.
     backoff: Backoff,
-    /// When the connection last answered anything.
-    last_answer: Instant,
     /// The connection has answered something since it was opened.
     answered: bool,
     /// A connection has been open (so the next is a reconnect).
@@ -275,7 +273,6 @@ impl Conn {
             timer: ptr::null_mut(),
             wakeup: ptr::null_mut(),
             backoff: Backoff::new(rand::random()),
-            last_answer: Instant::now(),
             answered: false,
             was_up: false,
             done: Vec::new(),
@@ -384,7 +381,6 @@ impl Conn {
                 // The backoff ends with the first answer, not the connect: an
                 // endpoint that accepts and closes must not be hammered.
                 self.answered = false;
-                self.last_answer = Instant::now();
                 self.link = Link::Up {
                     socket: Box::new(socket),
                     poll,
@@ -474,12 +470,9 @@ impl Conn {
                         );
                         return;
                     }
-                    if health.answered {
-                        self.last_answer = Instant::now();
-                        if !self.answered {
-                            self.answered = true;
-                            self.backoff.succeeded();
-                        }
+                    if health.answered && !self.answered {
+                        self.answered = true;
+                        self.backoff.succeeded();
                     }
                 }
             }
@@ -585,14 +578,10 @@ impl Conn {
                 });
             }
         }
-        let oldest = self.pipe.oldest_due(now);
-        if self.pipe.expire(now, &mut self.done) > 0 {
-            // A connection that has answered nothing since the oldest hit
-            // that timed out was sent is stuck (a paused server, a half-open
-            // socket): it is replaced at once.
-            if oldest.is_some_and(|sent_at| self.last_answer < sent_at) {
-                self.lost("no answer within timeoutMs");
-            }
+        // A stuck connection (a paused server, a half-open socket, or one
+        // whose hits time out in a row) is replaced.
+        if self.pipe.expire(now, &mut self.done) {
+            self.lost("no answer within timeoutMs");
         }
     }
 

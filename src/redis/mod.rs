@@ -12,6 +12,7 @@ mod cluster;
 pub mod config;
 pub mod health;
 mod link;
+mod order;
 pub mod pipe;
 pub mod reset_all;
 pub mod resp;

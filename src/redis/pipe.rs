@@ -1,18 +1,27 @@
 //! One connection's pipeline in the event-loop transport: each op encoded
 //! as EVALSHA of its script (or its command) into the bytes to write, and
-//! replies matched to them in order as they are read. After NOSCRIPT an op
-//! goes out once more as EVAL (the script did not run); nothing else is
-//! ever sent again. No I/O here: the
+//! replies matched to them in order as they are read. No I/O here: the
 //! binding moves the bytes when the event loop says the socket is ready.
+//!
+//! Ops on one key take effect in the order they were sent, NOSCRIPT
+//! included (see "Order of calls" in docs/algorithms.md): a script goes as
+//! EVAL the first time this connection sends it (so a server that never ran
+//! it, after a restart or a failover, never answers NOSCRIPT while a later
+//! op of another script runs), and after a NOSCRIPT (the cache was
+//! flushed; the script did not run) nothing more is written until every op
+//! written before it has answered; then the ops that met NOSCRIPT go again
+//! as EVAL, in their order, ahead of the ops held meanwhile. An UNLINK (a
+//! reset), which can't meet NOSCRIPT, waits the same way for the EVALSHAs
+//! written before it. Nothing else is ever sent again.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::health;
+use super::health::{self, Mark, Stall};
 use super::resp::{self, Malformed, Parser, Reply};
 use super::stats::Tally;
 use crate::errors::{Error, Result};
-use crate::ops::{Answer, Args, Op};
+use crate::ops::{Answer, Args, Op, Script};
 
 /// An op to send: its id, its state's key (prefix and suffix included) and
 /// numbers.
@@ -37,6 +46,8 @@ struct Sent {
     /// Already rejected (it timed out): its reply, when it comes, is dropped.
     settled: bool,
     eval: bool,
+    /// What the connection had answered when the op was handed over.
+    mark: Mark,
 }
 
 /// What the replies read so far say about the connection.
@@ -49,14 +60,49 @@ pub struct Health {
     pub unusable: bool,
 }
 
+/// The scripts a connection has sent as EVAL since its server last
+/// answered NOSCRIPT: the server has them cached. Scripts are told apart by
+/// address (each is one static).
+#[derive(Default)]
+pub struct Loaded(Vec<usize>);
+
+impl Loaded {
+    /// Whether `script` must go as EVAL, noting that it will.
+    pub fn first_use(&mut self, script: &'static Script) -> bool {
+        let at = script as *const Script as usize;
+        if self.0.contains(&at) {
+            return false;
+        }
+        self.0.push(at);
+        true
+    }
+
+    /// The server answered NOSCRIPT: its cache was flushed.
+    pub fn forget(&mut self) {
+        self.0.clear();
+    }
+}
+
 pub struct Pipe {
     secrets: Vec<Vec<u8>>,
     /// Bytes waiting to be written.
     pub out: Vec<u8>,
+    /// Written, in order, waiting for their replies.
     sent: VecDeque<Sent>,
-    /// How many of `sent` are not settled yet, kept as they change.
+    /// Ops that met NOSCRIPT, in order, to go again as EVAL once `sent`
+    /// has drained (all older than `sent`).
+    retry: VecDeque<Sent>,
+    /// Ops handed over after a NOSCRIPT, or behind an UNLINK that waits
+    /// for `sent`'s EVALSHAs, written in order after `retry`.
+    held: VecDeque<Sent>,
+    /// How many of `sent` went as EVALSHA (and so may meet NOSCRIPT).
+    evalsha: usize,
+    loaded: Loaded,
+    /// How many of the ops above are not settled yet, kept as they change.
     unsettled: usize,
     parser: Parser,
+    /// Tells a stuck connection from slow hits.
+    stall: Stall,
     /// What this connection's calls met, over its life.
     pub tally: Tally,
 }
@@ -67,15 +113,20 @@ impl Pipe {
             secrets,
             out: Vec::new(),
             sent: VecDeque::new(),
+            retry: VecDeque::new(),
+            held: VecDeque::new(),
+            evalsha: 0,
+            loaded: Loaded::default(),
             unsettled: 0,
             parser: Parser::default(),
+            stall: Stall::default(),
             tally: Tally::default(),
         }
     }
 
-    /// Hits sent whose reply has not come (timed-out ones included).
+    /// Hits handed over whose reply has not come (timed-out ones included).
     pub fn in_flight(&self) -> usize {
-        self.sent.len()
+        self.sent.len() + self.retry.len() + self.held.len()
     }
 
     /// Hits sent that are still waiting for their result.
@@ -83,31 +134,67 @@ impl Pipe {
         self.unsettled
     }
 
-    /// Encodes a hit for sending.
+    /// Every op not answered yet, oldest first.
+    fn queued(&self) -> impl Iterator<Item = &Sent> {
+        self.retry.iter().chain(&self.sent).chain(&self.held)
+    }
+
+    /// Encodes a hit for sending (or holds it while NOSCRIPT retries wait).
     pub fn send(&mut self, request: Request) {
-        self.encode(&request, false);
         self.unsettled += 1;
-        self.sent.push_back(Sent {
+        let sent = Sent {
             request,
             settled: false,
             eval: false,
-        });
+            mark: self.stall.mark(),
+        };
+        self.held.push_back(sent);
+        self.release();
     }
 
-    fn encode(&mut self, request: &Request, eval: bool) {
+    /// Writes what may go now: the NOSCRIPT retries once `sent` has drained,
+    /// then held ops in order, up to an UNLINK that would overtake an EVALSHA.
+    fn release(&mut self) {
+        if !self.retry.is_empty() {
+            if !self.sent.is_empty() {
+                return;
+            }
+            for sent in std::mem::take(&mut self.retry) {
+                self.write(sent, true);
+            }
+        }
+        while let Some(next) = self.held.front() {
+            if next.request.op == Op::Unlink && self.evalsha > 0 {
+                return;
+            }
+            if let Some(sent) = self.held.pop_front() {
+                self.write(sent, false);
+            }
+        }
+    }
+
+    /// Encodes `sent` (as EVAL if `eval` or its script's first use) and
+    /// waits for its reply.
+    fn write(&mut self, mut sent: Sent, eval: bool) {
+        let request = &sent.request;
         let out = &mut self.out;
         let key: &[u8] = &request.key;
         match request.op.script() {
             None if request.op == Op::Ping => resp::encode(out, &[b"PING"]),
             None => resp::encode(out, &[b"UNLINK", key]),
-            Some(script) => request.op.argv(&request.args, |argv| {
-                let head: [&[u8]; 4] = match eval {
-                    false => [b"EVALSHA", script.sha().as_bytes(), b"1", key],
-                    true => [b"EVAL", script.body.as_bytes(), b"1", key],
-                };
-                resp::encode_parts(out, &head, argv);
-            }),
+            Some(script) => {
+                sent.eval = self.loaded.first_use(script) || eval;
+                request.op.argv(&request.args, |argv| {
+                    let head: [&[u8]; 4] = match sent.eval {
+                        false => [b"EVALSHA", script.sha().as_bytes(), b"1", key],
+                        true => [b"EVAL", script.body.as_bytes(), b"1", key],
+                    };
+                    resp::encode_parts(out, &head, argv);
+                });
+                self.evalsha += usize::from(!sent.eval);
+            }
         }
+        self.sent.push_back(sent);
     }
 
     /// Adds bytes read from the socket.
@@ -124,18 +211,22 @@ impl Pipe {
         let mut health = Health::default();
         // One clock read per batch of replies read together.
         let mut now = None;
+        let mut in_time = false;
         while let Some(reply) = self.parser.next()? {
-            let Some(mut sent) = self.sent.pop_front() else {
+            let Some(sent) = self.sent.pop_front() else {
                 return Err(Malformed); // A reply nothing asked for.
             };
+            if !sent.eval && sent.request.op.script().is_some() {
+                self.evalsha -= 1;
+            }
             health.answered = true;
             if let Reply::Error(code, _) = &reply {
                 if code == "NOSCRIPT" && !sent.eval {
-                    // The script did not run: send it whole, once.
-                    self.encode(&sent.request, true);
+                    // The script did not run: it goes again as EVAL, in
+                    // turn, once what was written before it has answered.
                     self.tally.noscript += 1;
-                    sent.eval = true;
-                    self.sent.push_back(sent);
+                    self.loaded.forget();
+                    self.retry.push_back(sent);
                     continue;
                 }
                 if health::demotion(code) {
@@ -144,6 +235,7 @@ impl Pipe {
             }
             if !sent.settled {
                 self.unsettled -= 1;
+                in_time = true;
                 let now = *now.get_or_insert_with(Instant::now);
                 self.tally
                     .answered(now.saturating_duration_since(sent.request.sent_at));
@@ -155,22 +247,32 @@ impl Pipe {
                 });
             }
         }
+        if in_time {
+            self.stall.answered();
+        }
+        self.release();
         Ok(health)
     }
 
     /// Rejects the hits whose deadline has passed; their replies are
-    /// dropped when they come. Answers how many timed out.
-    pub fn expire(&mut self, now: Instant, done: &mut Vec<Done>) -> usize {
+    /// dropped when they come. Answers whether the connection is stuck and
+    /// must be replaced (see [`Stall`]): it answered nothing since the
+    /// oldest of them was handed over, or [`health::TIMEOUTS_BEFORE_REPLACING`]
+    /// timed out in a row.
+    pub fn expire(&mut self, now: Instant, done: &mut Vec<Done>) -> bool {
         let mut expired = 0;
-        for sent in self.sent.iter_mut().filter(|s| !s.settled) {
+        let mut oldest = None;
+        let written = self.retry.iter_mut().chain(&mut self.sent);
+        // Held ops were never written: they go unsent.
+        let queued = written.map(|s| (s, true)).chain(self.held.iter_mut().map(|s| (s, false)));
+        for (sent, written) in queued.filter(|(s, _)| !s.settled) {
             if sent.request.deadline > now {
                 // Sent in order, with one timeout for all: the rest are later.
                 break;
             }
             sent.settled = true;
-            self.unsettled -= 1;
+            oldest.get_or_insert(sent.mark);
             expired += 1;
-            self.tally.timeouts += 1;
             let ms = sent
                 .request
                 .deadline
@@ -178,25 +280,18 @@ impl Pipe {
                 .as_millis() as u64;
             done.push(Done {
                 id: sent.request.id,
-                result: Err(Error::Timeout { ms, sent: true }),
+                result: Err(Error::Timeout { ms, sent: written }),
             });
         }
-        expired
-    }
-
-    /// When the oldest unsettled hit whose deadline has passed was sent.
-    pub fn oldest_due(&self, now: Instant) -> Option<Instant> {
-        self.sent
-            .iter()
-            .find(|s| !s.settled)
-            .filter(|s| s.request.deadline <= now)
-            .map(|s| s.request.sent_at)
+        self.held.retain(|s| !s.settled);
+        self.unsettled -= expired;
+        self.tally.timeouts += expired as u64;
+        oldest.is_some_and(|mark| self.stall.timed_out(mark, expired))
     }
 
     /// The earliest deadline of a hit not yet settled.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.sent
-            .iter()
+        self.queued()
             .find(|s| !s.settled)
             .map(|s| s.request.deadline)
     }
@@ -204,7 +299,8 @@ impl Pipe {
     /// The connection is gone: every hit on it rejects with `error`, which
     /// says whether they were sent. Nothing is sent again.
     pub fn fail(&mut self, error: &Error, done: &mut Vec<Done>) {
-        for sent in self.sent.drain(..) {
+        let all = self.retry.drain(..).chain(self.sent.drain(..)).chain(self.held.drain(..));
+        for sent in all {
             if !sent.settled {
                 let e = error.clone();
                 done.push(Done {
@@ -214,8 +310,12 @@ impl Pipe {
             }
         }
         self.unsettled = 0;
+        self.evalsha = 0;
         self.out.clear();
         self.parser = Parser::default();
+        // The next connection may reach a server that never ran a script.
+        self.loaded.forget();
+        self.stall.reset();
     }
 
     fn redact(&self, error: Error, request: &Request) -> Error {
@@ -273,36 +373,69 @@ mod tests {
         Pipe::new(vec![b"hunter2".to_vec()])
     }
 
+    /// The commands `out` holds, each as its first word and its key.
+    fn written(p: &mut Pipe) -> Vec<(String, String)> {
+        let mut parser = Parser::default();
+        parser.feed(&std::mem::take(&mut p.out));
+        let mut all = Vec::new();
+        while let Some(Reply::Array(Some(parts))) = parser.next().unwrap() {
+            let word = |i: usize| match parts.get(i) {
+                Some(Reply::Bulk(Some(b))) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            };
+            all.push((word(0), word(3)));
+        }
+        all
+    }
+
+    fn cmd(word: &str, key: &str) -> (String, String) {
+        (word.into(), key.into())
+    }
+
     #[test]
-    fn replies_settle_hits_in_order_and_noscript_sends_eval_once() {
-        let now = Instant::now() + Duration::from_secs(5);
+    fn a_script_goes_as_eval_on_its_first_use_then_as_evalsha() {
+        let far = Instant::now() + Duration::from_secs(5);
         let mut p = pipe();
-        p.send(request(1, "a", now));
-        p.send(request(2, "b", now));
-        let sha = Op::Hit.script().unwrap().sha().to_string();
-        let head = format!(
-            "*6\r\n$7\r\nEVALSHA\r\n$40\r\n{sha}\r\n$1\r\n1\r\n$1\r\na\r\n$5\r\n60000\r\n$1\r\n1\r\n"
-        );
-        assert!(p.out.starts_with(head.as_bytes()));
-        p.out.clear();
+        p.send(request(1, "a", far));
+        p.send(request(2, "b", far));
+        assert_eq!(written(&mut p), [cmd("EVAL", "a"), cmd("EVALSHA", "b")]);
         let mut done = Vec::new();
-        p.feed(b"*2\r\n:1\r\n:60000\r\n-NOSCRIPT No matching script\r\n");
+        p.feed(b"*2\r\n:1\r\n:60000\r\n*2\r\n:1\r\n:60000\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2]);
+    }
+
+    #[test]
+    fn after_noscript_the_retries_go_in_order_ahead_of_later_hits() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        p.send(request(1, "a", far));
+        let mut done = Vec::new();
+        p.feed(b"*2\r\n:1\r\n:60000\r\n");
+        p.answers(&mut done).unwrap();
+        written(&mut p);
+        // The cache is flushed: both meet NOSCRIPT.
+        p.send(request(2, "b", far));
+        p.send(request(3, "c", far));
+        assert_eq!(written(&mut p), [cmd("EVALSHA", "b"), cmd("EVALSHA", "c")]);
+        p.feed(b"-NOSCRIPT No matching script\r\n");
+        p.answers(&mut done).unwrap();
+        assert!(p.out.is_empty(), "nothing goes until c has answered");
+        p.send(request(4, "b", far));
+        assert!(p.out.is_empty(), "a later hit waits behind the retries");
+        assert_eq!((p.in_flight(), p.unsettled()), (3, 3));
+        p.feed(b"-NOSCRIPT No matching script\r\n");
+        p.answers(&mut done).unwrap();
         assert_eq!(
-            p.answers(&mut done),
-            Ok(Health {
-                answered: true,
-                unusable: false
-            })
+            written(&mut p),
+            [cmd("EVAL", "b"), cmd("EVAL", "c"), cmd("EVALSHA", "b")]
         );
-        assert_eq!(done.len(), 1);
-        assert_eq!(done[0].id, 1);
-        assert!(p.out.starts_with(b"*6\r\n$4\r\nEVAL\r\n"), "EVAL queued");
-        // A second NOSCRIPT is an error, not another retry.
-        p.out.clear();
-        p.feed(b"-NOSCRIPT again\r\n");
+        assert_eq!(p.tally.noscript, 2);
+        // A NOSCRIPT to an EVAL is an error, not another retry.
+        p.feed(b"-NOSCRIPT again\r\n*2\r\n:1\r\n:60000\r\n*2\r\n:2\r\n:60000\r\n");
         p.answers(&mut done).unwrap();
         assert!(p.out.is_empty());
-        assert_eq!(done[1].id, 2);
+        assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
         assert_eq!(done[1].result.as_ref().unwrap_err().code(), "ERR_REDIS");
         assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
     }
@@ -314,7 +447,7 @@ mod tests {
         p.send(request(1, "a", start));
         p.send(request(2, "b", start + Duration::from_secs(10)));
         let mut done = Vec::new();
-        assert_eq!(p.expire(start, &mut done), 1);
+        assert!(p.expire(start, &mut done), "nothing answered since it was sent");
         assert_eq!((p.in_flight(), p.unsettled()), (2, 1));
         assert_eq!(
             done[0].result,
@@ -329,6 +462,52 @@ mod tests {
         assert_eq!(done.len(), 2);
         assert_eq!(done[1].id, 2);
         assert_eq!(done[1].result, Ok(Answer::new(&[7, 5])));
+    }
+
+    #[test]
+    fn an_unlink_waits_for_the_evalshas_written_before_it() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        let mut done = Vec::new();
+        p.send(request(1, "a", far));
+        p.feed(b"*2\r\n:1\r\n:60000\r\n");
+        p.answers(&mut done).unwrap();
+        written(&mut p);
+        p.send(request(2, "a", far));
+        let mut unlink = request(3, "a", far);
+        unlink.op = Op::Unlink;
+        p.send(unlink);
+        p.send(request(4, "a", far));
+        assert_eq!(written(&mut p), [cmd("EVALSHA", "a")]);
+        p.feed(b"-NOSCRIPT No matching script\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(
+            written(&mut p),
+            [cmd("EVAL", "a"), cmd("UNLINK", ""), cmd("EVALSHA", "a")]
+        );
+    }
+
+    #[test]
+    fn a_connection_that_answers_meanwhile_is_stuck_after_three_timeouts_in_a_row() {
+        let start = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        let mut done = Vec::new();
+        // Each round: one hit answered in time after the others were sent.
+        for (round, slow) in [(0u64, 2u64), (1, 3)] {
+            let at = start + Duration::from_secs(round * 10);
+            p.send(request(round * 10, "fast", at + Duration::from_secs(1)));
+            for i in 1..=slow {
+                p.send(request(round * 10 + i, "slow", at));
+            }
+            p.feed(b"*2\r\n:1\r\n:5\r\n");
+            p.answers(&mut done).unwrap();
+            let stuck = p.expire(at, &mut done);
+            assert_eq!(stuck, slow >= 3, "{slow} timeouts in a row");
+            for _ in 0..slow {
+                p.feed(b"*2\r\n:1\r\n:5\r\n");
+            }
+            p.answers(&mut done).unwrap();
+        }
     }
 
     #[test]

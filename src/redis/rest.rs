@@ -11,6 +11,12 @@
 //! process (its idle connection had closed). Failed connects back off as on
 //! the Redis protocol, and a pool that stops answering is replaced.
 //!
+//! Calls on one key take effect in the order they were made (see "Order of
+//! calls" in docs/algorithms.md): a pipeline waits for the pipelines before
+//! it that name one of its keys ([`KeyOrder`]); a script goes as EVAL on its
+//! first use (and after a NOSCRIPT), and an UNLINK behind an EVALSHA waits
+//! for its answer.
+//!
 //! What the [`Monitor`] hears: every connection the pool opens or fails to
 //! open (its connector counts them), and the API's reachability as requests
 //! show it: the first answer is `connected`; a transport failure after an
@@ -37,6 +43,8 @@ use tokio::time::{timeout_at, Duration, Instant};
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Stall};
 use super::link::{server_error, Stage};
+use super::order::KeyOrder;
+use super::pipe::Loaded;
 use super::socket::tls_config;
 use super::stats::Monitor;
 use super::store::Query;
@@ -73,6 +81,9 @@ pub struct Rest {
     pool: Mutex<Pool>,
     stall: Stall,
     monitor: Arc<Monitor>,
+    /// Pipelines on one key go one after the other.
+    order: KeyOrder,
+    loaded: Mutex<Loaded>,
 }
 
 /// How one request ended, short of an answer.
@@ -123,6 +134,8 @@ impl Rest {
             tls,
             timeout_ms: config.timeout_ms,
             stall: Stall::default(),
+            order: KeyOrder::default(),
+            loaded: Mutex::default(),
             monitor,
         })
     }
@@ -154,11 +167,74 @@ impl Rest {
                 Err(_) => results[i] = Some(Err(Error::InvalidType(KEY_NOT_WELL_FORMED))),
             }
         }
-        for eval in [false, true] {
+        // Calls on one key go in the order they were made: a later pipeline
+        // on one of these keys waits for this one (retries included).
+        let turn = self.order.turn(chosen.iter().map(|&i| queries[i].key));
+        let Ok(_turn) = timeout_at(deadline, turn).await else {
+            let ms = self.timeout_ms;
+            for &i in &chosen {
+                results[i] = Some(Err(Error::Timeout { ms, sent: false }));
+            }
+            self.monitor.tally().timeouts += chosen.len() as u64;
+            return results.into_iter().map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer")))).collect();
+        };
+        let evals: Vec<bool> = {
+            let mut loaded = self.loaded();
+            chosen
+                .iter()
+                .map(|&i| queries[i].op.script().is_some_and(|s| loaded.first_use(s)))
+                .collect()
+        };
+        // An UNLINK can't meet NOSCRIPT: it goes only after the EVALSHAs
+        // before it have answered (and their retries run), in a pipeline
+        // of its own.
+        let mut start = 0;
+        while start < chosen.len() {
+            let mut end = start;
+            let mut evalsha = false;
+            while end < chosen.len() {
+                let op = queries[chosen[end]].op;
+                if op == Op::Unlink && evalsha {
+                    break;
+                }
+                evalsha |= op.script().is_some() && !evals[end];
+                end += 1;
+            }
+            self.segment(queries, &chosen[start..end], &evals[start..end], started, deadline, &mut results)
+                .await;
+            start = end;
+        }
+        let timeouts = results
+            .iter()
+            .filter(|r| matches!(r, Some(Err(Error::Timeout { .. }))))
+            .count();
+        if timeouts > 0 {
+            self.monitor.tally().timeouts += timeouts as u64;
+        }
+        results
+            .into_iter()
+            .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))))
+            .collect()
+    }
+
+    /// Sends the chosen ops (each as EVAL if `evals` says so, else as
+    /// EVALSHA), then those that met NOSCRIPT as EVAL, in order.
+    async fn segment(
+        &self,
+        queries: &[Query<'_>],
+        chosen: &[usize],
+        evals: &[bool],
+        started: Instant,
+        deadline: Instant,
+        results: &mut [Option<Result<Answer>>],
+    ) {
+        let mut chosen = chosen.to_vec();
+        let mut evals = evals.to_vec();
+        for retry in [false, true] {
             if chosen.is_empty() {
                 break;
             }
-            let body = pipeline_body(queries, &chosen, eval);
+            let body = pipeline_body(queries, &chosen, &evals);
             let mut missing = Vec::new();
             match self
                 .send(&self.pipeline, body, chosen.len(), deadline)
@@ -167,10 +243,10 @@ impl Rest {
                 Ok(items) => {
                     let took = started.elapsed();
                     let mut tally = self.monitor.tally();
-                    for (&i, item) in chosen.iter().zip(items) {
+                    for ((&i, item), &eval) in chosen.iter().zip(items).zip(&evals) {
                         match item {
                             // The script cache lacks it: the script did not run.
-                            Err((code, _)) if code == "NOSCRIPT" && !eval => {
+                            Err((code, _)) if code == "NOSCRIPT" && !eval && !retry => {
                                 tally.noscript += 1;
                                 missing.push(i);
                             }
@@ -193,19 +269,25 @@ impl Rest {
                     }
                 }
             }
+            if !missing.is_empty() {
+                // The cache was flushed; the retries' EVALs load their scripts again.
+                let mut loaded = self.loaded();
+                loaded.forget();
+                for &i in &missing {
+                    if let Some(script) = queries[i].op.script() {
+                        loaded.first_use(script);
+                    }
+                }
+            }
+            evals = vec![true; missing.len()];
             chosen = missing;
         }
-        let timeouts = results
-            .iter()
-            .filter(|r| matches!(r, Some(Err(Error::Timeout { .. }))))
-            .count();
-        if timeouts > 0 {
-            self.monitor.tally().timeouts += timeouts as u64;
-        }
-        results
-            .into_iter()
-            .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))))
-            .collect()
+    }
+
+    /// The scripts the server has cached, as far as this transport knows.
+    fn loaded(&self) -> MutexGuard<'_, Loaded> {
+        // A set of addresses is whole at every step.
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// POSTs `body` to `uri` within `deadline`, through the backoff and the
@@ -538,16 +620,18 @@ fn chain(e: &(dyn std::error::Error + 'static)) -> String {
 
 /// The `/pipeline` body for the chosen ops: `EVALSHA sha 1 key argv…` (or
 /// `EVAL script …`), a plain op as its command. Keys are UTF-8 (checked).
-fn pipeline_body(queries: &[Query<'_>], chosen: &[usize], eval: bool) -> Vec<u8> {
+fn pipeline_body(queries: &[Query<'_>], chosen: &[usize], evals: &[bool]) -> Vec<u8> {
     let mut body = Vec::with_capacity(chosen.len() * 160);
     body.push(b'[');
-    for (n, &i) in chosen.iter().enumerate() {
+    for (n, (&i, &eval)) in chosen.iter().zip(evals).enumerate() {
         if n > 0 {
             body.push(b',');
         }
         let q = &queries[i];
         let key = std::str::from_utf8(q.key).unwrap_or_default();
         match q.op.script() {
+            // ping() touches no key: its key is the bare prefix.
+            None if q.op == Op::Ping => json_command(&mut body, &["PING"]),
             None => json_command(&mut body, &["UNLINK", key]),
             Some(script) => q.op.argv(&q.args, |argv| {
                 let mut parts = Vec::with_capacity(4 + argv.len());
@@ -590,6 +674,7 @@ fn outcome(op: Op, value: Value) -> Result<Answer> {
             op.answer(&ints.unwrap_or_default())
         }
         Value::Number(n) if op == Op::Unlink => op.answer(&[n.as_i64().unwrap_or(-1)]),
+        _ if op == Op::Ping => op.answer(&[1]),
         _ => op.answer(&[]),
     }
 }
@@ -633,13 +718,13 @@ mod tests {
             query("p:a\"\u{e9}".as_bytes(), Op::Hit),
             query(b"p:b", Op::Unlink),
         ];
-        let body = String::from_utf8(pipeline_body(&queries, &[0, 1], false)).unwrap();
+        let body = String::from_utf8(pipeline_body(&queries, &[0, 1], &[false, false])).unwrap();
         let sha = Op::Hit.script().unwrap().sha();
         assert_eq!(
             body,
             format!(r#"[["EVALSHA","{sha}","1","p:a\"é","60000","1"],["UNLINK","p:b"]]"#)
         );
-        let eval: Value = serde_json::from_slice(&pipeline_body(&queries, &[0], true)).unwrap();
+        let eval: Value = serde_json::from_slice(&pipeline_body(&queries, &[0], &[true])).unwrap();
         assert_eq!(eval[0][0], "EVAL");
         assert_eq!(eval[0][1], Op::Hit.script().unwrap().body);
     }
