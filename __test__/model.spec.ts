@@ -55,7 +55,8 @@ describe('model: sliding window (ceil, epoch-aligned)', () => {
     const m = new Model();
     m.slidingIncrement('k', 1000, 10, T + 500 * US);
     let allowed = 0;
-    for (let i = 0; i < 5; i++) if (m.slidingConsume('k', { limit: 10, windowMs: 1000 }, T + 1250 * US).allowed) allowed++;
+    for (let i = 0; i < 5; i++)
+      if (m.slidingConsume('k', { limit: 10, windowMs: 1000 }, T + 1250 * US).allowed) allowed++;
     expect(allowed).toBe(2);
   });
 

@@ -193,7 +193,12 @@ export class Model {
     }
     if (tokens >= capacity) this.bucket.delete(key);
     const retryAt = cost > capacity ? fullAt(tokens) : at + ceilDiv(cost - tokens, refill) * interval;
-    return { allowed: false, remaining: tokens, retryMs: Math.max(1, msUntil(retryAt)), resetMs: msUntil(fullAt(tokens)) };
+    return {
+      allowed: false,
+      remaining: tokens,
+      retryMs: Math.max(1, msUntil(retryAt)),
+      resetMs: msUntil(fullAt(tokens)),
+    };
   }
 
   // -------------------------------------------------------------------------------------------
