@@ -1,0 +1,469 @@
+// Every store answers as the model does: the same seeded random sequences of every operation run
+// against memoryStore, a memoryStore small enough to evict, redisStore over TCP, a Redis Cluster and
+// the REST transport at once, under the real clock, each checked against the model of
+// docs/algorithms.md (support/model.ts) within the slack stated in support/differential.ts.
+//
+// A run: the seeds of differential-seeds.json (every seed that ever diverged), then DIFF_SEEDS new
+// ones (default 12) from DIFF_SEED (default: the time), DIFF_STEPS steps each (default 40); with
+// DIFF_DURATION_S, new seeds until that many seconds have passed (`npm run soak`). Each step is one
+// call, a parallel group of 2-4, a sleep or a wait for a window edge; a run of 12 seeds makes about
+// 12 x 40 x 1.5 x 5 stores ~ 3,600 calls and takes about 20 s. A divergence prints its seed, the
+// store, the call, what the store answered and what the model allowed, and a reproduction shrunk by
+// dropping steps; the seed is added to differential-seeds.json (outside CI) to be committed.
+import { readFileSync, writeFileSync } from 'node:fs';
+import { randomUUID } from 'node:crypto';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createLimiter, expressStore, memoryStore, redisStore, universalStore, type RateLimitStore } from '../index.js';
+import { Model } from './support/model.js';
+import { startRedis, type RedisServer } from './support/redis.js';
+import { startCluster, type Cluster } from './support/cluster.js';
+import { startRest, type RestEndpoint } from './support/rest.js';
+import {
+  SLACK_US,
+  applyCall,
+  generate,
+  knownFromEnv,
+  matches,
+  nowUs,
+  timesIn,
+  touched,
+  type Call,
+  type Sequence,
+  type StoreTraits,
+} from './support/differential.js';
+
+const SEEDS_FILE = join(process.cwd(), '__test__', 'differential-seeds.json');
+const TOKEN = 'differential-token';
+const known = knownFromEnv();
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// eslint-disable-next-line @typescript-eslint/no-explicit-any
+type AnyStore = any;
+
+interface Target {
+  traits: StoreTraits;
+  open(): { store: AnyStore; close(): Promise<void> };
+  flushScripts(): Promise<void>;
+}
+
+let redis: RedisServer;
+let cluster: Cluster;
+let rest: RestEndpoint;
+let targets: Target[];
+
+beforeAll(async () => {
+  redis = await startRedis();
+  [cluster, rest] = await Promise.all([startCluster(), startRest({ redisPort: redis.port, token: TOKEN })]);
+  const traits = (name: string, t: Partial<StoreTraits>): StoreTraits => ({
+    name,
+    memory: false,
+    redis: false,
+    rest: false,
+    evicts: false,
+    ...t,
+  });
+  const prefix = () => `diff:${randomUUID()}:`;
+  const closing = (store: AnyStore) => ({ store, close: () => store.close() });
+  const flushOne = async () => void (await redis.cli('SCRIPT', 'FLUSH'));
+  targets = [
+    {
+      traits: traits('memoryStore', { memory: true }),
+      open: () => ({ store: memoryStore(), close: async () => {} }),
+      flushScripts: async () => {},
+    },
+    {
+      traits: traits('memoryStore (maxKeys 3)', { memory: true, evicts: true }),
+      open: () => ({ store: memoryStore({ maxKeys: 3 }), close: async () => {} }),
+      flushScripts: async () => {},
+    },
+    {
+      traits: traits('redisStore (TCP)', { redis: true }),
+      open: () => closing(redisStore({ url: redis.url, prefix: prefix(), timeoutMs: 5_000 })),
+      flushScripts: flushOne,
+    },
+    {
+      traits: traits('redisStore (cluster)', { redis: true }),
+      open: () => closing(redisStore({ url: cluster.url, cluster: true, prefix: prefix(), timeoutMs: 5_000 })),
+      flushScripts: async () => {
+        await Promise.all(cluster.nodes.map((node) => cluster.cli(node.port, 'SCRIPT', 'FLUSH')));
+      },
+    },
+    {
+      traits: traits('redisStore (REST)', { redis: true, rest: true }),
+      open: () => closing(redisStore({ url: rest.url, token: TOKEN, prefix: prefix(), timeoutMs: 5_000 })),
+      flushScripts: flushOne,
+    },
+  ];
+}, 60_000);
+
+afterAll(async () => {
+  await Promise.all([rest?.stop(), cluster?.stop()]);
+  await redis?.stop();
+});
+
+// -------------------------------------------------------------------------------------------------
+// Running a sequence on a store
+
+/** A store whose give-backs (refund, decrement, a negative hit) reach it `delayMs` late. */
+function delayed(store: AnyStore, delayMs: number, hitOnly: boolean): RateLimitStore | AnyStore {
+  const late =
+    <A extends unknown[], R>(f: (...args: A) => Promise<R>) =>
+    async (...args: A) => {
+      if (delayMs > 0) await sleep(delayMs);
+      return f(...args);
+    };
+  const hit = (key: string, windowMs: number, amount: number) =>
+    amount < 0 ? late(store.hit.bind(store))(key, windowMs, amount) : store.hit(key, windowMs, amount);
+  if (hitOnly) return { hit };
+  if (delayMs === 0) return store;
+  return {
+    hit,
+    consume: store.consume.bind(store),
+    refund: late(store.refund.bind(store)),
+    tokenBucket: store.tokenBucket.bind(store),
+    reset: store.reset.bind(store),
+    resetAll: store.resetAll.bind(store),
+    slidingWindow: {
+      increment: store.slidingWindow.increment.bind(store.slidingWindow),
+      consume: store.slidingWindow.consume.bind(store.slidingWindow),
+      decrement: late(store.slidingWindow.decrement.bind(store.slidingWindow)),
+    },
+  };
+}
+
+interface Observed {
+  call: Call;
+  sent: number;
+  answered: number;
+  answer: unknown;
+}
+
+interface Divergence {
+  seed: number;
+  store: string;
+  step: number;
+  observed: Observed;
+  /** The model's answers at the ends of the call's slack, from its first candidate state. */
+  model: unknown[];
+}
+
+function invoke(c: Call, store: AnyStore, limiters: AnyStore[], adapters: AnyStore[]): Promise<unknown> {
+  const time = (a: { count: number; resetMs: number }) => ({ count: a.count, resetMs: a.resetMs });
+  const info = (a: { totalHits: number; resetTime: Date } | undefined) =>
+    a === undefined ? null : { totalHits: a.totalHits, resetMs: a.resetTime.getTime() - Date.now() };
+  switch (c.op) {
+    case 'hit':
+      return store.hit(c.key, c.windowMs, c.amount).then(time);
+    case 'consume':
+      return store.consume(c.key, { limit: c.limit, windowMs: c.windowMs, cost: c.cost });
+    case 'refund':
+      return store.refund(c.key, c.amount).then((a: null | { count: number; resetMs: number }) => a && time(a));
+    case 'sInc':
+      return store.slidingWindow.increment(c.key, c.windowMs, c.amount).then(time);
+    case 'sDec':
+      return store.slidingWindow.decrement(c.key, c.windowMs, c.amount).then(time);
+    case 'sCon':
+      return store.slidingWindow
+        .consume(c.key, { limit: c.limit, windowMs: c.windowMs, cost: c.cost })
+        .then((a: { allowed: boolean; count: number; remaining: number; resetMs: number; retryMs: number }) => ({
+          allowed: a.allowed,
+          count: a.count,
+          remaining: a.remaining,
+          resetMs: a.resetMs,
+          retryIsZero: a.retryMs === 0,
+        }));
+    case 'bucket':
+      return store.tokenBucket(c.key, {
+        capacity: c.capacity,
+        refill: c.refill,
+        intervalMs: c.intervalMs,
+        cost: c.cost,
+      });
+    case 'reset':
+      return store.reset(c.key).then(() => null);
+    case 'resetAll':
+      return store.resetAll().then(() => null);
+    case 'check': {
+      const limiter = limiters[c.limiter];
+      const how = c.tier === '' ? c.cost : { cost: c.cost, tier: c.tier };
+      return limiter.check(c.key, how).then((a: { allowed: boolean; limits: { allowed: boolean }[] }) => ({
+        allowed: a.allowed,
+        limits: a.limits.map((l) => l.allowed),
+      }));
+    }
+    case 'uInc':
+    case 'eInc':
+      return adapters[c.adapter].increment(c.key).then(info);
+    case 'uDec':
+    case 'eDec':
+      return adapters[c.adapter].decrement(c.key).then(() => null);
+    case 'eGet':
+      return adapters[c.adapter].get(c.key).then(info);
+  }
+}
+
+/** Every span whose edges matter: sliding windows and bucket intervals (fixed windows' ends come from the state). */
+function spansOf(seq: Sequence): number[] {
+  const spans = new Set<number>();
+  for (const step of seq.steps) {
+    if (step.kind !== 'calls') continue;
+    for (const c of step.calls) {
+      if (c.op === 'sInc' || c.op === 'sDec' || c.op === 'sCon') spans.add(c.windowMs);
+      if (c.op === 'bucket') spans.add(c.intervalMs);
+    }
+  }
+  for (const l of seq.limiters) {
+    for (const rules of Object.values(l.tiers)) {
+      for (const rule of rules) {
+        if (rule.algorithm === 'sliding-window') spans.add(rule.windowMs);
+        if (rule.algorithm === 'token-bucket') spans.add(rule.intervalMs);
+      }
+    }
+  }
+  for (const a of seq.adapters) if (a.algorithm === 'sliding-window') spans.add(a.windowMs);
+  return [...spans];
+}
+
+function endsOf(m: Model, intervals: number[], a: number, b: number): number[] {
+  const ends: number[] = [];
+  for (const s of m.fixed.values()) ends.push(s.endMs * 1000);
+  for (const s of m.bucket.values()) {
+    for (const span of intervals) {
+      const w = span * 1000;
+      const first = s.at + Math.max(1, Math.ceil((a - s.at) / w)) * w;
+      for (let e = first; e <= b && e < first + 8 * w; e += w) ends.push(e);
+    }
+  }
+  return ends;
+}
+
+interface Candidate {
+  m: Model;
+  /** Per key, the time the previous call of this group on it ran at, and when it was sent. */
+  last: Map<string, { tau: number; sent: number }>;
+}
+
+const MAX_CANDIDATES = 48;
+
+/** The candidates an observed call leaves: every state a time in its slack (and an eviction) accepts. */
+function advance(seq: Sequence, traits: StoreTraits, spans: number[], cands: Candidate[], o: Observed): Candidate[] {
+  const out: Candidate[] = [];
+  const seen = new Set<string>();
+  const tol = (o.answered - o.sent) / 1000 + (2 * SLACK_US) / 1000 + 2;
+  const orderKey = 'key' in o.call ? o.call.key : '*';
+  const hit = touched(seq, o.call);
+  for (const cand of cands) {
+    const variants = [cand.m];
+    if (traits.evicts && hit !== undefined) {
+      const dropped = cand.m.clone();
+      dropped.evict(hit.key, hit.algorithm);
+      variants.push(dropped);
+    }
+    const prev = cand.last.get(orderKey) ?? (orderKey === '*' ? undefined : cand.last.get('*'));
+    let a = o.sent - SLACK_US;
+    let b = o.answered + SLACK_US;
+    if (prev !== undefined) {
+      a = Math.max(a, prev.tau);
+      b = Math.min(b, prev.tau + (o.answered - prev.sent) + 50);
+    }
+    if (a > b) continue;
+    for (const variant of variants) {
+      const times = timesIn(a, b, spans, endsOf(variant, spans, a, b));
+      for (const tau of times) {
+        const m = variant.clone();
+        const answer = applyCall(m, seq, o.call, tau);
+        if (!matches(answer, o.answer, tol)) continue;
+        const sig = m.signature();
+        if (seen.has(sig)) continue;
+        seen.add(sig);
+        const last = new Map(cand.last);
+        last.set(orderKey, { tau, sent: o.sent });
+        out.push({ m, last });
+      }
+    }
+  }
+  if (out.length <= MAX_CANDIDATES) return out;
+  // Too many: keep a spread of them, the earliest and latest times included.
+  return Array.from(
+    { length: MAX_CANDIDATES },
+    (_, i) => out[Math.round((i * (out.length - 1)) / (MAX_CANDIDATES - 1))],
+  );
+}
+
+/** Runs a sequence on one store; answers the first divergence from the model, if any. */
+async function runOn(target: Target, seq: Sequence): Promise<Divergence | undefined> {
+  const { store, close } = target.open();
+  try {
+    const limiters = seq.limiters.map((spec) => {
+      const over = delayed(store, spec.giveBackDelayMs, spec.over === 'hitOnly');
+      const tiers = Object.entries(spec.tiers);
+      if (tiers.length === 1 && tiers[0][0] === '') {
+        const rules = tiers[0][1];
+        return createLimiter(rules.length === 1 ? { store: over, ...rules[0] } : { store: over, limits: rules });
+      }
+      return createLimiter({
+        store: over,
+        tiers: Object.fromEntries(tiers.map(([name, rules]) => [name, rules.length === 1 ? rules[0] : rules])),
+      });
+    });
+    const adapters = seq.adapters.map((spec) => {
+      if (spec.kind === 'universal')
+        return universalStore({ windowMs: spec.windowMs, algorithm: spec.algorithm, store });
+      const adapter = expressStore({ store, algorithm: spec.algorithm, prefix: 'x:' });
+      adapter.init({ windowMs: spec.windowMs });
+      return adapter;
+    });
+    const spans = spansOf(seq);
+    let cands: Candidate[] = [{ m: new Model(), last: new Map() }];
+    for (const [index, step] of seq.steps.entries()) {
+      if (step.kind === 'sleep') await sleep(step.ms);
+      else if (step.kind === 'edge') {
+        let ms = step.windowMs - (Date.now() % step.windowMs) + step.offsetMs;
+        if (ms < 0) ms += step.windowMs;
+        await sleep(ms);
+      } else if (step.kind === 'flushScripts') await target.flushScripts();
+      else {
+        const observed: Observed[] = [];
+        const pending: Promise<void>[] = [];
+        for (const [j, c] of step.calls.entries()) {
+          const o: Observed = { call: c, sent: nowUs(), answered: 0, answer: undefined };
+          observed.push(o);
+          pending.push(
+            invoke(c, store, limiters, adapters).then(
+              (answer) => {
+                o.answered = nowUs();
+                o.answer = answer;
+              },
+              (error: { code?: string; message?: string }) => {
+                o.answered = nowUs();
+                o.answer = { error: error.code ?? error.message };
+              },
+            ),
+          );
+          if (j === step.waitAfter) await pending[j];
+        }
+        await Promise.all(pending);
+        for (const cand of cands) cand.last = new Map();
+        for (const o of observed) {
+          const next = advance(seq, target.traits, spans, cands, o);
+          if (next.length === 0) {
+            const m = cands[0].m;
+            const model = [o.sent - SLACK_US, o.answered + SLACK_US].map((t) => applyCall(m.clone(), seq, o.call, t));
+            return { seed: seq.seed, store: target.traits.name, step: index, observed: o, model };
+          }
+          cands = next;
+        }
+      }
+    }
+    return undefined;
+  } finally {
+    await close();
+  }
+}
+
+/** Drops steps while the sequence still diverges on the store (each try on a fresh store), up to `tries` runs. */
+async function shrink(target: Target, seq: Sequence, tries = 24): Promise<{ seq: Sequence; divergence: Divergence }> {
+  let best = seq;
+  let divergence = (await runOn(target, seq))!;
+  if (divergence === undefined) return { seq, divergence: undefined as unknown as Divergence };
+  // Nothing after the diverging step matters.
+  best = { ...seq, steps: seq.steps.slice(0, divergence.step + 1) };
+  let chunk = Math.max(1, Math.floor(best.steps.length / 2));
+  while (tries > 0 && chunk >= 1) {
+    let removed = false;
+    for (let at = 0; at + chunk <= best.steps.length - 1 && tries > 0; at += chunk) {
+      const steps = [...best.steps.slice(0, at), ...best.steps.slice(at + chunk)];
+      const trial = { ...best, steps };
+      tries--;
+      const d = await runOn(target, trial);
+      if (d !== undefined) {
+        best = { ...trial, steps: trial.steps.slice(0, d.step + 1) };
+        divergence = d;
+        removed = true;
+        break;
+      }
+    }
+    if (!removed) chunk = Math.floor(chunk / 2);
+  }
+  return { seq: best, divergence };
+}
+
+function describeDivergence(d: Divergence, repro: Sequence): string {
+  return [
+    `seed ${d.seed} diverges on ${d.store} at step ${d.step}:`,
+    `  call     ${JSON.stringify(d.observed.call)}`,
+    `  answered ${JSON.stringify(d.observed.answer)} (round trip ${((d.observed.answered - d.observed.sent) / 1000).toFixed(2)} ms)`,
+    `  model    ${JSON.stringify(d.model[0])} at sent - slack, ${JSON.stringify(d.model[1])} at answered + slack`,
+    `  shrunk reproduction (${repro.steps.length} steps): ${JSON.stringify({ limiters: repro.limiters, adapters: repro.adapters, steps: repro.steps })}`,
+  ].join('\n');
+}
+
+function savedSeeds(): number[] {
+  try {
+    return (JSON.parse(readFileSync(SEEDS_FILE, 'utf8')) as { seeds: number[] }).seeds;
+  } catch {
+    return [];
+  }
+}
+
+function keepSeed(seed: number) {
+  if (process.env.CI) return;
+  const seeds = savedSeeds();
+  if (seeds.includes(seed)) return;
+  writeFileSync(SEEDS_FILE, JSON.stringify({ seeds: [...seeds, seed] }, null, 2) + '\n');
+}
+
+/** Runs one seed on every store at once; answers the report of each divergence, shrunk. */
+async function runSeed(seed: number, steps: number): Promise<string[]> {
+  const results = await Promise.all(
+    targets.map(async (target) => {
+      const seq = generate(seed, target.traits, known, steps);
+      const d = await runOn(target, seq);
+      if (d === undefined) return undefined;
+      // Timing-dependent: count it only if it happens again, then shrink.
+      const { seq: repro, divergence } = await shrink(target, seq);
+      if (divergence === undefined) {
+        return undefined;
+      }
+      return describeDivergence(divergence, repro);
+    }),
+  );
+  return results.filter((r): r is string => r !== undefined);
+}
+
+const durationS = Number(process.env.DIFF_DURATION_S ?? 0);
+const seedCount = Number(process.env.DIFF_SEEDS ?? 12);
+const stepCount = Number(process.env.DIFF_STEPS ?? 40);
+const firstSeed = Number(process.env.DIFF_SEED ?? Date.now() % 1_000_000_000);
+
+describe('differential: every store agrees with the model', () => {
+  it(
+    `replays the kept seeds, then ${durationS > 0 ? `new seeds for ${durationS} s` : `${seedCount} new seeds`} from ${firstSeed}`,
+    async () => {
+      console.log(
+        `differential: seeds from ${firstSeed} (DIFF_SEED=${firstSeed} replays them); gated: ` +
+          Object.entries(known)
+            .filter(([, on]) => on)
+            .map(([name]) => name)
+            .join(', '),
+      );
+      const reports: string[] = [];
+      const seeds = [...savedSeeds()];
+      const started = Date.now();
+      let calls = 0;
+      for (let i = 0; durationS > 0 ? Date.now() - started < durationS * 1000 : i < seedCount; i++)
+        seeds.push(firstSeed + i);
+      for (const seed of seeds) {
+        const found = await runSeed(seed, stepCount);
+        calls += stepCount;
+        if (found.length > 0) keepSeed(seed);
+        reports.push(...found);
+        if (durationS > 0 && Date.now() - started > durationS * 1000) break;
+      }
+      console.log(`differential: ${seeds.length} seeds, ~${calls} steps per store, in ${Date.now() - started} ms`);
+      expect(reports.join('\n\n')).toBe('');
+    },
+    durationS > 0 ? durationS * 1000 + 600_000 : 240_000,
+  );
+});
