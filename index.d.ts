@@ -591,7 +591,11 @@ export interface IncrementResult {
 export interface UniversalStore {
   /** Counts a hit against `key`, whatever the limit (the limiter compares `totalHits` with it). */
   increment(key: string): Promise<IncrementResult>;
-  /** Takes back one hit counted in the key's window; never below 0, and never opens a window. */
+  /**
+   * Takes back one hit this adapter counted, from the window it was counted in only (a decrement after
+   * the window's edge takes nothing from the next one); never below 0, and never opens a window. The
+   * windows of the last 10,000 keys incremented are remembered; an older key is given nothing back.
+   */
   decrement(key: string): Promise<void>;
   /** Forgets the key, under every algorithm. */
   resetKey(key: string): Promise<void>;
@@ -641,7 +645,11 @@ export interface ExpressStore {
   get(key: string): Promise<ClientRateLimitInfo | undefined>;
   /** Counts a hit against `key`, whatever the limit. */
   increment(key: string): Promise<ClientRateLimitInfo>;
-  /** Takes back one hit (`skipFailedRequests`, `skipSuccessfulRequests`); never below 0, never opens a window. */
+  /**
+   * Takes back one hit (`skipFailedRequests`, `skipSuccessfulRequests`), from the window it was counted
+   * in only; never below 0, never opens a window. The windows of the last 10,000 keys incremented are
+   * remembered; an older key is given nothing back.
+   */
   decrement(key: string): Promise<void>;
   /** Forgets the key, under every algorithm. */
   resetKey(key: string): Promise<void>;
