@@ -9,6 +9,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
+import { slowingProxy } from './support/proxy.js';
 import { errorText, freePort, makeCertificates, perCase, runFixture, type RedisServer } from './support/redis.js';
 
 const KEY_MARKER = '198.51.100.23-key-marker';
@@ -475,3 +476,35 @@ async function freezingProxy(target: number): Promise<{ port: number; freeze(): 
     connections: () => sockets.length / 2,
   };
 }
+
+describe('redisStore: a connection that answers other hits meanwhile', () => {
+  it('is kept through two timeouts in a row, and replaced after three', async () => {
+    const redis = await server();
+    const proxy = await slowingProxy(redis.port, (key) => (key.includes('slow') ? 600 : 100), cleanups);
+    const s = store(`redis://127.0.0.1:${proxy.port}`, { timeoutMs: 300 });
+    // Warm: every script the rounds use is loaded, so each hit is one command.
+    expect(await outcome(s.hit('fast', 60_000, 1))).toBe(1);
+    expect(await outcome(s.hit('slow', 60_000, 1))).toBe(1);
+    proxy.slow();
+    // Each round: a hit answered in time (after the slow ones were sent), then slow ones that time out.
+    const round = async (slow: number) => {
+      const fast = outcome(s.hit('fast', 60_000, 1));
+      await new Promise((resolve) => setImmediate(resolve));
+      const slows = Array.from({ length: slow }, () => outcome(s.hit('slow', 60_000, 1)));
+      return [await fast, ...(await Promise.all(slows))];
+    };
+    for (let i = 0; i < 3; i++) {
+      const [fast, ...slows] = await round(2);
+      expect(typeof fast).toBe('number');
+      expect(slows).toEqual(['ERR_TIMEOUT', 'ERR_TIMEOUT']);
+      // The late replies come in before the next round.
+      await sleep(400);
+    }
+    expect(proxy.connections()).toBe(1);
+    const [fast, ...slows] = await round(3);
+    expect(typeof fast).toBe('number');
+    expect(slows).toEqual(['ERR_TIMEOUT', 'ERR_TIMEOUT', 'ERR_TIMEOUT']);
+    expect(typeof (await outcome(s.hit('fast', 60_000, 1)))).toBe('number');
+    expect(proxy.connections()).toBe(2);
+  });
+});

@@ -3,6 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
+import { createServer, connect, type Socket } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -80,6 +81,56 @@ rateLimitStoreContract('redisStore over REST with HTTPS', overTls);
 limiterSuite('redisStore over REST', () => make());
 operationsSuite('redisStore over REST', () => make());
 redisOrderSuite('redisStore over REST', make, () => redis.cli('SCRIPT', 'FLUSH'));
+
+describe('redisStore over REST: order of calls', () => {
+  it('keeps calls on one key in order when a later one takes a connection freed before an earlier one connects', async () => {
+    // New connections reach the endpoint 30 ms late; a kept-alive one goes at once.
+    const sockets: Socket[] = [];
+    const port = Number(new URL(rest.url).port);
+    const proxy = createServer((client) => {
+      client.pause();
+      sockets.push(client);
+      setTimeout(() => {
+        const upstream = connect(port, '127.0.0.1');
+        sockets.push(upstream);
+        for (const socket of [client, upstream])
+          socket.on('error', () => [client, upstream].forEach((x) => x.destroy()));
+        client.pipe(upstream);
+        upstream.pipe(client);
+        client.resume();
+      }, 30);
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    cleanups.push(
+      () =>
+        new Promise<void>((resolve) => {
+          for (const socket of sockets) socket.destroy();
+          proxy.close(() => resolve());
+        }),
+    );
+    const tick = () => new Promise((resolve) => setImmediate(resolve));
+    const rounds: number[][] = [];
+    for (let round = 0; round < 10; round++) {
+      // Settings of its own: a new pool each round, one connection open and idle.
+      const store = make({
+        url: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`,
+        timeoutMs: 5_000 + round,
+      });
+      await store.hit(`warm:${randomUUID()}`, 60_000, 1);
+      const k = `order:${randomUUID()}`;
+      const a = store.hit(k, 60_000, 1);
+      await tick();
+      const b1 = store.hit(k, 60_000, 1);
+      await tick();
+      const b2 = store.hit(k, 60_000, 1);
+      await a;
+      const c = store.hit(k, 60_000, 1);
+      rounds.push((await Promise.all([a, b1, b2, c])).map((r) => r.count));
+      await store.close();
+    }
+    expect(rounds).toEqual(rounds.map(() => [1, 2, 3, 4]));
+  });
+});
 
 const rejection = (pending: Promise<unknown>) => rejectionOf(pending, [KEY_MARKER, TOKEN_MARKER, TOKEN]);
 

@@ -34,9 +34,11 @@ use tokio_rustls::TlsConnector;
 
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Mark, Stall};
+use super::pipe::Loaded;
 use super::socket;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
+use crate::ops::Op;
 
 /// The code of a lost connection's calls (`Error::Connection`).
 const CONNECTION: &str = "ERR_CONNECTION";
@@ -84,6 +86,8 @@ pub struct Link {
     fresh: AtomicU64,
     /// Counts connects and losses, and tells them to the stores.
     monitor: Arc<Monitor>,
+    /// The scripts the connection of this generation has sent as EVAL.
+    loaded: Mutex<(u64, Loaded)>,
 }
 
 /// Where a Redis client error happened: a failed connect sent no hit.
@@ -137,6 +141,7 @@ impl Link {
             stall: Stall::default(),
             fresh: AtomicU64::new(0),
             monitor,
+            loaded: Mutex::default(),
         })
     }
 
@@ -275,6 +280,34 @@ impl Link {
             Err(_) => self.monitor.connect_failed(),
         }
         settled
+    }
+
+    fn loaded(&self, generation: u64) -> MutexGuard<'_, (u64, Loaded)> {
+        // A set of addresses is whole at every step.
+        let mut loaded = self.loaded.lock().unwrap_or_else(|e| e.into_inner());
+        if loaded.0 != generation {
+            // A new connection, perhaps to a server that never ran a script.
+            *loaded = (generation, Loaded::default());
+        }
+        loaded
+    }
+
+    /// For each op about to go on this generation's connection: whether it
+    /// goes as EVAL (its script's first use there).
+    pub fn first_uses(&self, generation: u64, ops: impl Iterator<Item = Op>) -> Vec<bool> {
+        let mut loaded = self.loaded(generation);
+        ops.map(|op| op.script().is_some_and(|s| loaded.1.first_use(s)))
+            .collect()
+    }
+
+    /// The server answered NOSCRIPT (its cache was flushed): these ops go
+    /// again as EVAL, which loads their scripts.
+    pub fn flushed(&self, generation: u64, ops: impl Iterator<Item = Op>) {
+        let mut loaded = self.loaded(generation);
+        loaded.1.forget();
+        for script in ops.filter_map(Op::script) {
+            loaded.1.first_use(script);
+        }
     }
 
     /// What the connection has answered so far: taken before hits are sent.

@@ -264,7 +264,9 @@ impl Pipe {
         let mut oldest = None;
         let written = self.retry.iter_mut().chain(&mut self.sent);
         // Held ops were never written: they go unsent.
-        let queued = written.map(|s| (s, true)).chain(self.held.iter_mut().map(|s| (s, false)));
+        let queued = written
+            .map(|s| (s, true))
+            .chain(self.held.iter_mut().map(|s| (s, false)));
         for (sent, written) in queued.filter(|(s, _)| !s.settled) {
             if sent.request.deadline > now {
                 // Sent in order, with one timeout for all: the rest are later.
@@ -299,7 +301,11 @@ impl Pipe {
     /// The connection is gone: every hit on it rejects with `error`, which
     /// says whether they were sent. Nothing is sent again.
     pub fn fail(&mut self, error: &Error, done: &mut Vec<Done>) {
-        let all = self.retry.drain(..).chain(self.sent.drain(..)).chain(self.held.drain(..));
+        let all = self
+            .retry
+            .drain(..)
+            .chain(self.sent.drain(..))
+            .chain(self.held.drain(..));
         for sent in all {
             if !sent.settled {
                 let e = error.clone();
@@ -447,7 +453,10 @@ mod tests {
         p.send(request(1, "a", start));
         p.send(request(2, "b", start + Duration::from_secs(10)));
         let mut done = Vec::new();
-        assert!(p.expire(start, &mut done), "nothing answered since it was sent");
+        assert!(
+            p.expire(start, &mut done),
+            "nothing answered since it was sent"
+        );
         assert_eq!((p.in_flight(), p.unsettled()), (2, 1));
         assert_eq!(
             done[0].result,

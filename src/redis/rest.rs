@@ -176,7 +176,10 @@ impl Rest {
                 results[i] = Some(Err(Error::Timeout { ms, sent: false }));
             }
             self.monitor.tally().timeouts += chosen.len() as u64;
-            return results.into_iter().map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer")))).collect();
+            return results
+                .into_iter()
+                .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))))
+                .collect();
         };
         let evals: Vec<bool> = {
             let mut loaded = self.loaded();
@@ -200,8 +203,15 @@ impl Rest {
                 evalsha |= op.script().is_some() && !evals[end];
                 end += 1;
             }
-            self.segment(queries, &chosen[start..end], &evals[start..end], started, deadline, &mut results)
-                .await;
+            self.segment(
+                queries,
+                &chosen[start..end],
+                &evals[start..end],
+                started,
+                deadline,
+                &mut results,
+            )
+            .await;
             start = end;
         }
         let timeouts = results

@@ -297,7 +297,16 @@ async fn on_node(
         Err(_) => return all(&|| Answer::TimedOut { sent: false }),
     };
     let mark = link.mark();
-    let answers = send(conn, queries, chosen, asking, deadline, monitor).await;
+    let answers = send(
+        conn,
+        (link, generation),
+        queries,
+        chosen,
+        asking,
+        deadline,
+        monitor,
+    )
+    .await;
     let timeouts = answers
         .iter()
         .filter(|(a, _)| matches!(a, Answer::TimedOut { .. }))
@@ -397,40 +406,72 @@ async fn routed(
         .collect()
 }
 
-/// Sends the chosen ops as EVALSHA, then those that met NOSCRIPT as EVAL:
-/// one answer per chosen op, in order, with when it came in.
+/// Sends the chosen ops, each as EVALSHA (as EVAL on its script's first use
+/// on this connection), then those that met NOSCRIPT as EVAL, in order: one
+/// answer per chosen op, in order, with when it came in. An UNLINK can't
+/// meet NOSCRIPT, so it goes only once the EVALSHAs before it have answered
+/// (and their retries run), so that it never overtakes one.
 async fn send(
     mut conn: MultiplexedConnection,
+    (link, generation): (&Link, u64),
     queries: &[Query<'_>],
     chosen: &[usize],
     asking: bool,
     deadline: Instant,
     monitor: &Monitor,
 ) -> Vec<Timed> {
-    let answered = pipeline(&mut conn, false, queries, chosen, asking, deadline).await;
-    let now = Instant::now();
-    let mut answers: Vec<Timed> = answered.into_iter().map(|a| (a, now)).collect();
-    let (missing, at): (Vec<usize>, Vec<usize>) = (0..answers.len())
-        .filter(|&j| matches!(&answers[j].0, Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
-        .map(|j| (chosen[j], j))
-        .unzip();
-    if !missing.is_empty() {
-        monitor.tally().noscript += missing.len() as u64;
-        let retried = pipeline(&mut conn, true, queries, &missing, asking, deadline).await;
-        let now = Instant::now();
-        for (j, answer) in at.into_iter().zip(retried) {
-            answers[j] = (answer, now);
+    let evals: Vec<bool> = link.first_uses(generation, chosen.iter().map(|&i| queries[i].op));
+    let mut answers: Vec<Timed> = Vec::with_capacity(chosen.len());
+    let mut start = 0;
+    while start < chosen.len() {
+        let mut end = start;
+        let mut evalsha = false;
+        while end < chosen.len() {
+            let op = queries[chosen[end]].op;
+            if op == Op::Unlink && evalsha {
+                break;
+            }
+            evalsha |= op.script().is_some() && !evals[end];
+            end += 1;
         }
+        let part = &chosen[start..end];
+        let answered = pipeline(
+            &mut conn,
+            &evals[start..end],
+            queries,
+            part,
+            asking,
+            deadline,
+        )
+        .await;
+        let now = Instant::now();
+        let base = answers.len();
+        answers.extend(answered.into_iter().map(|a| (a, now)));
+        let (missing, at): (Vec<usize>, Vec<usize>) = (base..answers.len())
+            .filter(|&j| !evals[j] && matches!(&answers[j].0, Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
+            .map(|j| (chosen[j], j))
+            .unzip();
+        if !missing.is_empty() {
+            monitor.tally().noscript += missing.len() as u64;
+            link.flushed(generation, missing.iter().map(|&i| queries[i].op));
+            let all = vec![true; missing.len()];
+            let retried = pipeline(&mut conn, &all, queries, &missing, asking, deadline).await;
+            let now = Instant::now();
+            for (j, answer) in at.into_iter().zip(retried) {
+                answers[j] = (answer, now);
+            }
+        }
+        start = end;
     }
     answers
 }
 
 /// Sends each chosen op as one pipeline (`EVALSHA sha 1 key argv…`, or
-/// `EVAL script …` if `eval`; a plain op as its command), each after ASKING
-/// if `asking`; one answer per chosen op, in order.
+/// `EVAL script …` where `evals` says; a plain op as its command), each
+/// after ASKING if `asking`; one answer per chosen op, in order.
 async fn pipeline(
     conn: &mut MultiplexedConnection,
-    eval: bool,
+    evals: &[bool],
     queries: &[Query<'_>],
     chosen: &[usize],
     asking: bool,
@@ -438,7 +479,7 @@ async fn pipeline(
 ) -> Vec<Answer> {
     let per_hit = 1 + usize::from(asking);
     let mut pipe = redis::Pipeline::with_capacity(chosen.len() * per_hit);
-    for &i in chosen {
+    for (&i, &eval) in chosen.iter().zip(evals) {
         let q = &queries[i];
         if asking {
             pipe.add_command(redis::cmd("ASKING"));
