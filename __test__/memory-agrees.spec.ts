@@ -73,10 +73,7 @@ describe('memoryStore answers as Redis does', () => {
   it('counts a sliding state read with another windowMs only where its start lines up', async () => {
     await phase(100, 300);
     const [m, r] = [key(), key()];
-    await Promise.all([
-      memory.slidingWindow.increment(m, 1000, 5),
-      redis.slidingWindow.increment(r, 1000, 5),
-    ]);
+    await Promise.all([memory.slidingWindow.increment(m, 1000, 5), redis.slidingWindow.increment(r, 1000, 5)]);
     await sleep(500);
     const [mem, red] = await Promise.all([
       memory.slidingWindow.increment(m, 100, 0),
@@ -95,10 +92,7 @@ describe('memoryStore answers as Redis does', () => {
     // A 1 s window's start is a 500 ms window's start too.
     await phase(10, 200);
     const [m, r] = [key(), key()];
-    await Promise.all([
-      memory.slidingWindow.increment(m, 1000, 3),
-      redis.slidingWindow.increment(r, 1000, 3),
-    ]);
+    await Promise.all([memory.slidingWindow.increment(m, 1000, 3), redis.slidingWindow.increment(r, 1000, 3)]);
     const [mem, red] = await Promise.all([
       memory.slidingWindow.increment(m, 500, 0),
       redis.slidingWindow.increment(r, 500, 0),
