@@ -36,10 +36,14 @@ impl Counter {
         self.ends_at.min(MAX_SAFE as u64)
     }
 
-    /// Whole ms left, rounded up; `None` once under 1 ms is left.
+    /// Whole ms left, counted in ms ticks as Redis's PTTL does (its end's
+    /// tick less now's); `None` once that is under 1 ms. So a window of `w` ms
+    /// opened in tick `t` is open in ticks `t` to `t + w - 1`, as a key Redis
+    /// gave `PEXPIRE w` in tick `t` is.
+    #[inline(always)]
     pub fn reset_ms(&self, now: u64) -> Option<u64> {
-        let left = self.ends_at.checked_sub(now)?;
-        (left >= US_PER_MS).then(|| left.div_ceil(US_PER_MS))
+        let left = (self.ends_at / US_PER_MS).checked_sub(now / US_PER_MS)?;
+        (left > 0).then_some(left)
     }
 }
 
@@ -353,11 +357,36 @@ mod tests {
     }
 
     #[test]
+    fn a_window_lasts_its_ms_ticks_as_pexpire_does() {
+        // Opened 500 µs into tick 1 with 1 ms: open through tick 1, ended in tick 2.
+        let c = put(hit(None, 1_500, 1, 1).unwrap());
+        let o = hit(Some(c), 1_999, 1, 1).unwrap();
+        assert_eq!((o.count, o.reset_ms), (2, 1));
+        assert_eq!(hit(Some(c), 2_000, 1, 1).unwrap().count, 1);
+        // A limit-1 consume twice in one tick: the second is refused.
+        let first = consume(None, 1_500, 1, 1, 1);
+        let second = consume(Some(put_of(first.change)), 1_900, 1, 1, 1);
+        assert!(first.allowed && !second.allowed);
+        assert!(consume(Some(put_of(first.change)), 2_000, 1, 1, 1).allowed);
+        // A refund finds the window through the tick, and none after it.
+        assert_eq!(refund(Some(put_of(first.change)), 1_999, 1).count, 0);
+        assert_eq!(refund(Some(put_of(first.change)), 2_000, 1).reset_ms, 0);
+        // resetMs is the end's tick less now's, as PTTL is.
+        let c = put(hit(None, 10_700, 5, 1).unwrap());
+        assert_eq!(hit(Some(c), 10_999, 5, 0).unwrap().reset_ms, 5);
+        assert_eq!(hit(Some(c), 11_000, 5, 0).unwrap().reset_ms, 4);
+        assert_eq!(hit(Some(c), 14_999, 5, 0).unwrap().reset_ms, 1);
+        assert_eq!(hit(Some(c), 15_000, 5, 0).unwrap().count, 0);
+    }
+
+    #[test]
     fn under_one_ms_left_is_ended() {
-        let c = put(hit(None, 0, 1_000, 7).unwrap());
-        let o = hit(Some(c), 999_001, 1_000, 2).unwrap();
+        // Opened 500 µs into tick 0: under 1 ms is left in tick 1000.
+        let c = put(hit(None, 500, 1_000, 7).unwrap());
+        assert_eq!(hit(Some(c), 999_999, 1_000, 0).unwrap().count, 7);
+        let o = hit(Some(c), 1_000_000, 1_000, 2).unwrap();
         assert_eq!((o.count, o.reset_ms), (2, 1_000));
-        assert_eq!(put(o).ends_at, 999_001 + 1_000 * MS);
+        assert_eq!(put(o).ends_at, 1_000_000 + 1_000 * MS);
     }
 
     #[test]
@@ -491,9 +520,9 @@ mod tests {
     #[test]
     fn consume_at_the_window_edge_starts_anew() {
         let c = open(9, 1_000 * MS);
-        let o = consume(Some(c), 999_001, 500, 10, 2);
+        let o = consume(Some(c), 1_000_000, 500, 10, 2);
         assert_eq!((o.allowed, o.count, o.reset_ms), (true, 2, 500));
-        let o = consume(Some(c), 999_000, 500, 10, 2);
+        let o = consume(Some(c), 999_999, 500, 10, 2);
         assert_eq!((o.allowed, o.count, o.reset_ms), (false, 9, 1));
     }
 
@@ -531,7 +560,7 @@ mod tests {
                 change: Change::Keep
             }
         );
-        let o = refund(Some(open(5, 10 * MS)), 9_001, 3);
+        let o = refund(Some(open(5, 10 * MS)), 10_000, 3);
         assert_eq!((o.count, o.reset_ms, o.change), (0, 0, Change::Drop));
     }
 
@@ -592,7 +621,7 @@ mod tests {
             self.0
                 .get(&key)
                 .copied()
-                .filter(|&(_, end)| end >= now + MS)
+                .filter(|&(_, end)| end / MS > now / MS)
         }
         fn consume(
             &mut self,
@@ -604,12 +633,12 @@ mod tests {
         ) -> (bool, i64, u64) {
             let (count, end) = self.open(key, now).unwrap_or((0, now + window_ms * MS));
             if count + cost > limit {
-                return (false, count, (end - now).div_ceil(MS));
+                return (false, count, end / MS - now / MS);
             }
             if cost > 0 {
                 self.0.insert(key, (count + cost, end));
             }
-            (true, count + cost, (end - now).div_ceil(MS))
+            (true, count + cost, end / MS - now / MS)
         }
         fn refund(&mut self, key: u8, now: u64, amount: i64) -> (i64, u64) {
             match self.open(key, now) {
@@ -621,7 +650,7 @@ mod tests {
                         count
                     };
                     self.0.insert(key, (count, end));
-                    (count, (end - now).div_ceil(MS))
+                    (count, end / MS - now / MS)
                 }
             }
         }

@@ -254,9 +254,9 @@ impl Table {
             let now = shard.tick(clock());
             if let Some(id) = shard.earliest(true) {
                 if shard.get(id).reset_ms(now).is_none() {
-                    shard.remove(id);
-                    shard.tally.evicted_ended += 1;
-                    self.len.fetch_sub(1, Ordering::Relaxed);
+                    let gone = Self::remove_whole(&mut shard, id);
+                    shard.tally.evicted_ended += gone as u64;
+                    self.len.fetch_sub(gone, Ordering::Relaxed);
                     self.publish(s, &shard);
                     return Ok(());
                 }
@@ -269,15 +269,32 @@ impl Table {
         // Another thread may have emptied it since: then this only republishes.
         if let Some(id) = shard.earliest(false) {
             // An ended short window is dropped here too: say which it was.
-            match shard.get(id).reset_ms(shard.tick(clock())) {
-                None => shard.tally.evicted_ended += 1,
-                Some(_) => shard.tally.evicted_short += 1,
+            let ended = shard.get(id).reset_ms(shard.tick(clock())).is_none();
+            let gone = Self::remove_whole(&mut shard, id);
+            match ended {
+                true => shard.tally.evicted_ended += gone as u64,
+                false => shard.tally.evicted_short += gone as u64,
             }
-            shard.remove(id);
-            self.len.fetch_sub(1, Ordering::Relaxed);
+            self.len.fetch_sub(gone, Ordering::Relaxed);
         }
         self.publish(s, &shard);
         Ok(())
+    }
+
+    /// Drops the counter at `id` and, when it is part of a sliding window's
+    /// state, the state's other counters (one shard holds them all), so that
+    /// a state is kept or dropped whole. Returns how many it dropped.
+    fn remove_whole(shard: &mut Shard, id: shard::Id) -> usize {
+        let key = shard.key_of(id);
+        shard.remove(id);
+        let mut gone = 1;
+        for partner in states::partners(key) {
+            if let Some(id) = shard.find(partner) {
+                shard.remove(id);
+                gone += 1;
+            }
+        }
+        gone
     }
 
     /// The shard whose earliest bucket of one kind has the first to end, and that end.
@@ -868,9 +885,9 @@ mod tests {
     impl Model {
         fn hit(&mut self, key: KeyHash, now: u64, window_ms: u64, amount: i64) -> (i64, u64) {
             match self.0.get_mut(&key) {
-                Some((count, end)) if *end >= now + MS => {
+                Some((count, end)) if *end / MS > now / MS => {
                     *count += amount;
-                    (*count, (*end - now).div_ceil(MS))
+                    (*count, *end / MS - now / MS)
                 }
                 _ if amount == 0 => (0, window_ms),
                 _ => {
@@ -897,7 +914,7 @@ mod tests {
             for (k, step, long, amount) in ops {
                 now += step;
                 let window_ms = if long { 2 * HOUR_MS } else { 1 + step / 1_000 };
-                let open = |&(_, ends_at, _): &(i64, u64, bool)| ends_at >= now + MS;
+                let open = |&(_, ends_at, _): &(i64, u64, bool)| ends_at / MS > now / MS;
                 match t.hit(spread(k), || now, window_ms, amount) {
                     Ok(o) => {
                         let c = match model.get(&k).filter(|w| open(w)) {

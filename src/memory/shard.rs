@@ -395,6 +395,11 @@ impl Shard {
         }
     }
 
+    /// The key held at `id`.
+    pub fn key_of(&self, id: Id) -> KeyHash {
+        self.entry(id.0).key()
+    }
+
     #[inline]
     pub fn get(&self, id: Id) -> Counter {
         self.entry(id.0).counter()
@@ -690,8 +695,10 @@ mod tests {
         let mut shard = Shard::new();
         shard.insert(1, counter(1, u64::MAX, true), u64::MAX / 1000);
         assert_eq!(shard.get(Id(0)).ends_at, END_MASK);
-        assert_eq!(shard.drop_ended(END_MASK - 1_000, 10), 0);
-        assert_eq!(shard.drop_ended(END_MASK - 999, 10), 1);
+        // It ends with the ms tick it ends in.
+        let tick = END_MASK / 1_000 * 1_000;
+        assert_eq!(shard.drop_ended(tick - 1, 10), 0);
+        assert_eq!(shard.drop_ended(tick, 10), 1);
         check(&shard);
     }
 

@@ -2,13 +2,14 @@
 //! its algorithm (`window`, `sliding`, `bucket`) applied under one shard lock.
 //!
 //! Every state is kept in the table's own counters (a count and an end), so
-//! each costs what a fixed-window counter does: the sliding window as two
-//! (the current and the previous window's counts; the window's start is
-//! its end less one or two windows), the token bucket as one (the tokens;
-//! the last refill is its end less the time to refill what is missing).
-//! Their keys differ from the fixed window's in the low half of the hash
-//! only, so a key's states share its shard (and its lock), and switching an
-//! algorithm never misreads a counter.
+//! each costs what a fixed-window counter does: the sliding window as three
+//! (the current and the previous window's counts, and the windowMs it was
+//! written with, all ending when the state stops counting; its start is that
+//! end less one window of its own or two), kept and dropped together; the
+//! token bucket as one (the tokens; the last refill is its end less the time
+//! to refill what is missing). Their keys differ from the fixed window's in
+//! the low half of the hash only, so a key's states share its shard (and its
+//! lock), and switching an algorithm never misreads a counter.
 
 use super::{KeyHash, Table};
 use crate::bucket::{self, Bucket, Params};
@@ -19,6 +20,9 @@ use crate::window::{self, Change, Counter, SHORT_WINDOW_MS};
 
 const SLIDING_CURRENT: u128 = 0x9e37_79b9_7f4a_7c15;
 const SLIDING_PREVIOUS: u128 = 0xc2b2_ae3d_27d4_eb4f;
+/// The sliding window's own windowMs, so that a read with another one finds
+/// the state's start as Redis stores it.
+const SLIDING_WINDOW: u128 = 0x27d4_eb2f_1656_67c5;
 const BUCKET: u128 = 0x1656_67b1_9e37_79f9;
 const US_PER_MS: u64 = 1000;
 
@@ -46,19 +50,38 @@ enum Write {
     Drop,
 }
 
-/// The keys of the counters an op reads and writes (one or two).
-fn keys(key: KeyHash, op: Op, args: &Args) -> ([KeyHash; 2], usize) {
-    let sliding = ([key ^ SLIDING_CURRENT, key ^ SLIDING_PREVIOUS], 2);
+/// The keys of the counters an op reads and writes (one to three).
+fn keys(key: KeyHash, op: Op, args: &Args) -> ([KeyHash; 3], usize) {
+    let sliding = (
+        [
+            key ^ SLIDING_CURRENT,
+            key ^ SLIDING_PREVIOUS,
+            key ^ SLIDING_WINDOW,
+        ],
+        3,
+    );
     match op {
-        Op::Hit | Op::Consume | Op::Refund | Op::Ping => ([key, key], 1),
+        Op::Hit | Op::Consume | Op::Refund | Op::Ping => ([key; 3], 1),
         Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => sliding,
-        Op::Bucket => ([key ^ BUCKET, key], 1),
+        Op::Bucket => ([key ^ BUCKET; 3], 1),
         Op::Unlink => match args[0] {
-            0 => ([key, key], 1),
+            0 => ([key; 3], 1),
             1 => sliding,
-            _ => ([key ^ BUCKET, key], 1),
+            _ => ([key ^ BUCKET; 3], 1),
         },
     }
+}
+
+/// The keys that may hold the rest of a sliding state, one of whose counters
+/// is held under `key`: whichever of the three it is, two of these are the
+/// others (the third, like all three for any other counter, is held only by
+/// a 2^-128 chance).
+pub(super) fn partners(key: KeyHash) -> [KeyHash; 3] {
+    [
+        key ^ SLIDING_CURRENT ^ SLIDING_PREVIOUS,
+        key ^ SLIDING_CURRENT ^ SLIDING_WINDOW,
+        key ^ SLIDING_PREVIOUS ^ SLIDING_WINDOW,
+    ]
 }
 
 fn write(change: Change<Counter>, window_ms: u64) -> Write {
@@ -69,24 +92,28 @@ fn write(change: Change<Counter>, window_ms: u64) -> Write {
     }
 }
 
-/// The sliding window's state from its two counters.
-fn sliding_state(held: [Option<Counter>; 2], window_ms: u64) -> Option<Sliding> {
-    let ends_at = state_end(&held[0].or(held[1])?);
+/// The sliding window's state from its counters, its start found with the
+/// windowMs it was written with (not the call's), as Redis stores it.
+fn sliding_state(held: [Option<Counter>; 3]) -> Option<Sliding> {
+    held[0].or(held[1])?;
+    let written = held[2]?;
+    let ends_at = state_end(&written);
     let (current, previous) = (
         held[0].map_or(0, |c| c.count),
         held[1].map_or(0, |c| c.count),
     );
     let windows = if current == 0 { 1 } else { 2 };
+    let window_us = (written.count as u64).saturating_mul(US_PER_MS);
     Some(Sliding {
-        start: ends_at.saturating_sub(windows * window_ms * US_PER_MS),
+        start: ends_at.saturating_sub(windows * window_us),
         current,
         previous,
         ends_at,
     })
 }
 
-/// The two counters of a sliding window's state.
-fn sliding_writes(change: Change<Sliding>, window_ms: u64) -> [Write; 2] {
+/// The three counters of a sliding window's state.
+fn sliding_writes(change: Change<Sliding>, window_ms: u64) -> [Write; 3] {
     let long = window_ms > SHORT_WINDOW_MS;
     let counter = |count: i64, ends_at| match count {
         0 => Write::Drop,
@@ -100,11 +127,12 @@ fn sliding_writes(change: Change<Sliding>, window_ms: u64) -> [Write; 2] {
         ),
     };
     match change {
-        Change::Keep => [Write::Keep; 2],
-        Change::Drop => [Write::Drop; 2],
+        Change::Keep => [Write::Keep; 3],
+        Change::Drop => [Write::Drop; 3],
         Change::Put(s) => [
             counter(s.current, s.ends_at),
             counter(s.previous, s.ends_at),
+            counter(window_ms as i64, s.ends_at),
         ],
     }
 }
@@ -129,14 +157,14 @@ fn bucket_state(held: Option<Counter>, p: &Params) -> Option<Bucket> {
 }
 
 /// The op at `now` on the counters it reads: its answer and its writes.
-fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answer, [Write; 2])> {
+fn apply(op: Op, a: &Args, held: [Option<Counter>; 3], now: u64) -> Result<(Answer, [Write; 3])> {
     let keep = Write::Keep;
     Ok(match op {
         Op::Hit => {
             let o = window::hit(held[0], now, a[0] as u64, a[1])?;
             (
                 Answer::new(&[o.count, o.reset_ms as i64]),
-                [write(o.change, a[0] as u64), keep],
+                [write(o.change, a[0] as u64), keep, keep],
             )
         }
         Op::Consume => {
@@ -148,19 +176,22 @@ fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answ
                 c.reset_ms as i64,
                 c.window as i64,
             ];
-            (Answer::new(&values), [write(c.change, a[0] as u64), keep])
+            (
+                Answer::new(&values),
+                [write(c.change, a[0] as u64), keep, keep],
+            )
         }
         Op::Refund => {
             let r = window::refund_to(held[0], now, a[0], taken_in(a[1]));
             let window_ms = held[0].map_or(0, |c| c.ends_at.saturating_sub(now) / US_PER_MS);
             (
                 Answer::new(&[r.count, r.reset_ms as i64]),
-                [write(r.change, window_ms), keep],
+                [write(r.change, window_ms), keep, keep],
             )
         }
         Op::SlidingIncrement | Op::SlidingDecrement => {
             let window_ms = a[0] as u64;
-            let stored = sliding_state(held, window_ms);
+            let stored = sliding_state(held);
             let h = match op {
                 Op::SlidingIncrement => sliding::increment(stored, now, window_ms, a[1])?,
                 _ => sliding::decrement(stored, now, window_ms, a[1], taken_in(a[2])),
@@ -172,7 +203,7 @@ fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answ
         }
         Op::SlidingConsume => {
             let window_ms = a[0] as u64;
-            let c = sliding::consume(sliding_state(held, window_ms), now, window_ms, a[1], a[2]);
+            let c = sliding::consume(sliding_state(held), now, window_ms, a[1], a[2]);
             let values = [
                 i64::from(c.allowed),
                 c.count,
@@ -209,12 +240,12 @@ fn apply(op: Op, a: &Args, held: [Option<Counter>; 2], now: u64) -> Result<(Answ
                 t.retry_ms as i64,
                 t.reset_ms as i64,
             ];
-            (Answer::new(&values), [change, keep])
+            (Answer::new(&values), [change, keep, keep])
         }
-        Op::Ping => (Answer::new(&[1]), [keep; 2]),
+        Op::Ping => (Answer::new(&[1]), [keep; 3]),
         Op::Unlink => {
             let removed = held.iter().flatten().count() as i64;
-            (Answer::new(&[removed]), [Write::Drop; 2])
+            (Answer::new(&[removed]), [Write::Drop; 3])
         }
     })
 }
@@ -244,9 +275,13 @@ impl Table {
                 shard.tally.calls += 1;
             }
             let now = shard.tick(clock());
-            let mut held = [None; 2];
+            let mut held = [None; 3];
             for (h, &k) in held.iter_mut().zip(keys) {
-                *h = shard.find(k).map(|id| shard.get(id));
+                // An ended counter the sweeper has not dropped yet counts as none.
+                *h = shard
+                    .find(k)
+                    .map(|id| shard.get(id))
+                    .filter(|c| c.reset_ms(now).is_some());
             }
             let (answer, writes) = apply(op, args, held, now)?;
             let new = keys
@@ -321,7 +356,7 @@ mod tests {
     }
 
     #[test]
-    fn the_sliding_window_lives_in_two_counters_and_agrees_with_its_rules() {
+    fn the_sliding_window_lives_in_three_counters_and_agrees_with_its_rules() {
         let t = Table::new(10);
         let w = 1_000u64;
         // At the start of a window, then in the next one, 3/4 of the way in... 1/4 left.
@@ -352,15 +387,19 @@ mod tests {
             ),
             [want.count, want.reset_ms as i64, want.window as i64]
         );
-        assert_eq!(t.len(), 1, "the previous window alone is one counter");
+        assert_eq!(
+            t.len(),
+            2,
+            "one window's count and the windowMs are two counters"
+        );
         assert_eq!(
             run(&t, 7, later, Op::SlidingConsume, [w as f64, 3.0, 2.0, 0.0])[0],
             1
         );
-        assert_eq!(t.len(), 2);
+        assert_eq!(t.len(), 3);
         // The fixed window of the same key is apart.
         assert_eq!(t.hit(7, || later, 60_000, 0).unwrap().count, 0);
-        assert_eq!(run(&t, 7, later, Op::Unlink, [1.0, 0.0, 0.0, 0.0]), [2]);
+        assert_eq!(run(&t, 7, later, Op::Unlink, [1.0, 0.0, 0.0, 0.0]), [3]);
         assert!(t.is_empty());
     }
 
@@ -388,6 +427,69 @@ mod tests {
         assert_eq!(t.len(), 1);
     }
 
+    #[test]
+    fn a_full_table_drops_a_sliding_state_whole() {
+        let t = Table::new(3);
+        let w = 1_000.0;
+        let start = 10 * 1_000 * MS;
+        run(
+            &t,
+            4,
+            start + 100 * MS,
+            Op::SlidingIncrement,
+            [w, 6.0, 0.0, 0.0],
+        );
+        let now = start + 1_010 * MS;
+        let whole = run(&t, 4, now, Op::SlidingIncrement, [w, 1.0, 0.0, 0.0])[0];
+        // Two new keys need room: the state is the soonest to end.
+        t.hit(5, || now, 60_000, 1).unwrap();
+        t.hit(6, || now, 60_000, 1).unwrap();
+        let read = run(&t, 4, now, Op::SlidingIncrement, [w, 0.0, 0.0, 0.0])[0];
+        assert!(read == 0 || read == whole, "read {read}, whole {whole}");
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn a_sliding_state_is_read_with_the_start_it_was_written_with() {
+        let t = Table::new(10);
+        let start = 10 * 1_000 * MS;
+        run(
+            &t,
+            4,
+            start + 100 * MS,
+            Op::SlidingIncrement,
+            [1_000.0, 5.0, 0.0, 0.0],
+        );
+        // 500 ms later on a 100 ms grid: its start lines up with neither window.
+        let later = start + 600 * MS;
+        assert_eq!(
+            run(&t, 4, later, Op::SlidingIncrement, [100.0, 0.0, 0.0, 0.0])[0],
+            0
+        );
+        // At 200 ms, a 200 ms grid's previous window starts where it does.
+        let t = Table::new(10);
+        run(
+            &t,
+            4,
+            start + 100 * MS,
+            Op::SlidingIncrement,
+            [1_000.0, 5.0, 0.0, 0.0],
+        );
+        let at = start + 250 * MS;
+        let stored = Some(Sliding {
+            start,
+            previous: 0,
+            current: 5,
+            ends_at: start + 2_000 * MS,
+        });
+        let want = sliding::increment(stored, at, 200, 0).unwrap().count;
+        assert_eq!(
+            run(&t, 4, at, Op::SlidingIncrement, [200.0, 0.0, 0.0, 0.0])[0],
+            want
+        );
+        assert!(want > 0);
+    }
+
     /// The pure functions with their state kept whole, as Redis keeps it.
     #[derive(Default)]
     struct Model {
@@ -405,6 +507,10 @@ mod tests {
 
     impl Model {
         fn run(&mut self, now: u64, op: Op, a: &Args) -> Vec<i64> {
+            // Redis expires a state once it counts nothing under its own windowMs.
+            if self.sliding.is_some_and(|s| s.ends_at <= now) {
+                self.sliding = None;
+            }
             match op {
                 Op::SlidingIncrement | Op::SlidingDecrement => {
                     let h = match op {
@@ -452,20 +558,22 @@ mod tests {
         /// in one: it must answer as the whole states do, step by step.
         #[test]
         fn the_table_agrees_with_whole_states(
-            steps in prop::collection::vec((0u8..4, 0u64..900_000, 0i64..4), 1..120)
+            steps in prop::collection::vec((0u8..4, 0u64..900_000, 0i64..4, 0usize..4), 1..120)
         ) {
             let table = Table::new(100);
             let mut model = Model::default();
             let mut now = 5_000_000;
-            for (kind, step, n) in steps {
+            for (kind, step, n, w) in steps {
+                // Windows whose grids line up now and then, and one that never does.
+                let w = [400.0, 200.0, 800.0, 300.0][w];
                 now += step;
                 if step % 5 == 0 {
                     table.sweep(|| now);
                 }
                 let (op, args) = match kind {
-                    0 => (Op::SlidingIncrement, [400.0, n as f64, 0.0, 0.0]),
-                    1 => (Op::SlidingDecrement, [400.0, n as f64, 0.0, 0.0]),
-                    2 => (Op::SlidingConsume, [400.0, 5.0, n as f64, 0.0]),
+                    0 => (Op::SlidingIncrement, [w, n as f64, 0.0, 0.0]),
+                    1 => (Op::SlidingDecrement, [w, n as f64, 0.0, 0.0]),
+                    2 => (Op::SlidingConsume, [w, 5.0, n as f64, 0.0]),
                     _ => (Op::Bucket, [4.0, 1.0, 150.0, n as f64]),
                 };
                 let args = op.check(args).unwrap();
