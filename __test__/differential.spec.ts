@@ -95,6 +95,21 @@ beforeAll(async () => {
       flushScripts: flushOne,
     },
   ];
+  // A script's first use on a server retries after NOSCRIPT, which today reorders the calls behind
+  // it (KNOWN.callOrder): load every script once first, so that only the flushScripts steps meet it.
+  if (known.callOrder) {
+    for (const target of targets.filter((t) => t.traits.redis)) {
+      const { store, close } = target.open();
+      await store.hit('warm', 10, 1);
+      await store.consume('warm', { limit: 1, windowMs: 10 });
+      await store.refund('warm', 1);
+      await store.slidingWindow.increment('warm', 10, 1);
+      await store.slidingWindow.consume('warm', { limit: 1, windowMs: 10 });
+      await store.slidingWindow.decrement('warm', 10, 1);
+      await store.tokenBucket('warm', { capacity: 1, refill: 1, intervalMs: 10 });
+      await close();
+    }
+  }
 }, 60_000);
 
 afterAll(async () => {
@@ -315,7 +330,7 @@ async function runOn(target: Target, seq: Sequence): Promise<Divergence | undefi
       return adapter;
     });
     const spans = spansOf(seq);
-    let cands: Candidate[] = [{ m: new Model(), last: new Map() }];
+    let cands: Candidate[] = [{ m: new Model(known.slidingCeil ? 'floor' : 'ceil'), last: new Map() }];
     for (const [index, step] of seq.steps.entries()) {
       if (step.kind === 'sleep') await sleep(step.ms);
       else if (step.kind === 'edge') {

@@ -23,7 +23,7 @@ export const SLACK_US = 3_000;
 export const KNOWN_DEFAULT = {
   /** memoryStore aligns sliding windows on its monotonic clock, not on the epoch (1). */
   memorySlidingClock: true,
-  /** The sliding estimate rounds the previous window's share down, not up (2). */
+  /** The sliding estimate rounds the previous window's share down, not up (2); while true the model rounds down too. */
   slidingCeil: true,
   /** The limiter's give-backs name no window (delayed past an edge they take another window's count), and over a hit-only store it gives back (3). */
   giveBackWindow: true,
@@ -31,8 +31,12 @@ export const KNOWN_DEFAULT = {
   callOrder: true,
   /** redisStore's resetAll runs out of order with the store's other calls (5). */
   resetAllOrder: true,
-  /** memoryStore counts a sliding state read with another windowMs in full (6). */
-  memorySlidingWindowMs: true,
+  /**
+   * A sliding state read with another windowMs (6): memoryStore counts it in full; redisStore counts a
+   * state whose start falls inside the current window as current (sliding.lua: `s >= start`), where the
+   * rule counts only a start equal to the current one. While true, a sequence uses one sliding windowMs.
+   */
+  slidingWindowMs: true,
   /** A full memoryStore evicts half of a sliding state (7). */
   memoryEviction: true,
   /** memoryStore's fixed windows count about 1 ms less than windowMs (8: windowMs 1 and 2 on memory). */
@@ -139,17 +143,19 @@ const KEYS = ['a', 'b', 'c'];
  */
 export function generate(seed: number, traits: StoreTraits, known: Known, steps = 40): Sequence {
   const r = prng(seed);
-  const slidingOff =
-    known.slidingCeil || (traits.memory && known.memorySlidingClock) || (traits.evicts && known.memoryEviction);
+  const slidingOff = (traits.memory && known.memorySlidingClock) || (traits.evicts && known.memoryEviction);
   const shortOff = traits.memory && known.memoryShortWindow;
   const fixedWindows = FIXED_WINDOWS.filter((w) => !(shortOff && w < 5));
   // Per key: its fixed window and its sliding windows (a second one reads the state under another length).
   const fixedOf = new Map(KEYS.map((k) => [k, r.pick(fixedWindows)]));
   const slidingOf = new Map(KEYS.map((k) => [k, [r.pick(SLIDING_WINDOWS), r.pick(SLIDING_WINDOWS)]]));
+  const oneSliding = r.pick(SLIDING_WINDOWS);
+  const slidingPick = () => (known.slidingWindowMs ? oneSliding : r.pick(SLIDING_WINDOWS));
   const slidingWindow = (key: string) => {
     const [first, second] = slidingOf.get(key)!;
     const other = r.chance(0.15);
-    return other && !(traits.memory && known.memorySlidingWindowMs) ? second : first;
+    if (known.slidingWindowMs) return oneSliding;
+    return other ? second : first;
   };
   const limit = () => r.pick(LIMITS);
   // A bucket's state is read with the parameters it was written with (docs/algorithms.md: other
@@ -167,7 +173,7 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
     algorithm: 'sliding-window',
     name: 's',
     limit: r.int(0, 3),
-    windowMs: r.pick(SLIDING_WINDOWS),
+    windowMs: slidingPick(),
   };
   const limiters: LimiterSpec[] = [];
   const limiterCount = traits.evicts ? 0 : 3;
@@ -202,7 +208,7 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
       adapters.push({
         kind,
         algorithm,
-        windowMs: r.pick(algorithm === 'fixed-window' ? fixedWindows : SLIDING_WINDOWS),
+        windowMs: algorithm === 'fixed-window' ? r.pick(fixedWindows) : slidingPick(),
       });
     }
   }
@@ -264,8 +270,10 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
       const n = r.int(2, 4);
       const calls: Call[] = [];
       const key = r.pick(KEYS);
+      // Half of them: one call made n times at once (the race of parallel requests).
+      const same = r.chance(0.5) ? call(key) : undefined;
       for (let j = 0; j < n; j++) {
-        const c = call(r.chance(0.7) ? key : undefined);
+        const c = same !== undefined ? { ...same } : call(r.chance(0.7) ? key : undefined);
         if (c === undefined) continue;
         if (c.op === 'resetAll' && traits.redis && known.resetAllOrder) continue;
         if (c.op === 'check' && known.giveBackWindow) continue;
@@ -385,7 +393,8 @@ export function applyCall(m: Model, seq: Sequence, c: Call, t: number): unknown 
         return null;
       }
       const a = sliding ? m.slidingIncrement(key, spec.windowMs, 0, t) : m.refund(key, 0, t);
-      return a === null || a.count <= 0 ? null : { totalHits: a.count, resetMs: a.resetMs };
+      // A fixed window answers while open (even at 0); a sliding state only while it counts something.
+      return a === null || (sliding && a.count <= 0) ? null : { totalHits: a.count, resetMs: a.resetMs };
     }
   }
 }
