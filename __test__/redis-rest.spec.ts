@@ -15,6 +15,7 @@ import {
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
 import { operationsSuite } from './operations-suite.js';
+import { universalSuite } from './universal-suite.js';
 import {
   errorText,
   makeCertificates,
@@ -79,6 +80,7 @@ rateLimitStoreContract('redisStore over REST', () => make());
 rateLimitStoreContract('redisStore over REST with HTTPS', overTls);
 limiterSuite('redisStore over REST', () => make());
 operationsSuite('redisStore over REST', () => make());
+universalSuite('redisStore over REST', () => make());
 
 const rejection = (pending: Promise<unknown>) => rejectionOf(pending, [KEY_MARKER, TOKEN_MARKER, TOKEN]);
 
