@@ -290,7 +290,21 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
     } else if (kind === 8) {
       out.push({ kind: 'edge', windowMs: r.pick([5, 10, 25, 50, 100, 250]), offsetMs: r.int(-2, 2) });
     } else {
-      const flush = r.chance(0.5);
+      const pattern = r.int(0, 2);
+      if (pattern === 1 && !(traits.redis && known.resetAllOrder)) {
+        // resetAll between two hits in one tick: the second hit counts after it.
+        const key = r.pick(KEYS);
+        const hit: Call = { op: 'hit', key, windowMs: fixedOf.get(key)!, amount: 1 };
+        out.push({ kind: 'calls', calls: [hit, { op: 'resetAll' }, { ...hit }], waitAfter: -1 });
+        continue;
+      }
+      if (pattern === 2 && !shortOff) {
+        // Two parallel consumes at limit 1 on a window of 1 ms: one passes (unless a ms edge falls between).
+        const c: Call = { op: 'consume', key: 'd', limit: 1, windowMs: 1, cost: 1 };
+        out.push({ kind: 'calls', calls: [c, { ...c }], waitAfter: -1 });
+        continue;
+      }
+      const flush = pattern === 0;
       if (flush && traits.redis && !known.callOrder) {
         out.push({ kind: 'flushScripts' });
         const key = r.pick(KEYS);
@@ -441,7 +455,7 @@ export const nowUs = () => Math.round((performance.timeOrigin + performance.now(
 /** The times worth trying in [a, b]: evenly spaced ones, and both sides of every edge of the windows in play. */
 export function timesIn(a: number, b: number, spans: number[], ends: number[]): number[] {
   const points = new Set<number>();
-  const n = 12;
+  const n = 24;
   for (let i = 0; i <= n; i++) points.add(Math.round(a + ((b - a) * i) / n));
   for (const span of spans) {
     const w = span * US;
