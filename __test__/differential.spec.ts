@@ -255,8 +255,8 @@ function endsOf(m: Model, intervals: number[], a: number, b: number): number[] {
 
 interface Candidate {
   m: Model;
-  /** Per key, the time the previous call of this group on it ran at, and when it was sent. */
-  last: Map<string, { tau: number; sent: number }>;
+  /** Per key, the times the previous call of this group on it may have run at (lo..hi), and when it was sent. */
+  last: Map<string, { lo: number; hi: number; sent: number }>;
 }
 
 const MAX_CANDIDATES = 48;
@@ -264,7 +264,7 @@ const MAX_CANDIDATES = 48;
 /** The candidates an observed call leaves: every state a time in its slack (and an eviction) accepts. */
 function advance(seq: Sequence, traits: StoreTraits, spans: number[], cands: Candidate[], o: Observed): Candidate[] {
   const out: Candidate[] = [];
-  const seen = new Set<string>();
+  const seen = new Map<string, Candidate>();
   const tol = (o.answered - o.sent) / 1000 + (2 * SLACK_US) / 1000 + 2;
   const orderKey = 'key' in o.call ? o.call.key : '*';
   const hit = touched(seq, o.call);
@@ -279,8 +279,8 @@ function advance(seq: Sequence, traits: StoreTraits, spans: number[], cands: Can
     let a = o.sent - SLACK_US;
     let b = o.answered + SLACK_US;
     if (prev !== undefined) {
-      a = Math.max(a, prev.tau);
-      b = Math.min(b, prev.tau + (o.answered - prev.sent) + 50);
+      a = Math.max(a, prev.lo);
+      b = Math.min(b, prev.hi + (o.answered - prev.sent) + 50);
     }
     if (a > b) continue;
     for (const variant of variants) {
@@ -290,11 +290,19 @@ function advance(seq: Sequence, traits: StoreTraits, spans: number[], cands: Can
         const answer = applyCall(m, seq, o.call, tau);
         if (!matches(answer, o.answer, tol)) continue;
         const sig = m.signature();
-        if (seen.has(sig)) continue;
-        seen.add(sig);
+        const same = seen.get(sig);
+        if (same !== undefined) {
+          // One state reached at several times: the next call on the key may follow any of them.
+          const entry = same.last.get(orderKey)!;
+          entry.lo = Math.min(entry.lo, tau);
+          entry.hi = Math.max(entry.hi, tau);
+          continue;
+        }
         const last = new Map(cand.last);
-        last.set(orderKey, { tau, sent: o.sent });
-        out.push({ m, last });
+        last.set(orderKey, { lo: tau, hi: tau, sent: o.sent });
+        const next = { m, last };
+        seen.set(sig, next);
+        out.push(next);
       }
     }
   }
