@@ -290,7 +290,20 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
     } else if (kind === 8) {
       out.push({ kind: 'edge', windowMs: r.pick([5, 10, 25, 50, 100, 250]), offsetMs: r.int(-2, 2) });
     } else {
-      const pattern = r.int(0, 2);
+      const pattern = r.int(0, 3);
+      if (pattern === 3 && traits.evicts && !slidingOff) {
+        // A full table meets a sliding state with a previous and a current window: it keeps or drops it whole.
+        const w = known.slidingWindowMs ? oneSliding : 100;
+        const one = (c: Call): Step => ({ kind: 'calls', calls: [c], waitAfter: -1 });
+        out.push(one({ op: 'resetAll' }));
+        out.push(one({ op: 'sInc', key: 'e', windowMs: w, amount: 6 }));
+        if (w <= 250) out.push({ kind: 'edge', windowMs: w, offsetMs: 1 });
+        out.push(one({ op: 'sInc', key: 'e', windowMs: w, amount: 1 }));
+        // Two more counters than the state's two fit in maxKeys 3: one of the state's goes.
+        for (const key of ['f', 'g']) out.push(one({ op: 'hit', key, windowMs: 2000, amount: 1 }));
+        out.push(one({ op: 'sInc', key: 'e', windowMs: w, amount: 0 }));
+        continue;
+      }
       if (pattern === 1 && !(traits.redis && known.resetAllOrder)) {
         // resetAll between two hits in one tick: the second hit counts after it.
         const key = r.pick(KEYS);
