@@ -276,7 +276,9 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
         const c = same !== undefined ? { ...same } : call(r.chance(0.7) ? key : undefined);
         if (c === undefined) continue;
         if (c.op === 'resetAll' && traits.redis && known.resetAllOrder) continue;
-        if (c.op === 'check' && known.giveBackWindow) continue;
+        // Parallel checks are not one step each: a give-back in flight may refuse a concurrent check
+        // ("fewer, never more", the limiter suite's concurrency cases), which the model cannot predict.
+        if (c.op === 'check') continue;
         calls.push(c);
       }
       const waitAfter = r.chance(0.3) ? 0 : -1;
@@ -290,7 +292,21 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
     } else if (kind === 8) {
       out.push({ kind: 'edge', windowMs: r.pick([5, 10, 25, 50, 100, 250]), offsetMs: r.int(-2, 2) });
     } else {
-      const pattern = r.int(0, 3);
+      const pattern = r.int(0, 4);
+      const hitOnly = limiters.findIndex((l) => l.over === 'hitOnly');
+      if (pattern === 4 && hitOnly >= 0) {
+        // Over a hit-only store a refused hit stays counted: three checks, then a read of the count.
+        const tier = Object.keys(limiters[hitOnly].tiers)[0];
+        const rule = limiters[hitOnly].tiers[tier][0] as Extract<Rule, { windowMs: number }>;
+        const check: Call = { op: 'check', limiter: hitOnly, key: 'h', cost: 1, tier };
+        for (let j = 0; j < 3; j++) out.push({ kind: 'calls', calls: [{ ...check }], waitAfter: -1 });
+        out.push({
+          kind: 'calls',
+          calls: [{ op: 'hit', key: 'h', windowMs: rule.windowMs, amount: 0 }],
+          waitAfter: -1,
+        });
+        continue;
+      }
       if (pattern === 3 && traits.evicts && !slidingOff) {
         // A full table meets a sliding state with a previous and a current window: it keeps or drops it whole.
         const w = known.slidingWindowMs ? oneSliding : 100;
