@@ -7,7 +7,7 @@
 // ones (default 12) from DIFF_SEED (default: the time), DIFF_STEPS steps each (default 40); with
 // DIFF_DURATION_S, new seeds until that many seconds have passed (`npm run soak`). Each step is one
 // call, a parallel group of 2-4, a sleep or a wait for a window edge; a run of 12 seeds makes about
-// 12 x 40 x 1.5 x 5 stores ~ 3,600 calls and takes about 20 s. A divergence prints its seed, the
+// about 2,100 calls on the five stores (the closing line counts them) and takes 30-50 s. A divergence prints its seed, the
 // store, the call, what the store answered and what the model allowed, and a reproduction shrunk by
 // dropping steps; the seed is added to differential-seeds.json (outside CI) to be committed.
 import { readFileSync, writeFileSync } from 'node:fs';
@@ -43,6 +43,8 @@ type AnyStore = any;
 
 interface Target {
   traits: StoreTraits;
+  /** The clock the store's answers are checked on (epoch µs, or memoryStore's own monotonic µs). */
+  clock: () => number;
   open(): { store: AnyStore; close(): Promise<void> };
   flushScripts(): Promise<void>;
 }
@@ -64,25 +66,33 @@ beforeAll(async () => {
     ...t,
   });
   const prefix = () => `diff:${randomUUID()}:`;
+  // DIFF_MEMORY_CLOCK=monotonic checks memoryStore on its own (monotonic) clock, so that the defects
+  // behind KNOWN.memorySlidingClock do not hide the others on it.
+  const memoryClock =
+    process.env.DIFF_MEMORY_CLOCK === 'monotonic' ? () => Number(process.hrtime.bigint() / 1000n) : nowUs;
   const closing = (store: AnyStore) => ({ store, close: () => store.close() });
   const flushOne = async () => void (await redis.cli('SCRIPT', 'FLUSH'));
   targets = [
     {
       traits: traits('memoryStore', { memory: true }),
+      clock: memoryClock,
       open: () => ({ store: memoryStore(), close: async () => {} }),
       flushScripts: async () => {},
     },
     {
       traits: traits('memoryStore (maxKeys 3)', { memory: true, evicts: true }),
+      clock: memoryClock,
       open: () => ({ store: memoryStore({ maxKeys: 3 }), close: async () => {} }),
       flushScripts: async () => {},
     },
     {
+      clock: nowUs,
       traits: traits('redisStore (TCP)', { redis: true }),
       open: () => closing(redisStore({ url: redis.url, prefix: prefix(), timeoutMs: 5_000 })),
       flushScripts: flushOne,
     },
     {
+      clock: nowUs,
       traits: traits('redisStore (cluster)', { redis: true }),
       open: () => closing(redisStore({ url: cluster.url, cluster: true, prefix: prefix(), timeoutMs: 5_000 })),
       flushScripts: async () => {
@@ -90,11 +100,27 @@ beforeAll(async () => {
       },
     },
     {
+      clock: nowUs,
       traits: traits('redisStore (REST)', { redis: true, rest: true }),
       open: () => closing(redisStore({ url: rest.url, token: TOKEN, prefix: prefix(), timeoutMs: 5_000 })),
       flushScripts: flushOne,
     },
   ];
+  // A script's first use on a server retries after NOSCRIPT, which today reorders the calls behind
+  // it (KNOWN.callOrder): load every script once first, so that only the flushScripts steps meet it.
+  if (known.callOrder) {
+    for (const target of targets.filter((t) => t.traits.redis)) {
+      const { store, close } = target.open();
+      await store.hit('warm', 10, 1);
+      await store.consume('warm', { limit: 1, windowMs: 10 });
+      await store.refund('warm', 1);
+      await store.slidingWindow.increment('warm', 10, 1);
+      await store.slidingWindow.consume('warm', { limit: 1, windowMs: 10 });
+      await store.slidingWindow.decrement('warm', 10, 1);
+      await store.tokenBucket('warm', { capacity: 1, refill: 1, intervalMs: 10 });
+      await close();
+    }
+  }
 }, 60_000);
 
 afterAll(async () => {
@@ -106,10 +132,18 @@ afterAll(async () => {
 // Running a sequence on a store
 
 /** A store whose give-backs (refund, decrement, a negative hit) reach it `delayMs` late. */
-function delayed(store: AnyStore, delayMs: number, hitOnly: boolean): RateLimitStore | AnyStore {
+function delayed(
+  store: AnyStore,
+  delayMs: number,
+  hitOnly: boolean,
+  stamps: number[],
+  clock: () => number,
+): RateLimitStore | AnyStore {
   const late =
     <A extends unknown[], R>(f: (...args: A) => Promise<R>) =>
     async (...args: A) => {
+      // The takes of the check were answered before its give-back was sent.
+      stamps.push(clock());
       if (delayMs > 0) await sleep(delayMs);
       return f(...args);
     };
@@ -240,16 +274,18 @@ function endsOf(m: Model, intervals: number[], a: number, b: number): number[] {
 
 interface Candidate {
   m: Model;
-  /** Per key, the time the previous call of this group on it ran at, and when it was sent. */
-  last: Map<string, { tau: number; sent: number }>;
+  /** Per key, the times the previous call of this group on it may have run at (lo..hi), and when it was sent. */
+  last: Map<string, { lo: number; hi: number; sent: number }>;
 }
 
 const MAX_CANDIDATES = 48;
+/** Store calls made by this run (shrinking included), for the closing line. */
+let callCount = 0;
 
 /** The candidates an observed call leaves: every state a time in its slack (and an eviction) accepts. */
 function advance(seq: Sequence, traits: StoreTraits, spans: number[], cands: Candidate[], o: Observed): Candidate[] {
   const out: Candidate[] = [];
-  const seen = new Set<string>();
+  const seen = new Map<string, Candidate>();
   const tol = (o.answered - o.sent) / 1000 + (2 * SLACK_US) / 1000 + 2;
   const orderKey = 'key' in o.call ? o.call.key : '*';
   const hit = touched(seq, o.call);
@@ -264,8 +300,8 @@ function advance(seq: Sequence, traits: StoreTraits, spans: number[], cands: Can
     let a = o.sent - SLACK_US;
     let b = o.answered + SLACK_US;
     if (prev !== undefined) {
-      a = Math.max(a, prev.tau);
-      b = Math.min(b, prev.tau + (o.answered - prev.sent) + 50);
+      a = Math.max(a, prev.lo);
+      b = Math.min(b, prev.hi + (o.answered - prev.sent) + 50);
     }
     if (a > b) continue;
     for (const variant of variants) {
@@ -275,11 +311,19 @@ function advance(seq: Sequence, traits: StoreTraits, spans: number[], cands: Can
         const answer = applyCall(m, seq, o.call, tau);
         if (!matches(answer, o.answer, tol)) continue;
         const sig = m.signature();
-        if (seen.has(sig)) continue;
-        seen.add(sig);
+        const same = seen.get(sig);
+        if (same !== undefined) {
+          // One state reached at several times: the next call on the key may follow any of them.
+          const entry = same.last.get(orderKey)!;
+          entry.lo = Math.min(entry.lo, tau);
+          entry.hi = Math.max(entry.hi, tau);
+          continue;
+        }
         const last = new Map(cand.last);
-        last.set(orderKey, { tau, sent: o.sent });
-        out.push({ m, last });
+        last.set(orderKey, { lo: tau, hi: tau, sent: o.sent });
+        const next = { m, last };
+        seen.set(sig, next);
+        out.push(next);
       }
     }
   }
@@ -294,9 +338,10 @@ function advance(seq: Sequence, traits: StoreTraits, spans: number[], cands: Can
 /** Runs a sequence on one store; answers the first divergence from the model, if any. */
 async function runOn(target: Target, seq: Sequence): Promise<Divergence | undefined> {
   const { store, close } = target.open();
+  const stamps: number[] = [];
   try {
     const limiters = seq.limiters.map((spec) => {
-      const over = delayed(store, spec.giveBackDelayMs, spec.over === 'hitOnly');
+      const over = delayed(store, spec.giveBackDelayMs, spec.over === 'hitOnly', stamps, target.clock);
       const tiers = Object.entries(spec.tiers);
       if (tiers.length === 1 && tiers[0][0] === '') {
         const rules = tiers[0][1];
@@ -315,7 +360,7 @@ async function runOn(target: Target, seq: Sequence): Promise<Divergence | undefi
       return adapter;
     });
     const spans = spansOf(seq);
-    let cands: Candidate[] = [{ m: new Model(), last: new Map() }];
+    let cands: Candidate[] = [{ m: new Model(known.slidingCeil ? 'floor' : 'ceil'), last: new Map() }];
     for (const [index, step] of seq.steps.entries()) {
       if (step.kind === 'sleep') await sleep(step.ms);
       else if (step.kind === 'edge') {
@@ -327,16 +372,23 @@ async function runOn(target: Target, seq: Sequence): Promise<Divergence | undefi
         const observed: Observed[] = [];
         const pending: Promise<void>[] = [];
         for (const [j, c] of step.calls.entries()) {
-          const o: Observed = { call: c, sent: nowUs(), answered: 0, answer: undefined };
+          callCount++;
+          const o: Observed = { call: c, sent: target.clock(), answered: 0, answer: undefined };
           observed.push(o);
           pending.push(
             invoke(c, store, limiters, adapters).then(
               (answer) => {
-                o.answered = nowUs();
+                o.answered = target.clock();
+                // A check's takes ran before its first give-back was sent (a delayed give-back would
+                // otherwise let the model take at any time up to the late answer).
+                if (c.op === 'check' && seq.limiters[c.limiter].giveBackDelayMs > 0) {
+                  const first = stamps.filter((t) => t >= o.sent).sort((x, y) => x - y)[0];
+                  if (first !== undefined) o.answered = Math.min(o.answered, first);
+                }
                 o.answer = answer;
               },
               (error: { code?: string; message?: string }) => {
-                o.answered = nowUs();
+                o.answered = target.clock();
                 o.answer = { error: error.code ?? error.message };
               },
             ),
@@ -461,7 +513,9 @@ describe('differential: every store agrees with the model', () => {
         reports.push(...found);
         if (durationS > 0 && Date.now() - started > durationS * 1000) break;
       }
-      console.log(`differential: ${seeds.length} seeds, ~${calls} steps per store, in ${Date.now() - started} ms`);
+      console.log(
+        `differential: ${seeds.length} seeds, ${calls} steps per store, ${callCount} calls on 5 stores, in ${Date.now() - started} ms`,
+      );
       expect(reports.join('\n\n')).toBe('');
     },
     durationS > 0 ? durationS * 1000 + 600_000 : 240_000,

@@ -193,6 +193,35 @@ export function limiterSuite(name: string, create: () => RateLimitStore, { hitOn
       });
     };
 
+    ratestoreOnly('a fixed window that a refused request opened stays open, at 0', async (store) => {
+      const limiter = createLimiter({
+        store,
+        limits: [
+          { name: 'f', limit: 5, windowMs: 60_000 },
+          { name: 's', algorithm: 'sliding-window', limit: 0, windowMs: 60_000 },
+        ],
+      });
+      const k = key();
+      expect((await limiter.check(k)).allowed).toBe(false);
+      const open = await store.refund(`${k}:f`, 0);
+      expect(open).not.toBeNull();
+      expect(open!.count).toBe(0);
+      expect(open!.resetMs).toBeGreaterThan(59_000);
+    });
+
+    ratestoreOnly(
+      'lets exactly 25 of 100 parallel checks through a sliding window and a token bucket',
+      async (store) => {
+        const sliding = createLimiter({ store, algorithm: 'sliding-window', limit: 25, windowMs: 60_000 });
+        const bucket = createLimiter({ store, algorithm: 'token-bucket', capacity: 25, refill: 1, intervalMs: 60_000 });
+        for (const limiter of [sliding, bucket]) {
+          const k = key();
+          const answers = await Promise.all(Array.from({ length: 100 }, () => limiter.check(k)));
+          expect(answers.filter((a) => a.allowed)).toHaveLength(25);
+        }
+      },
+    );
+
     ratestoreOnly('limits with a sliding window', async (store) => {
       const limiter = createLimiter({ store, algorithm: 'sliding-window', limit: 2, windowMs: 60_000 });
       const k = key();

@@ -16,6 +16,7 @@ import {
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
 import { operationsSuite, redisOrderSuite } from './operations-suite.js';
+import { universalSuite } from './universal-suite.js';
 import {
   errorText,
   makeCertificates,
@@ -80,6 +81,7 @@ rateLimitStoreContract('redisStore over REST', () => make());
 rateLimitStoreContract('redisStore over REST with HTTPS', overTls);
 limiterSuite('redisStore over REST', () => make());
 operationsSuite('redisStore over REST', () => make());
+universalSuite('redisStore over REST', () => make());
 redisOrderSuite('redisStore over REST', make, () => redis.cli('SCRIPT', 'FLUSH'));
 
 describe('redisStore over REST: order of calls', () => {

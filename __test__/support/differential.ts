@@ -23,7 +23,7 @@ export const SLACK_US = 3_000;
 export const KNOWN_DEFAULT = {
   /** memoryStore aligns sliding windows on its monotonic clock, not on the epoch (1). */
   memorySlidingClock: true,
-  /** The sliding estimate rounds the previous window's share down, not up (2). */
+  /** The sliding estimate rounds the previous window's share down, not up (2); while true the model rounds down too. */
   slidingCeil: true,
   /** The limiter's give-backs name no window (delayed past an edge they take another window's count), and over a hit-only store it gives back (3). */
   giveBackWindow: true,
@@ -31,8 +31,12 @@ export const KNOWN_DEFAULT = {
   callOrder: true,
   /** redisStore's resetAll runs out of order with the store's other calls (5). */
   resetAllOrder: true,
-  /** memoryStore counts a sliding state read with another windowMs in full (6). */
-  memorySlidingWindowMs: true,
+  /**
+   * A sliding state read with another windowMs (6): memoryStore counts it in full; redisStore counts a
+   * state whose start falls inside the current window as current (sliding.lua: `s >= start`), where the
+   * rule counts only a start equal to the current one. While true, a sequence uses one sliding windowMs.
+   */
+  slidingWindowMs: true,
   /** A full memoryStore evicts half of a sliding state (7). */
   memoryEviction: true,
   /** memoryStore's fixed windows count about 1 ms less than windowMs (8: windowMs 1 and 2 on memory). */
@@ -139,17 +143,19 @@ const KEYS = ['a', 'b', 'c'];
  */
 export function generate(seed: number, traits: StoreTraits, known: Known, steps = 40): Sequence {
   const r = prng(seed);
-  const slidingOff =
-    known.slidingCeil || (traits.memory && known.memorySlidingClock) || (traits.evicts && known.memoryEviction);
+  const slidingOff = (traits.memory && known.memorySlidingClock) || (traits.evicts && known.memoryEviction);
   const shortOff = traits.memory && known.memoryShortWindow;
   const fixedWindows = FIXED_WINDOWS.filter((w) => !(shortOff && w < 5));
   // Per key: its fixed window and its sliding windows (a second one reads the state under another length).
   const fixedOf = new Map(KEYS.map((k) => [k, r.pick(fixedWindows)]));
   const slidingOf = new Map(KEYS.map((k) => [k, [r.pick(SLIDING_WINDOWS), r.pick(SLIDING_WINDOWS)]]));
+  const oneSliding = r.pick(SLIDING_WINDOWS);
+  const slidingPick = () => (known.slidingWindowMs ? oneSliding : r.pick(SLIDING_WINDOWS));
   const slidingWindow = (key: string) => {
     const [first, second] = slidingOf.get(key)!;
     const other = r.chance(0.15);
-    return other && !(traits.memory && known.memorySlidingWindowMs) ? second : first;
+    if (known.slidingWindowMs) return oneSliding;
+    return other ? second : first;
   };
   const limit = () => r.pick(LIMITS);
   // A bucket's state is read with the parameters it was written with (docs/algorithms.md: other
@@ -167,7 +173,7 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
     algorithm: 'sliding-window',
     name: 's',
     limit: r.int(0, 3),
-    windowMs: r.pick(SLIDING_WINDOWS),
+    windowMs: slidingPick(),
   };
   const limiters: LimiterSpec[] = [];
   const limiterCount = traits.evicts ? 0 : 3;
@@ -202,7 +208,7 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
       adapters.push({
         kind,
         algorithm,
-        windowMs: r.pick(algorithm === 'fixed-window' ? fixedWindows : SLIDING_WINDOWS),
+        windowMs: algorithm === 'fixed-window' ? r.pick(fixedWindows) : slidingPick(),
       });
     }
   }
@@ -264,11 +270,15 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
       const n = r.int(2, 4);
       const calls: Call[] = [];
       const key = r.pick(KEYS);
+      // Half of them: one call made n times at once (the race of parallel requests).
+      const same = r.chance(0.5) ? call(key) : undefined;
       for (let j = 0; j < n; j++) {
-        const c = call(r.chance(0.7) ? key : undefined);
+        const c = same !== undefined ? { ...same } : call(r.chance(0.7) ? key : undefined);
         if (c === undefined) continue;
         if (c.op === 'resetAll' && traits.redis && known.resetAllOrder) continue;
-        if (c.op === 'check' && known.giveBackWindow) continue;
+        // Parallel checks are not one step each: a give-back in flight may refuse a concurrent check
+        // ("fewer, never more", the limiter suite's concurrency cases), which the model cannot predict.
+        if (c.op === 'check') continue;
         calls.push(c);
       }
       const waitAfter = r.chance(0.3) ? 0 : -1;
@@ -282,7 +292,48 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
     } else if (kind === 8) {
       out.push({ kind: 'edge', windowMs: r.pick([5, 10, 25, 50, 100, 250]), offsetMs: r.int(-2, 2) });
     } else {
-      const flush = r.chance(0.5);
+      const pattern = r.int(0, 4);
+      const hitOnly = limiters.findIndex((l) => l.over === 'hitOnly');
+      if (pattern === 4 && hitOnly >= 0) {
+        // Over a hit-only store a refused hit stays counted: three checks, then a read of the count.
+        const tier = Object.keys(limiters[hitOnly].tiers)[0];
+        const rule = limiters[hitOnly].tiers[tier][0] as Extract<Rule, { windowMs: number }>;
+        const check: Call = { op: 'check', limiter: hitOnly, key: 'h', cost: 1, tier };
+        for (let j = 0; j < 3; j++) out.push({ kind: 'calls', calls: [{ ...check }], waitAfter: -1 });
+        out.push({
+          kind: 'calls',
+          calls: [{ op: 'hit', key: 'h', windowMs: rule.windowMs, amount: 0 }],
+          waitAfter: -1,
+        });
+        continue;
+      }
+      if (pattern === 3 && traits.evicts && !slidingOff) {
+        // A full table meets a sliding state with a previous and a current window: it keeps or drops it whole.
+        const w = known.slidingWindowMs ? oneSliding : 100;
+        const one = (c: Call): Step => ({ kind: 'calls', calls: [c], waitAfter: -1 });
+        out.push(one({ op: 'resetAll' }));
+        out.push(one({ op: 'sInc', key: 'e', windowMs: w, amount: 6 }));
+        if (w <= 250) out.push({ kind: 'edge', windowMs: w, offsetMs: 1 });
+        out.push(one({ op: 'sInc', key: 'e', windowMs: w, amount: 1 }));
+        // Two more counters than the state's two fit in maxKeys 3: one of the state's goes.
+        for (const key of ['f', 'g']) out.push(one({ op: 'hit', key, windowMs: 2000, amount: 1 }));
+        out.push(one({ op: 'sInc', key: 'e', windowMs: w, amount: 0 }));
+        continue;
+      }
+      if (pattern === 1 && !(traits.redis && known.resetAllOrder)) {
+        // resetAll between two hits in one tick: the second hit counts after it.
+        const key = r.pick(KEYS);
+        const hit: Call = { op: 'hit', key, windowMs: fixedOf.get(key)!, amount: 1 };
+        out.push({ kind: 'calls', calls: [hit, { op: 'resetAll' }, { ...hit }], waitAfter: -1 });
+        continue;
+      }
+      if (pattern === 2 && !shortOff) {
+        // Two parallel consumes at limit 1 on a window of 1 ms: one passes (unless a ms edge falls between).
+        const c: Call = { op: 'consume', key: 'd', limit: 1, windowMs: 1, cost: 1 };
+        out.push({ kind: 'calls', calls: [c, { ...c }], waitAfter: -1 });
+        continue;
+      }
+      const flush = pattern === 0;
       if (flush && traits.redis && !known.callOrder) {
         out.push({ kind: 'flushScripts' });
         const key = r.pick(KEYS);
@@ -385,7 +436,8 @@ export function applyCall(m: Model, seq: Sequence, c: Call, t: number): unknown 
         return null;
       }
       const a = sliding ? m.slidingIncrement(key, spec.windowMs, 0, t) : m.refund(key, 0, t);
-      return a === null || a.count <= 0 ? null : { totalHits: a.count, resetMs: a.resetMs };
+      // A fixed window answers while open (even at 0); a sliding state only while it counts something.
+      return a === null || (sliding && a.count <= 0) ? null : { totalHits: a.count, resetMs: a.resetMs };
     }
   }
 }
@@ -432,7 +484,7 @@ export const nowUs = () => Math.round((performance.timeOrigin + performance.now(
 /** The times worth trying in [a, b]: evenly spaced ones, and both sides of every edge of the windows in play. */
 export function timesIn(a: number, b: number, spans: number[], ends: number[]): number[] {
   const points = new Set<number>();
-  const n = 12;
+  const n = 24;
   for (let i = 0; i <= n; i++) points.add(Math.round(a + ((b - a) * i) / n));
   for (const span of spans) {
     const w = span * US;

@@ -25,12 +25,18 @@ const ceilDiv = (a: number, b: number) => Math.floor((a + b - 1) / b);
 const clamp = (value: number, low: number, high: number) => Math.min(high, Math.max(low, value));
 
 export class Model {
+  /**
+   * How the previous window's share rounds: 'ceil' is the rule (seed 004's); 'floor' is the code
+   * before the fix, for the differential suite while that fix is not merged (KNOWN.slidingCeil).
+   */
+  constructor(readonly rounding: 'ceil' | 'floor' = 'ceil') {}
+
   fixed = new Map<string, FixedState>();
   sliding = new Map<string, SlidingState>();
   bucket = new Map<string, BucketState>();
 
   clone(): Model {
-    const copy = new Model();
+    const copy = new Model(this.rounding);
     for (const [k, v] of this.fixed) copy.fixed.set(k, { ...v });
     for (const [k, v] of this.sliding) copy.sliding.set(k, { ...v });
     for (const [k, v] of this.bucket) copy.bucket.set(k, { ...v });
@@ -115,7 +121,8 @@ export class Model {
   }
 
   private estimate(s: { previous: number; current: number; left: number; window: number }): number {
-    return ceilDiv(s.previous * s.left, s.window) + s.current;
+    const share = s.previous * s.left;
+    return (this.rounding === 'ceil' ? ceilDiv(share, s.window) : Math.floor(share / s.window)) + s.current;
   }
 
   private store(key: string, s: { start: number; previous: number; current: number }) {
