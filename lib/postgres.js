@@ -3,7 +3,14 @@
 // native I/O thread; its promise resolves with the op's numbers, or with the error it rejects with.
 
 const native = require('./native.js');
-const { invalidHit, checkOptions, checkOption, checkWellFormed, checkPositiveInteger, rejection } = require('./check.js');
+const {
+  invalidHit,
+  checkOptions,
+  checkOption,
+  checkWellFormed,
+  checkPositiveInteger,
+  rejection,
+} = require('./check.js');
 const { OP, Operations, decode } = require('./ops.js');
 const { Failures } = require('./stats.js');
 

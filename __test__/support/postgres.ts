@@ -71,7 +71,8 @@ export async function startPostgres(): Promise<PostgresServer> {
     url,
     port,
     sql: (statement) => psql(bin, port, statement),
-    restart: () => as('pg_ctl', ['restart', '-D', data, '-w', '-m', 'fast', '-l', log, '-o', options]).then(() => undefined),
+    restart: () =>
+      as('pg_ctl', ['restart', '-D', data, '-w', '-m', 'fast', '-l', log, '-o', options]).then(() => undefined),
     halt,
     start,
     async stop() {

@@ -23,14 +23,20 @@ impl ToNapiValue for Outcome {
         match val.0 {
             // SAFETY: called by napi-rs on the JS thread with a live env.
             Ok(numbers) => unsafe { Vec::<f64>::to_napi_value(env, numbers) },
-            // SAFETY: as above.
-            Err(err) => unsafe { raw::error(env, &err) }.map_err(|e| Error::from_reason(e.to_string())),
+            Err(err) => {
+                // SAFETY: as above.
+                let error = unsafe { raw::error(env, &err) };
+                error.map_err(|e| Error::from_reason(e.to_string()))
+            }
         }
     }
 }
 
 fn numbers(answer: Answer) -> Vec<f64> {
-    answer.values[..answer.len].iter().map(|&n| n as f64).collect()
+    answer.values[..answer.len]
+        .iter()
+        .map(|&n| n as f64)
+        .collect()
 }
 
 #[napi]
@@ -83,7 +89,9 @@ impl PostgresNative {
         match &self.store {
             Some(Ok(store)) => Ok(Arc::clone(store)),
             Some(Err(e)) => Err(e.clone()),
-            None => Err(CoreError::Internal("a call was made before the store was opened")),
+            None => Err(CoreError::Internal(
+                "a call was made before the store was opened",
+            )),
         }
     }
 
@@ -103,11 +111,13 @@ impl PostgresNative {
         let started = (|| {
             let op = Op::from_code(op).ok_or(CoreError::InvalidRange("unknown op"))?;
             let args = op.check([a, b, c, d])?;
-            let units = key.into_utf16().map_err(|_| CoreError::InvalidType("key must be a string"))?;
+            let units = key
+                .into_utf16()
+                .map_err(|_| CoreError::InvalidType("key must be a string"))?;
             // Text columns hold UTF-8 only: a lone surrogate would merge keys.
-            let key = units
-                .as_str()
-                .map_err(|_| CoreError::InvalidType("postgresStore: a key with a lone surrogate can't be stored"))?;
+            let key = units.as_str().map_err(|_| {
+                CoreError::InvalidType("postgresStore: a key with a lone surrogate can't be stored")
+            })?;
             Ok::<_, CoreError>((self.ready()?, runtime::handle()?, op, args, key))
         })();
         let (store, handle, op, args, key) = started.map_err(|e| throw_core(env, e))?;

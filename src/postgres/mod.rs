@@ -79,13 +79,10 @@ impl Config {
             config_error("the database URL can't be parsed (expected postgres://user:password@host:port/database)")
         })?;
         let password = pg.get_password().map(<[u8]>::to_vec).unwrap_or_default();
-        match pg.get_ssl_mode() {
-            tokio_postgres::config::SslMode::Require => {
-                return Err(config_error(
-                    "sslmode=require is not supported yet; use sslmode=disable on a trusted network",
-                ))
-            }
-            _ => {}
+        if pg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+            return Err(config_error(
+                "sslmode=require is not supported yet; use sslmode=disable on a trusted network",
+            ));
         }
         let mut table = quote(options.table.as_deref().unwrap_or(DEFAULT_TABLE))?;
         if let Some(schema) = &options.schema {
@@ -144,9 +141,7 @@ impl Sql {
                  WHERE {ENDED} OR abs(c.total + EXCLUDED.total) <= {MAX_SAFE} \
                  RETURNING total, {RESET_MS}"
             ),
-            read: format!(
-                "SELECT total, {RESET_MS} FROM {t} c WHERE key = $1 AND NOT ({ENDED})"
-            ),
+            read: format!("SELECT total, {RESET_MS} FROM {t} c WHERE key = $1 AND NOT ({ENDED})"),
             // $1 key, $2 cost, $3 windowMs, $4 limit. No row back: refused.
             consume: format!(
                 "INSERT INTO {t} AS c (key, total, reset_at) SELECT $1, $2, {opens} WHERE $2 <= $4 \
@@ -257,7 +252,12 @@ impl PgStore {
         }
     }
 
-    async fn row(&self, client: &Client, sql: &str, params: &[(&(dyn ToSql + Sync), Type)]) -> Result<Option<(i64, i64)>> {
+    async fn row(
+        &self,
+        client: &Client,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Option<(i64, i64)>> {
         let rows = client
             .query_typed(sql, params)
             .await
@@ -278,7 +278,11 @@ impl PgStore {
                     return Ok(Answer::new(&[count, reset]));
                 }
                 let row = self
-                    .row(&client, &self.sql.hit, &[k(), (&amount, Type::INT8), (&window_ms, Type::INT8)])
+                    .row(
+                        &client,
+                        &self.sql.hit,
+                        &[k(), (&amount, Type::INT8), (&window_ms, Type::INT8)],
+                    )
                     .await?;
                 let (count, reset) = row.ok_or(Error::CountOutOfRange)?;
                 Ok(Answer::new(&[count, reset]))
@@ -289,7 +293,12 @@ impl PgStore {
                     self.row(
                         &client,
                         &self.sql.consume,
-                        &[k(), (&cost, Type::INT8), (&window_ms, Type::INT8), (&limit, Type::INT8)],
+                        &[
+                            k(),
+                            (&cost, Type::INT8),
+                            (&window_ms, Type::INT8),
+                            (&limit, Type::INT8),
+                        ],
                     )
                     .await?
                 } else {
@@ -372,7 +381,9 @@ mod tests {
 
     #[test]
     fn a_missing_url_names_the_variables() {
-        let err = Config::resolve(&Options::default(), |_| None).err().unwrap();
+        let err = Config::resolve(&Options::default(), |_| None)
+            .err()
+            .unwrap();
         assert_eq!(err.code(), "ERR_CONFIG");
         assert!(err.to_string().contains("DATABASE_URL"));
         assert!(err.to_string().contains("POSTGRES_URL"));
