@@ -352,6 +352,50 @@ export interface RedisStore extends RatestoreStore {
  */
 export declare function redisStore(options?: RedisStoreOptions): RedisStore;
 
+export interface PostgresStoreOptions {
+  /**
+   * `postgres://user:password@host:port/database[?sslmode=disable|prefer]`. Default: the `DATABASE_URL`
+   * environment variable, then `POSTGRES_URL`, read on the first call, never at import or construction.
+   */
+  url?: string;
+  /** The fixed window's table, in seed 000's layout (`key text PRIMARY KEY, total bigint, reset_at timestamptz`). Default `'askdare_counters'`. */
+  table?: string;
+  /** The table's schema. Default: the connection's search_path. */
+  schema?: string;
+  /** Bound on one call in milliseconds, connecting included; past it the call rejects with `ERR_TIMEOUT`. Default 2,000. */
+  timeoutMs?: number;
+  /** Create the table (`CREATE TABLE IF NOT EXISTS`, under an advisory lock) on first use. Default true; false: docs/postgres.sql. */
+  createTable?: boolean;
+  /** Called with the error of each failed call (the one its promise rejects with). */
+  onError?: (error: RatestoreError) => void;
+}
+
+export interface PostgresStoreStats {
+  readonly kind: 'postgres';
+  readonly calls: number;
+  readonly errors: Readonly<Record<string, number>>;
+  readonly inFlight: number;
+}
+
+/** The store `postgresStore()` returns. */
+export interface PostgresStore extends RatestoreStore {
+  readonly shared: true;
+  /** One `SELECT 1` round trip (connecting, and creating the table, first if need be). */
+  ping(): Promise<void>;
+  /** Opens the connection before the first hit. */
+  connect(): Promise<void>;
+  stats(): PostgresStoreStats;
+  close(): Promise<void>;
+}
+
+/**
+ * Counters in PostgreSQL, in seed 000's table, on the database's clock: one statement per hit on one
+ * pipelined connection. Rejects with `ERR_CONFIG`, `ERR_CONNECTION`, `ERR_TIMEOUT`, `ERR_AUTH`,
+ * `ERR_POSTGRES` (another server error, with its SQLSTATE) or `ERR_CLOSED`; no message holds a key, the
+ * URL or its password. The sliding window and the token bucket reject with `ERR_UNSUPPORTED` for now.
+ */
+export declare function postgresStore(options?: PostgresStoreOptions): PostgresStore;
+
 /** The error a redisStore hit rejects with when the store cannot do it. */
 export interface RedisStoreError extends RatestoreError {
   /**

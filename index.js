@@ -2,6 +2,7 @@
 
 const { memoryStore } = require('./lib/memory.js');
 const { redisStore } = require('./lib/redis.js');
+const { postgresStore } = require('./lib/postgres.js');
 const { createLimiter } = require('./lib/limiter.js');
 const { clientIp } = require('./lib/client-ip.js');
 const { universalStore, expressStore } = require('./lib/adapters.js');
@@ -16,6 +17,7 @@ function closeStore(store) {
 module.exports = {
   memoryStore,
   redisStore,
+  postgresStore,
   createLimiter,
   clientIp,
   universalStore,

@@ -58,6 +58,10 @@ pub enum Error {
     /// Any other error answered by Redis.
     #[error("redisStore: Redis answered with an error: {0}")]
     Redis(String),
+    /// postgresStore's failures: `code` is the JS code (ERR_CONFIG,
+    /// ERR_TIMEOUT, ERR_CONNECTION, ERR_AUTH or ERR_POSTGRES).
+    #[error("postgresStore: {text}")]
+    Postgres { code: &'static str, text: String },
     /// The store was closed by `close()`.
     #[error("the store is closed; calls after close() are refused")]
     Closed,
@@ -87,6 +91,7 @@ impl Error {
             Error::BackingOff { cause, .. } => cause.code(),
             Error::Auth(_) => "ERR_AUTH",
             Error::Redis(_) => "ERR_REDIS",
+            Error::Postgres { code, .. } => code,
             Error::Closed => "ERR_CLOSED",
             Error::NodeApi(_) | Error::Internal(_) => "ERR_INTERNAL",
             Error::Unsupported(_) => "ERR_UNSUPPORTED",
@@ -135,6 +140,10 @@ impl Error {
             },
             Error::Auth(t) => Error::Auth(clean(t)),
             Error::Redis(t) => Error::Redis(clean(t)),
+            Error::Postgres { code, text } => Error::Postgres {
+                code,
+                text: clean(text),
+            },
             other => other,
         }
     }

@@ -12,6 +12,7 @@ pub mod errors;
 pub mod histogram;
 pub mod memory;
 pub mod ops;
+pub mod postgres;
 pub mod redis;
 pub mod reset;
 pub mod sliding;

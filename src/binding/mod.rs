@@ -3,6 +3,7 @@
 //! callbacks (see `raw`), where the benchmark shows the difference.
 
 mod memory;
+mod postgres;
 mod raw;
 mod redis;
 mod redis_loop;

@@ -17,7 +17,7 @@ pub mod pipe;
 pub mod reset_all;
 pub mod resp;
 pub mod rest;
-mod runtime;
+pub mod runtime;
 pub mod socket;
 pub mod stats;
 pub mod store;

@@ -1,0 +1,113 @@
+'use strict';
+// postgresStore: the JS face of the native PostgreSQL store. A call is checked here and run on the
+// native I/O thread; its promise resolves with the op's numbers, or with the error it rejects with.
+
+const native = require('./native.js');
+const {
+  invalidHit,
+  checkOptions,
+  checkOption,
+  checkWellFormed,
+  checkPositiveInteger,
+  rejection,
+} = require('./check.js');
+const { OP, Operations, decode } = require('./ops.js');
+const { Failures } = require('./stats.js');
+
+const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'onError'];
+
+class PostgresStore extends Operations {
+  #native;
+  #failures;
+  #opened = false;
+  #calls = 0;
+  #inFlight = 0;
+  /** close() promises waiting for the calls in flight. */
+  #drained = [];
+
+  constructor(options) {
+    super();
+    const { url, table, schema, timeoutMs, createTable, onError } = checkOptions('postgresStore', options, OPTIONS);
+    this.#failures = new Failures('postgresStore', onError);
+    checkOption('postgresStore', 'url', url, 'string');
+    checkWellFormed('postgresStore', 'table', table);
+    checkWellFormed('postgresStore', 'schema', schema);
+    checkOption('postgresStore', 'createTable', createTable, 'boolean');
+    if (timeoutMs !== undefined) checkPositiveInteger('postgresStore', 'timeoutMs', timeoutMs);
+    this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable);
+  }
+
+  /** Always true: every instance that uses the same database sees the same counters. */
+  get shared() {
+    return true;
+  }
+
+  hit(key, windowMs, amount) {
+    const invalid = invalidHit(key, windowMs, amount);
+    if (invalid !== undefined) return rejection(invalid);
+    return this._call(OP.hit, key, windowMs, amount, 0, 0);
+  }
+
+  /** One `SELECT 1` round trip (connecting first if need be); rejects as a hit would. */
+  ping() {
+    return this._call(OP.ping, '', 0, 0, 0, 0).then(() => undefined);
+  }
+
+  /** Opens the connection (and creates the table) before the first hit. */
+  connect() {
+    return this.ping();
+  }
+
+  stats() {
+    return { kind: 'postgres', calls: this.#calls, errors: this.#failures.snapshot(), inFlight: this.#inFlight };
+  }
+
+  /** Reads the environment, on the first call, never at import or construction. */
+  #open() {
+    if (!this.#opened) {
+      this.#opened = true;
+      this.#native.open(process.env);
+    }
+  }
+
+  /** Deletes every counter of the table. */
+  resetAll() {
+    return this.#track(() => this.#native.resetAll()).then(() => undefined);
+  }
+
+  _call(op, key, a, b, c, d) {
+    this.#calls++;
+    return this.#track(() => this.#native.call(op, key, a, b, c, d)).then((v) => decode(op, v, 0));
+  }
+
+  /** Runs a native call: its promise resolves with numbers or an Error, which becomes the rejection. */
+  #track(start) {
+    let pending;
+    try {
+      this.#open();
+      pending = start();
+    } catch (error) {
+      return rejection(this.#failures.failed(error));
+    }
+    this.#inFlight++;
+    return pending.then((value) => {
+      this.#inFlight--;
+      if (this.#inFlight === 0 && this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();
+      if (value instanceof Error) throw this.#failures.failed(value);
+      return value;
+    });
+  }
+
+  /** Refuses later calls (ERR_CLOSED) and ends the connection; resolves once the calls in flight have settled. */
+  close() {
+    this.#native.close();
+    if (this.#inFlight === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#drained.push(resolve));
+  }
+}
+
+function postgresStore(options) {
+  return new PostgresStore(options);
+}
+
+module.exports = { postgresStore, PostgresStore };
