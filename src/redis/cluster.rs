@@ -13,6 +13,7 @@ use tokio::time::{timeout, Instant};
 
 use super::config::{Addr, Config};
 use super::link::{classify, Link, Stage};
+use super::order::KeyOrder;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
 
@@ -85,6 +86,8 @@ pub struct Cluster {
     refresh: tokio::sync::Mutex<()>,
     /// What every node's link counts and tells.
     monitor: Arc<Monitor>,
+    /// Keeps the calls on one key in order across pipelines (see [`Cluster::order`]).
+    order: KeyOrder,
 }
 
 impl Cluster {
@@ -110,6 +113,7 @@ impl Cluster {
             }),
             refresh: tokio::sync::Mutex::new(()),
             monitor,
+            order: KeyOrder::default(),
         };
         // Checks the settings (TLS above all) now, as a single store does.
         let (host, port) = cluster
@@ -123,6 +127,15 @@ impl Cluster {
     /// What the links to the nodes count and tell.
     pub fn monitor(&self) -> &Arc<Monitor> {
         &self.monitor
+    }
+
+    /// The turns of the pipelines sent to the nodes. A pipeline may hold
+    /// some of its calls back (an UNLINK behind the EVALSHAs before it, a
+    /// retry after NOSCRIPT, MOVED or ASK) while another pipeline goes on
+    /// the same connection, so a later pipeline naming one of its keys
+    /// waits for it; pipelines on other keys go at once.
+    pub fn order(&self) -> &KeyOrder {
+        &self.order
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {

@@ -333,6 +333,12 @@ async fn routed(
     monitor: &Monitor,
 ) -> Vec<Timed> {
     let all = |answer: &dyn Fn() -> Answer| alike(queries.len(), answer);
+    // Taken before anything is awaited, so in the order the calls were made,
+    // and held until every answer is in, redirections and retries included.
+    let turn = cluster.order().turn(queries.iter().map(|q| q.key));
+    let Ok(_turn) = timeout_at(deadline, turn).await else {
+        return all(&|| Answer::TimedOut { sent: false });
+    };
     let links = match timeout_at(deadline, cluster.route(queries.iter().map(|q| q.key))).await {
         Ok(Ok(links)) => links,
         Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
