@@ -22,25 +22,25 @@ export const SLACK_US = 3_000;
 // (or delete it); DIFF_KNOWN=none runs every kind whatever this says (DIFF_KNOWN=a,b keeps only a and b).
 export const KNOWN_DEFAULT = {
   /** memoryStore aligns sliding windows on its monotonic clock, not on the epoch (1). */
-  memorySlidingClock: true,
+  memorySlidingClock: false,
   /** The sliding estimate rounds the previous window's share down, not up (2); while true the model rounds down too. */
-  slidingCeil: true,
+  slidingCeil: false,
   /** The limiter's give-backs name no window (delayed past an edge they take another window's count), and over a hit-only store it gives back (3). */
-  giveBackWindow: true,
+  giveBackWindow: false,
   /** Calls retried after NOSCRIPT, and REST calls behind one still in flight, run out of order (4). */
-  callOrder: true,
+  callOrder: false,
   /** redisStore's resetAll runs out of order with the store's other calls (5). */
-  resetAllOrder: true,
+  resetAllOrder: false,
   /**
    * A sliding state read with another windowMs (6): memoryStore counts it in full; redisStore counts a
    * state whose start falls inside the current window as current (sliding.lua: `s >= start`), where the
    * rule counts only a start equal to the current one. While true, a sequence uses one sliding windowMs.
    */
-  slidingWindowMs: true,
+  slidingWindowMs: false,
   /** A full memoryStore evicts half of a sliding state (7). */
-  memoryEviction: true,
+  memoryEviction: false,
   /** memoryStore's fixed windows count about 1 ms less than windowMs (8: windowMs 1 and 2 on memory). */
-  memoryShortWindow: true,
+  memoryShortWindow: false,
 };
 export type Known = typeof KNOWN_DEFAULT;
 
