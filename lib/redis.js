@@ -4,6 +4,7 @@
 // settled when its batch of results comes back (see "How a hit travels" in the README).
 
 const native = require('./native.js');
+const { runtime } = require('./runtime.js');
 const {
   invalidHit,
   checkOptions,
@@ -80,7 +81,7 @@ class RedisStore extends Operations {
     const { ca } = checkOptions('redisStore', tls, ['ca'], 'tls');
     checkOption('redisStore', 'tls.ca', ca, 'string');
     if (timeoutMs !== undefined) checkPositiveInteger('redisStore', 'timeoutMs', timeoutMs);
-    this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, cluster, this.#onBatch);
+    this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, cluster, this.#onBatch, runtime.eventLoop);
     this.#results = this.#native.results;
   }
 

@@ -1,5 +1,5 @@
 'use strict';
-// Reads a test log from stdin (cargo test, Vitest and test:valgrind output) and prints one
+// Reads a test log from stdin (cargo test, Vitest, test:valgrind and runtime suite output) and prints one
 // closing line with the totals: "N passed, N failed".
 
 let log = '';
@@ -20,6 +20,10 @@ process.stdin.on('end', () => {
   for (const [, p, f] of text.matchAll(/^test:valgrind: (\d+) passed, (\d+) failed$/gm)) {
     passed += Number(p);
     failed += Number(f);
+  }
+  for (const [, p, m] of text.matchAll(/^runtime suite: (\d+) of (\d+) runtimes passed$/gm)) {
+    passed += Number(p);
+    failed += Number(m) - Number(p);
   }
   console.log(`${passed} passed, ${failed} failed`);
 });

@@ -109,6 +109,9 @@ struct StoreData {
     settle: sys::napi_ref,
     results: Arc<raw::Numbers>,
     mode: RefCell<Mode>,
+    /// One server may run on the host's libuv event loop: only real Node.js
+    /// (Bun's and Deno's libuv cannot watch a socket); else the I/O thread.
+    event_loop: bool,
     /// The settings `open` resolved.
     config: RefCell<Option<Config>>,
 }
@@ -118,7 +121,8 @@ enum Mode {
     Unopened,
     /// The settings can't be used: every hit rejects with this.
     Failed(CoreError),
-    /// A Redis Cluster or Upstash's REST API: the I/O thread, results
+    /// A Redis Cluster, Upstash's REST API, or one server on a runtime
+    /// that is not Node.js: the I/O thread, results
     /// through a threadsafe function.
     Threaded {
         batched: Arc<Batched>,
@@ -144,7 +148,7 @@ impl StoreData {
         }
         let mode = match resolved {
             Err(e) => Mode::Failed(e),
-            Ok(config) if config.cluster.is_some() || config.is_rest() => {
+            Ok(config) if config.cluster.is_some() || config.is_rest() || !self.event_loop => {
                 let slot = Arc::new(Slot(Mutex::new(None)));
                 let wake = Wake(Arc::clone(&slot));
                 let batched = Arc::new(Batched::new(
@@ -261,14 +265,15 @@ impl Drop for StoreData {
     }
 }
 
-/// `redisStore(url, token, prefix, timeoutMs, ca, cluster, settle)` →
+/// `redisStore(url, token, prefix, timeoutMs, ca, cluster, settle, eventLoop)` →
 /// `{ results, open, send, flush, stats, ref, unref, close }`.
 /// `settle(n, errors, events)` is called with `n` results in `results`, each
 /// `[id, …answer]` in six numbers, `errors` (`[id, error, …]`, or
-/// undefined) and the connection's `events` (or undefined).
+/// undefined) and the connection's `events` (or undefined). `eventLoop:
+/// false` keeps one server off the host's event loop (on the I/O thread).
 #[napi(
     js_name = "redisStore",
-    ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, settle: (n: number, errors: unknown[] | undefined, events: { type: string; code?: string }[] | undefined) => void",
+    ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, settle: (n: number, errors: unknown[] | undefined, events: { type: string; code?: string }[] | undefined) => void, eventLoop?: boolean | undefined",
     ts_return_type = "{ results: Float64Array; open(env: object): void; resetAll(): Promise<void>; send(id: number, op: number, key: string, a: number, b: number, c: number, d: number): true | undefined; flush(): void; stats(): number[]; ref(): void; unref(): void; close(): void }"
 )]
 #[allow(clippy::too_many_arguments)]
@@ -281,6 +286,7 @@ pub fn redis_store<'e>(
     ca: Option<String>,
     cluster: Option<bool>,
     settle: Unknown<'e>,
+    event_loop: Option<bool>,
 ) -> Result<Object<'e>> {
     let options = (|| -> std::result::Result<Options, CoreError> {
         let timeout_ms = match timeout_ms {
@@ -328,6 +334,7 @@ pub fn redis_store<'e>(
         settle: settle_ref,
         results: Arc::clone(&results),
         mode: RefCell::new(Mode::Unopened),
+        event_loop: event_loop.unwrap_or(true),
         config: RefCell::new(None),
     });
     // SAFETY: on the JS thread inside this #[napi] callback; `send` reads

@@ -1,0 +1,130 @@
+'use strict';
+// The runtime suite (`npm run test:runtimes`): starts its own redis-servers (one over TCP, TLS and a
+// Unix socket, a cluster, a REST endpoint) and runs checks.js under each runtime the runtimes
+// package installs, checking each one's exit code and signal: an abort or a segfault fails it.
+// `node __test__/runtimes/run.js node22 bun` runs only those.
+
+const { spawn, spawnSync, execFileSync } = require('node:child_process');
+const { mkdtempSync, rmSync, writeFileSync } = require('node:fs');
+const { tmpdir } = require('node:os');
+const { join } = require('node:path');
+const { freePort } = require('../../scripts/free-port.js');
+const { startCluster } = require('../../scripts/redis-cluster.js');
+const { startRest } = require('../../scripts/rest-endpoint.js');
+const { runtimes } = require('../../scripts/runtimes.js');
+
+const children = [];
+
+async function redisServer(args) {
+  const child = spawn('redis-server', ['--save', '', '--appendonly', 'no', ...args], { stdio: 'ignore' });
+  children.push(child);
+  return child;
+}
+
+async function waitFor(cli) {
+  for (let i = 0; i < 100; i++) {
+    if (spawnSync('redis-cli', [...cli, 'PING'], { encoding: 'utf8' }).stdout.trim() === 'PONG') return;
+    await new Promise((resolve) => setTimeout(resolve, 100));
+  }
+  throw new Error(`redis-server did not answer: redis-cli ${cli.join(' ')}`);
+}
+
+function certificates(dir) {
+  const run = (...args) => execFileSync('openssl', args, { cwd: dir, stdio: 'ignore' });
+  const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+  run('req', '-x509', ...ec, '-keyout', 'ca.key', '-out', 'ca.crt', '-days', '2', '-subj', '/CN=ratestore test CA');
+  run('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
+  writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  run('x509', '-req', '-in', 'server.csr', '-CA', 'ca.crt', '-CAkey', 'ca.key', '-CAcreateserial');
+  run(
+    'x509',
+    '-req',
+    '-in',
+    'server.csr',
+    '-CA',
+    'ca.crt',
+    '-CAkey',
+    'ca.key',
+    '-CAcreateserial',
+    '-out',
+    'server.crt',
+    '-days',
+    '2',
+    '-extfile',
+    'san.cnf',
+  );
+  return { ca: join(dir, 'ca.crt'), cert: join(dir, 'server.crt'), key: join(dir, 'server.key') };
+}
+
+async function main() {
+  const wanted = process.argv.slice(2);
+  const all = runtimes();
+  const chosen = wanted.length === 0 ? all : all.filter((r) => wanted.includes(r.name));
+  if (chosen.length === 0)
+    throw new Error(`no runtime named ${wanted.join(', ')}: ${all.map((r) => r.name).join(', ')}`);
+
+  const dir = mkdtempSync(join(tmpdir(), 'ratestore-runtimes-'));
+  const tls = certificates(dir);
+  const port = await freePort();
+  const tlsPort = await freePort();
+  const socket = join(dir, 'redis.sock');
+  await redisServer(['--port', String(port), '--bind', '127.0.0.1', '--unixsocket', socket]);
+  await redisServer([
+    '--port',
+    '0',
+    '--tls-port',
+    String(tlsPort),
+    '--bind',
+    '127.0.0.1',
+    '--tls-cert-file',
+    tls.cert,
+    '--tls-key-file',
+    tls.key,
+    '--tls-ca-cert-file',
+    tls.ca,
+    '--tls-auth-clients',
+    'no',
+  ]);
+  await waitFor(['-p', String(port)]);
+  await waitFor(['--tls', '--cacert', tls.ca, '-p', String(tlsPort)]);
+  const cluster = await startCluster();
+  const rest = await startRest({ redisPort: port, token: 'runtime-suite-token' });
+  const targets = [
+    { name: 'tcp', url: `redis://127.0.0.1:${port}` },
+    { name: 'tls', url: `rediss://127.0.0.1:${tlsPort}`, ca: tls.ca },
+    { name: 'unix', url: `unix://${socket}` },
+    { name: 'cluster', url: cluster.url, cluster: true },
+    { name: 'rest', url: rest.url, token: rest.token },
+  ];
+  let failed = 0;
+  try {
+    for (const r of chosen) {
+      const started = Date.now();
+      const result = spawnSync(r.path, [...r.args, join(__dirname, 'checks.js')], {
+        env: { ...process.env, RATESTORE_TARGETS: JSON.stringify(targets) },
+        encoding: 'utf8',
+        timeout: 300_000,
+      });
+      const ok = result.status === 0 && result.signal === null && result.error === undefined;
+      const how = result.signal ? `killed by ${result.signal}` : `exit code ${result.status}`;
+      console.log(`${ok ? 'ok  ' : 'FAIL'} ${r.name} (${how}, ${Date.now() - started} ms): ${result.stdout.trim()}`);
+      if (!ok) {
+        failed++;
+        console.log(result.stderr);
+      }
+    }
+  } finally {
+    await cluster.stop();
+    await rest.stop();
+    for (const child of children) child.kill('SIGKILL');
+    rmSync(dir, { recursive: true, force: true });
+  }
+  console.log(`runtime suite: ${chosen.length - failed} of ${chosen.length} runtimes passed`);
+  process.exitCode = failed === 0 ? 0 : 1;
+}
+
+main().catch((error) => {
+  console.error(error);
+  process.exitCode = 1;
+  for (const child of children) child.kill('SIGKILL');
+});

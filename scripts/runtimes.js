@@ -1,0 +1,49 @@
+'use strict';
+// The runtimes ratestore is tested on, pinned in runtimes/package-lock.json and installed from the
+// npm registry: `node scripts/runtimes.js` installs them (npm ci --prefix runtimes) and prints
+// their paths; `node scripts/runtimes.js --path node24` prints one bin directory.
+
+const { execFileSync } = require('node:child_process');
+const { existsSync } = require('node:fs');
+const { dirname, join } = require('node:path');
+
+const ROOT = join(__dirname, '..', 'runtimes', 'node_modules');
+
+/** `[{ name, path, args }]`: each runtime's binary and the arguments it runs a CommonJS script with. */
+function runtimes() {
+  return [
+    { name: 'node22', path: join(ROOT, 'node22', 'bin', 'node'), args: [] },
+    { name: 'node24', path: join(ROOT, 'node24', 'bin', 'node'), args: [] },
+    { name: 'node26', path: join(ROOT, 'node26', 'bin', 'node'), args: [] },
+    { name: 'bun', path: join(ROOT, '@oven', 'bun-linux-x64', 'bin', 'bun'), args: [] },
+    // Deno needs every permission a Node.js program has, and to use the node_modules npm made.
+    {
+      name: 'deno',
+      path: join(ROOT, '@deno', 'linux-x64-glibc', 'deno'),
+      args: ['run', '--allow-all', '--node-modules-dir=manual'],
+    },
+  ];
+}
+
+function install() {
+  execFileSync('npm', ['ci', '--prefix', join(__dirname, '..', 'runtimes'), '--no-audit', '--no-fund'], {
+    stdio: 'inherit',
+  });
+}
+
+if (require.main === module) {
+  const [flag, name] = process.argv.slice(2);
+  if (flag === '--path') {
+    const found = runtimes().find((r) => r.name === name);
+    if (!found || !existsSync(found.path)) throw new Error(`no installed runtime ${name}`);
+    console.log(dirname(found.path));
+  } else {
+    install();
+    for (const r of runtimes()) {
+      const version = execFileSync(r.path, ['--version'], { encoding: 'utf8' }).split('\n')[0];
+      console.log(`${r.name}\t${version}\t${r.path}`);
+    }
+  }
+}
+
+module.exports = { runtimes };
