@@ -4,7 +4,7 @@
 // (a bad call is refused before any store is touched), its numbers, and how
 // its answer (up to five integers) becomes the result object.
 
-const { typeError, rangeError, typeName, rejection, MAX_KEY_LENGTH } = require('./check.js');
+const { typeError, rangeError, typeName, rejection, invalidHit, MAX_KEY_LENGTH } = require('./check.js');
 
 const OP = {
   hit: 0,
@@ -192,4 +192,28 @@ class Operations {
   }
 }
 
-module.exports = { OP, Operations, decode };
+/** The operations of a store that keeps its counters on a server (Redis, PostgreSQL): shared by every instance. */
+class ServerOperations extends Operations {
+  /** Always true: every instance that uses the same server sees the same counters. */
+  get shared() {
+    return true;
+  }
+
+  hit(key, windowMs, amount) {
+    const invalid = invalidHit(key, windowMs, amount);
+    if (invalid !== undefined) return rejection(invalid);
+    return this._call(OP.hit, key, windowMs, amount, 0, 0);
+  }
+
+  /** One round trip to the server (connecting first if need be); rejects as a hit would. */
+  ping() {
+    return this._call(OP.ping, '', 0, 0, 0, 0).then(() => undefined);
+  }
+
+  /** Opens the connection now, before the first hit: resolves once a ping through it is answered. */
+  connect() {
+    return this.ping();
+  }
+}
+
+module.exports = { OP, Operations, ServerOperations, decode };

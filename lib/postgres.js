@@ -3,20 +3,13 @@
 // native I/O thread; its promise resolves with the op's numbers, or with the error it rejects with.
 
 const native = require('./native.js');
-const {
-  invalidHit,
-  checkOptions,
-  checkOption,
-  checkWellFormed,
-  checkPositiveInteger,
-  rejection,
-} = require('./check.js');
-const { OP, Operations, decode } = require('./ops.js');
+const { checkOptions, checkOption, checkWellFormed, checkPositiveInteger, rejection } = require('./check.js');
+const { ServerOperations, decode } = require('./ops.js');
 const { Failures } = require('./stats.js');
 
 const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'onError'];
 
-class PostgresStore extends Operations {
+class PostgresStore extends ServerOperations {
   #native;
   #failures;
   #opened = false;
@@ -35,27 +28,6 @@ class PostgresStore extends Operations {
     checkOption('postgresStore', 'createTable', createTable, 'boolean');
     if (timeoutMs !== undefined) checkPositiveInteger('postgresStore', 'timeoutMs', timeoutMs);
     this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable);
-  }
-
-  /** Always true: every instance that uses the same database sees the same counters. */
-  get shared() {
-    return true;
-  }
-
-  hit(key, windowMs, amount) {
-    const invalid = invalidHit(key, windowMs, amount);
-    if (invalid !== undefined) return rejection(invalid);
-    return this._call(OP.hit, key, windowMs, amount, 0, 0);
-  }
-
-  /** One `SELECT 1` round trip (connecting first if need be); rejects as a hit would. */
-  ping() {
-    return this._call(OP.ping, '', 0, 0, 0, 0).then(() => undefined);
-  }
-
-  /** Opens the connection (and creates the table) before the first hit. */
-  connect() {
-    return this.ping();
   }
 
   stats() {

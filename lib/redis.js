@@ -6,7 +6,6 @@
 const native = require('./native.js');
 const { runtime } = require('./runtime.js');
 const {
-  invalidHit,
   checkOptions,
   checkOption,
   checkWellFormed,
@@ -15,14 +14,14 @@ const {
   rejection,
 } = require('./check.js');
 
-const { OP, Operations, decode } = require('./ops.js');
+const { OP, ServerOperations, decode } = require('./ops.js');
 const { Failures } = require('./stats.js');
 
 const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'onError'];
 /** Numbers per result in the native `results`: the id, then the op's answer. */
 const STRIDE = 7;
 
-class RedisStore extends Operations {
+class RedisStore extends ServerOperations {
   #native;
   #results;
   // A hit in flight is known by a slot: the index of its promise's settle
@@ -83,27 +82,6 @@ class RedisStore extends Operations {
     if (timeoutMs !== undefined) checkPositiveInteger('redisStore', 'timeoutMs', timeoutMs);
     this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, cluster, this.#onBatch, runtime.eventLoop);
     this.#results = this.#native.results;
-  }
-
-  /** Always true: every instance that uses the same Redis sees the same counters. */
-  get shared() {
-    return true;
-  }
-
-  hit(key, windowMs, amount) {
-    const invalid = invalidHit(key, windowMs, amount);
-    if (invalid !== undefined) return rejection(invalid);
-    return this._call(OP.hit, key, windowMs, amount, 0, 0);
-  }
-
-  /** One PING round trip on the store's connection (connecting first if need be); rejects as a hit would. */
-  ping() {
-    return this._call(OP.ping, '', 0, 0, 0, 0).then(() => undefined);
-  }
-
-  /** Opens the connection now, before the first hit: resolves once a PING through it is answered. */
-  connect() {
-    return this.ping();
   }
 
   /**
