@@ -47,7 +47,7 @@ use super::order::KeyOrder;
 use super::pipe::Loaded;
 use super::socket::tls_config;
 use super::stats::Monitor;
-use super::store::Query;
+use super::store::{part_end, Query};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Op};
 use crate::reset::{Command, ResetAll};
@@ -188,21 +188,9 @@ impl Rest {
                 .map(|&i| queries[i].op.script().is_some_and(|s| loaded.first_use(s)))
                 .collect()
         };
-        // An UNLINK can't meet NOSCRIPT: it goes only after the EVALSHAs
-        // before it have answered (and their retries run), in a pipeline
-        // of its own.
         let mut start = 0;
         while start < chosen.len() {
-            let mut end = start;
-            let mut evalsha = false;
-            while end < chosen.len() {
-                let op = queries[chosen[end]].op;
-                if op == Op::Unlink && evalsha {
-                    break;
-                }
-                evalsha |= op.script().is_some() && !evals[end];
-                end += 1;
-            }
+            let end = part_end(queries, &chosen, &evals, start);
             self.segment(
                 queries,
                 &chosen[start..end],

@@ -412,6 +412,29 @@ async fn routed(
         .collect()
 }
 
+/// Where the pipeline of the chosen ops from `start` ends: an UNLINK can't
+/// meet NOSCRIPT, so it goes only once the EVALSHAs before it have answered
+/// (and their retries run), in a pipeline of its own, never overtaking one.
+/// `evals` says which ops go as EVAL (which can't meet NOSCRIPT either).
+pub(super) fn part_end(
+    queries: &[Query<'_>],
+    chosen: &[usize],
+    evals: &[bool],
+    start: usize,
+) -> usize {
+    let mut end = start;
+    let mut evalsha = false;
+    while end < chosen.len() {
+        let op = queries[chosen[end]].op;
+        if op == Op::Unlink && evalsha {
+            break;
+        }
+        evalsha |= op.script().is_some() && !evals[end];
+        end += 1;
+    }
+    end
+}
+
 /// Sends the chosen ops, each as EVALSHA (as EVAL on its script's first use
 /// on this connection), then those that met NOSCRIPT as EVAL, in order: one
 /// answer per chosen op, in order, with when it came in. An UNLINK can't
@@ -430,16 +453,7 @@ async fn send(
     let mut answers: Vec<Timed> = Vec::with_capacity(chosen.len());
     let mut start = 0;
     while start < chosen.len() {
-        let mut end = start;
-        let mut evalsha = false;
-        while end < chosen.len() {
-            let op = queries[chosen[end]].op;
-            if op == Op::Unlink && evalsha {
-                break;
-            }
-            evalsha |= op.script().is_some() && !evals[end];
-            end += 1;
-        }
+        let end = part_end(queries, chosen, &evals, start);
         let part = &chosen[start..end];
         let answered = pipeline(
             &mut conn,
