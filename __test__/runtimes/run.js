@@ -106,11 +106,17 @@ async function main() {
         timeout: 300_000,
       });
       const ok = result.status === 0 && result.signal === null && result.error === undefined;
-      const how = result.signal ? `killed by ${result.signal}` : `exit code ${result.status}`;
-      console.log(`${ok ? 'ok  ' : 'FAIL'} ${r.name} (${how}, ${Date.now() - started} ms): ${result.stdout.trim()}`);
+      const how = result.error
+        ? `not run: ${result.error.message}; install the runtimes with node scripts/runtimes.js`
+        : result.signal
+          ? `killed by ${result.signal}`
+          : `exit code ${result.status}`;
+      console.log(
+        `${ok ? 'ok  ' : 'FAIL'} ${r.name} (${how}, ${Date.now() - started} ms): ${(result.stdout ?? '').trim()}`,
+      );
       if (!ok) {
         failed++;
-        console.log(result.stderr);
+        console.log(result.stderr ?? '');
       }
     }
   } finally {
