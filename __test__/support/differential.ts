@@ -27,16 +27,22 @@ export const KNOWN_DEFAULT = {
   slidingCeil: false,
   /** The limiter's give-backs name no window (delayed past an edge they take another window's count), and over a hit-only store it gives back (3). */
   giveBackWindow: false,
-  /** Calls retried after NOSCRIPT, and REST calls behind one still in flight, run out of order (4). */
-  callOrder: false,
+  /**
+   * Calls retried after NOSCRIPT, and REST calls behind one still in flight, run out of order (4). Still
+   * seen over REST: after SCRIPT FLUSH, a consume and a hit on one key sent in one tick can run out of
+   * order. While true, REST runs a parallel group one call at a time.
+   */
+  callOrder: true,
   /** redisStore's resetAll runs out of order with the store's other calls (5). */
   resetAllOrder: false,
   /**
    * A sliding state read with another windowMs (6): memoryStore counts it in full; redisStore counts a
    * state whose start falls inside the current window as current (sliding.lua: `s >= start`), where the
-   * rule counts only a start equal to the current one. While true, a sequence uses one sliding windowMs.
+   * rule counts only a start equal to the current one. Still seen on memoryStore: a state written under
+   * one windowMs and read under another (a shorter and a longer one in turn) can answer less than the
+   * model. While true, a sequence uses one sliding windowMs per key.
    */
-  slidingWindowMs: false,
+  slidingWindowMs: true,
   /** A full memoryStore evicts half of a sliding state (7). */
   memoryEviction: false,
   /** memoryStore's fixed windows count about 1 ms less than windowMs (8: windowMs 1 and 2 on memory). */
@@ -253,8 +259,9 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
       default: {
         if (adapters.length === 0) return undefined;
         const adapter = r.int(0, adapters.length - 1);
-        if (adapters[adapter].kind === 'universal') return { op: r.chance(0.7) ? 'uInc' : 'uDec', adapter, key };
-        return { op: r.pick(['eGet', 'eInc', 'eInc', 'eDec'] as const), adapter, key };
+        // A decrement is made only right after the increment it undoes (see the single steps below).
+        if (adapters[adapter].kind === 'universal') return { op: 'uInc', adapter, key };
+        return { op: r.pick(['eGet', 'eInc'] as const), adapter, key };
       }
     }
   };
@@ -265,6 +272,20 @@ export function generate(seed: number, traits: StoreTraits, known: Known, steps 
     if (kind <= 4) {
       const c = call();
       if (c !== undefined) out.push({ kind: 'calls', calls: [c], waitAfter: -1 });
+      // An adapter's decrement undoes a request's increment once that has answered, as
+      // express-rate-limit and universal-rate-limit call it: it gives back to the window the
+      // increment counted in, never to one opened later.
+      // Such pairs go on a key of their own, where no increment is left to give back first (the
+      // adapters give back the oldest increment they hold).
+      if (c !== undefined && (c.op === 'uInc' || c.op === 'eInc') && r.chance(0.4)) {
+        const key = `pair${c.adapter}`;
+        out.push({ kind: 'calls', calls: [{ ...c, key }], waitAfter: -1 });
+        out.push({
+          kind: 'calls',
+          calls: [{ op: c.op === 'uInc' ? 'uDec' : 'eDec', adapter: c.adapter, key }],
+          waitAfter: -1,
+        });
+      }
     } else if (kind <= 6) {
       // A parallel group: several calls sent in one tick, mostly on one key.
       const n = r.int(2, 4);
