@@ -295,19 +295,13 @@ impl Link {
     /// For each op about to go on this generation's connection: whether it
     /// goes as EVAL (its script's first use there).
     pub fn first_uses(&self, generation: u64, ops: impl Iterator<Item = Op>) -> Vec<bool> {
-        let mut loaded = self.loaded(generation);
-        ops.map(|op| op.script().is_some_and(|s| loaded.1.first_use(s)))
-            .collect()
+        self.loaded(generation).1.first_uses(ops)
     }
 
     /// The server answered NOSCRIPT (its cache was flushed): these ops go
     /// again as EVAL, which loads their scripts.
     pub fn flushed(&self, generation: u64, ops: impl Iterator<Item = Op>) {
-        let mut loaded = self.loaded(generation);
-        loaded.1.forget();
-        for script in ops.filter_map(Op::script) {
-            loaded.1.first_use(script);
-        }
+        self.loaded(generation).1.reloaded(ops);
     }
 
     /// What the connection has answered so far: taken before hits are sent.

@@ -81,6 +81,21 @@ impl Loaded {
     pub fn forget(&mut self) {
         self.0.clear();
     }
+
+    /// For each op about to go: whether it goes as EVAL (its script's first use).
+    pub fn first_uses(&mut self, ops: impl Iterator<Item = Op>) -> Vec<bool> {
+        ops.map(|op| op.script().is_some_and(|s| self.first_use(s)))
+            .collect()
+    }
+
+    /// The cache was flushed, and these ops go again as EVAL, which loads
+    /// their scripts.
+    pub fn reloaded(&mut self, ops: impl Iterator<Item = Op>) {
+        self.forget();
+        for script in ops.filter_map(Op::script) {
+            self.first_use(script);
+        }
+    }
 }
 
 pub struct Pipe {

@@ -170,37 +170,32 @@ impl Rest {
         // Calls on one key go in the order they were made: a later pipeline
         // on one of these keys waits for this one (retries included).
         let turn = self.order.turn(chosen.iter().map(|&i| queries[i].key));
-        let Ok(_turn) = timeout_at(deadline, turn).await else {
-            let ms = self.timeout_ms;
-            for &i in &chosen {
-                results[i] = Some(Err(Error::Timeout { ms, sent: false }));
+        match timeout_at(deadline, turn).await {
+            Ok(_turn) => {
+                let evals = self
+                    .loaded()
+                    .first_uses(chosen.iter().map(|&i| queries[i].op));
+                let mut start = 0;
+                while start < chosen.len() {
+                    let end = part_end(queries, &chosen, &evals, start);
+                    self.segment(
+                        queries,
+                        &chosen[start..end],
+                        &evals[start..end],
+                        started,
+                        deadline,
+                        &mut results,
+                    )
+                    .await;
+                    start = end;
+                }
             }
-            self.monitor.tally().timeouts += chosen.len() as u64;
-            return results
-                .into_iter()
-                .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))))
-                .collect();
-        };
-        let evals: Vec<bool> = {
-            let mut loaded = self.loaded();
-            chosen
-                .iter()
-                .map(|&i| queries[i].op.script().is_some_and(|s| loaded.first_use(s)))
-                .collect()
-        };
-        let mut start = 0;
-        while start < chosen.len() {
-            let end = part_end(queries, &chosen, &evals, start);
-            self.segment(
-                queries,
-                &chosen[start..end],
-                &evals[start..end],
-                started,
-                deadline,
-                &mut results,
-            )
-            .await;
-            start = end;
+            Err(_) => {
+                for &i in &chosen {
+                    let ms = self.timeout_ms;
+                    results[i] = Some(Err(Error::Timeout { ms, sent: false }));
+                }
+            }
         }
         let timeouts = results
             .iter()
@@ -269,13 +264,8 @@ impl Rest {
             }
             if !missing.is_empty() {
                 // The cache was flushed; the retries' EVALs load their scripts again.
-                let mut loaded = self.loaded();
-                loaded.forget();
-                for &i in &missing {
-                    if let Some(script) = queries[i].op.script() {
-                        loaded.first_use(script);
-                    }
-                }
+                self.loaded()
+                    .reloaded(missing.iter().map(|&i| queries[i].op));
             }
             evals = vec![true; missing.len()];
             chosen = missing;
