@@ -69,12 +69,16 @@ pub struct Loaded(Vec<usize>);
 impl Loaded {
     /// Whether `script` must go as EVAL, noting that it will.
     pub fn first_use(&mut self, script: &'static Script) -> bool {
-        let at = script as *const Script as usize;
-        if self.0.contains(&at) {
+        if self.has(script) {
             return false;
         }
-        self.0.push(at);
+        self.0.push(script as *const Script as usize);
         true
+    }
+
+    /// Whether `script` went as EVAL since the last NOSCRIPT.
+    pub fn has(&self, script: &'static Script) -> bool {
+        self.0.contains(&(script as *const Script as usize))
     }
 
     /// The server answered NOSCRIPT: its cache was flushed.
@@ -179,7 +183,13 @@ impl Pipe {
             }
         }
         while let Some(next) = self.held.front() {
-            if next.request.op == Op::Unlink && self.evalsha > 0 {
+            // Neither an UNLINK nor an EVAL can meet NOSCRIPT: written after an
+            // EVALSHA that does, it would run before that one's retry.
+            let cannot_fail = match next.request.op.script() {
+                None => next.request.op == Op::Unlink,
+                Some(script) => !self.loaded.has(script),
+            };
+            if cannot_fail && self.evalsha > 0 {
                 return;
             }
             if let Some(sent) = self.held.pop_front() {
@@ -486,6 +496,35 @@ mod tests {
         assert_eq!(done.len(), 2);
         assert_eq!(done[1].id, 2);
         assert_eq!(done[1].result, Ok(Answer::new(&[7, 5])));
+    }
+
+    #[test]
+    fn a_first_use_waits_for_the_evalshas_written_before_it() {
+        // After a SCRIPT FLUSH, a consume goes as EVALSHA (its script was
+        // loaded) and a hit on the same key as EVAL (its script's first use):
+        // written together, the hit would run before the consume's retry.
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        let mut done = Vec::new();
+        let consume = |id| {
+            let mut r = request(id, "a", far);
+            r.op = Op::Consume;
+            r.args = [5, 60_000, 1, 0];
+            r
+        };
+        p.send(consume(1));
+        p.feed(b"*5\r\n:1\r\n:1\r\n:4\r\n:60000\r\n:1\r\n");
+        p.answers(&mut done).unwrap();
+        written(&mut p);
+        p.send(consume(2));
+        p.send(request(3, "a", far));
+        assert_eq!(written(&mut p), [cmd("EVALSHA", "a")], "the hit waits");
+        p.feed(b"-NOSCRIPT No matching script\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(written(&mut p), [cmd("EVAL", "a"), cmd("EVAL", "a")]);
+        p.feed(b"*5\r\n:1\r\n:1\r\n:4\r\n:60000\r\n:1\r\n*2\r\n:4\r\n:60000\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2, 3]);
     }
 
     #[test]

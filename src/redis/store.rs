@@ -412,10 +412,11 @@ async fn routed(
         .collect()
 }
 
-/// Where the pipeline of the chosen ops from `start` ends: an UNLINK can't
-/// meet NOSCRIPT, so it goes only once the EVALSHAs before it have answered
-/// (and their retries run), in a pipeline of its own, never overtaking one.
-/// `evals` says which ops go as EVAL (which can't meet NOSCRIPT either).
+/// Where the pipeline of the chosen ops from `start` ends: an UNLINK or an
+/// EVAL (`evals` says which ops go as EVAL) can't meet NOSCRIPT, so it goes
+/// only once the EVALSHAs before it have answered (and their retries run),
+/// never overtaking one: after a SCRIPT FLUSH, a script's first use on this
+/// connection would otherwise run before an older EVALSHA's retry.
 pub(super) fn part_end(
     queries: &[Query<'_>],
     chosen: &[usize],
@@ -426,7 +427,7 @@ pub(super) fn part_end(
     let mut evalsha = false;
     while end < chosen.len() {
         let op = queries[chosen[end]].op;
-        if op == Op::Unlink && evalsha {
+        if (op == Op::Unlink || evals[end]) && evalsha {
             break;
         }
         evalsha |= op.script().is_some() && !evals[end];
@@ -575,6 +576,35 @@ mod tests {
         assert!(sha
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    }
+
+    #[test]
+    fn neither_an_eval_nor_an_unlink_shares_a_pipeline_behind_an_evalsha() {
+        let q = |op| Query {
+            key: b"p:a",
+            op,
+            args: [60_000, 1, 0, 0],
+        };
+        let queries = [q(Op::Consume), q(Op::Hit), q(Op::Unlink), q(Op::Hit)];
+        let chosen = [0, 1, 2, 3];
+        // The consume's script was loaded (EVALSHA); the hit's goes as EVAL.
+        assert_eq!(
+            part_end(&queries, &chosen, &[false, true, false, false], 0),
+            1
+        );
+        assert_eq!(
+            part_end(&queries, &chosen, &[false, true, false, false], 1),
+            4
+        );
+        assert_eq!(
+            part_end(&queries, &chosen, &[false, false, false, false], 0),
+            2
+        );
+        // EVALs first, then EVALSHAs: nothing waits.
+        assert_eq!(
+            part_end(&queries, &chosen, &[true, true, false, false], 0),
+            4
+        );
     }
 
     fn server(reply: &str) -> Answer {
