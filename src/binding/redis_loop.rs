@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use napi::sys;
 
 use super::raw;
-use super::redis::settle_args;
+use super::settle::{settle_args, BATCH};
 use super::uv::{self, Handle, Uv};
 use crate::errors::Error;
 use crate::ops::{Args, Op};
@@ -34,9 +34,6 @@ use crate::redis::socket::{Socket, Target};
 use crate::redis::stats::{self, Event};
 use crate::redis::{Completion, Config};
 use crate::wtf8;
-
-/// Hits one call of `settle` hands over at most.
-const BATCH: usize = 1024;
 
 /// Where a connect thread leaves its socket, and how it wakes the loop.
 struct Connecting {

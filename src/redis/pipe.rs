@@ -17,11 +17,13 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::calls::Loaded;
 use super::health::{self, Mark, Stall};
+use super::reply;
 use super::resp::{self, Malformed, Parser, Reply};
 use super::stats::Tally;
 use crate::errors::{Error, Result};
-use crate::ops::{Answer, Args, Op, Script};
+use crate::ops::{Answer, Args, Op};
 
 /// An op to send: its id, its state's key (prefix and suffix included) and
 /// numbers.
@@ -58,48 +60,6 @@ pub struct Health {
     /// The server can't take writes here (READONLY, MASTERDOWN, LOADING):
     /// the connection should be replaced.
     pub unusable: bool,
-}
-
-/// The scripts a connection has sent as EVAL since its server last
-/// answered NOSCRIPT: the server has them cached. Scripts are told apart by
-/// address (each is one static).
-#[derive(Default)]
-pub struct Loaded(Vec<usize>);
-
-impl Loaded {
-    /// Whether `script` must go as EVAL, noting that it will.
-    pub fn first_use(&mut self, script: &'static Script) -> bool {
-        if self.has(script) {
-            return false;
-        }
-        self.0.push(script as *const Script as usize);
-        true
-    }
-
-    /// Whether `script` went as EVAL since the last NOSCRIPT.
-    pub fn has(&self, script: &'static Script) -> bool {
-        self.0.contains(&(script as *const Script as usize))
-    }
-
-    /// The server answered NOSCRIPT: its cache was flushed.
-    pub fn forget(&mut self) {
-        self.0.clear();
-    }
-
-    /// For each op about to go: whether it goes as EVAL (its script's first use).
-    pub fn first_uses(&mut self, ops: impl Iterator<Item = Op>) -> Vec<bool> {
-        ops.map(|op| op.script().is_some_and(|s| self.first_use(s)))
-            .collect()
-    }
-
-    /// The cache was flushed, and these ops go again as EVAL, which loads
-    /// their scripts.
-    pub fn reloaded(&mut self, ops: impl Iterator<Item = Op>) {
-        self.forget();
-        for script in ops.filter_map(Op::script) {
-            self.first_use(script);
-        }
-    }
 }
 
 pub struct Pipe {
@@ -358,29 +318,23 @@ impl Pipe {
 
 /// The op's answer, or the error its script raised.
 fn outcome(op: Op, reply: Reply) -> Result<Answer> {
-    let ints = |items: &[Reply]| -> Option<Vec<i64>> {
-        items
-            .iter()
-            .map(|r| match r {
-                Reply::Int(n) => Some(*n),
-                _ => None,
-            })
-            .collect()
+    let read = match &reply {
+        Reply::Array(Some(items)) => reply::Reply::Array(
+            items
+                .iter()
+                .map(|r| match r {
+                    Reply::Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Reply::Int(n) => reply::Reply::Int(*n),
+        Reply::Error(code, detail) => {
+            reply::Reply::Error(code, (!detail.is_empty()).then_some(detail.as_str()))
+        }
+        _ => reply::Reply::Other,
     };
-    match reply {
-        Reply::Array(Some(items)) => match ints(&items) {
-            Some(values) => op.answer(&values),
-            None => op.answer(&[]),
-        },
-        Reply::Int(n) if op == Op::Unlink => op.answer(&[n]),
-        Reply::Error(code, detail) => Err(super::link::server_error(
-            &code,
-            (!detail.is_empty()).then_some(detail.as_str()),
-            super::link::Stage::Sent,
-        )),
-        _ if op == Op::Ping => op.answer(&[1]),
-        _ => op.answer(&[]),
-    }
+    reply::outcome(op, read)
 }
 
 #[cfg(test)]
