@@ -1,7 +1,7 @@
 // What the end-to-end tests share: packing the two tarballs as they would be published, running
 // commands, and starting servers that are always stopped, by process group, even when a test fails.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { cpSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -113,6 +113,26 @@ export class Server {
   /** What the process printed so far, for failure messages. */
   get log(): string {
     return this.#log;
+  }
+
+  /**
+   * The binaries every process of the group runs, read from /proc (Linux): which runtime serves, whatever
+   * the processes call themselves (`bun --bun` starts next's bin as a process named node).
+   */
+  executables(): Set<string> {
+    const group = this.#child.pid;
+    const found = new Set<string>();
+    for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+      try {
+        // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after the last ')'.
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+        if (pgrp === group) found.add(realpathSync(readlinkSync(`/proc/${pid}/exe`)));
+      } catch {
+        // The process ended while it was read.
+      }
+    }
+    return found;
   }
 
   get exited(): boolean {

@@ -25,6 +25,27 @@ function runtimes() {
   ];
 }
 
+/**
+ * The runtime named `name`, which must be installed: a missing one is an error that says how to install
+ * it, so that a suite needing it fails rather than skips.
+ */
+function installed(name) {
+  const found = runtimes().find((r) => r.name === name);
+  if (!found)
+    throw new Error(
+      `no runtime named ${name}: ${runtimes()
+        .map((r) => r.name)
+        .join(', ')}`,
+    );
+  if (!existsSync(found.path)) {
+    throw new Error(
+      `${name} is not installed (no ${found.path}): install the runtimes pinned in runtimes/package-lock.json ` +
+        'with `npm ci --prefix runtimes`',
+    );
+  }
+  return found;
+}
+
 function install() {
   execFileSync('npm', ['ci', '--prefix', join(__dirname, '..', 'runtimes'), '--no-audit', '--no-fund'], {
     stdio: 'inherit',
@@ -34,9 +55,7 @@ function install() {
 if (require.main === module) {
   const [flag, name] = process.argv.slice(2);
   if (flag === '--path') {
-    const found = runtimes().find((r) => r.name === name);
-    if (!found || !existsSync(found.path)) throw new Error(`no installed runtime ${name}`);
-    console.log(dirname(found.path));
+    console.log(dirname(installed(name).path));
   } else {
     install();
     for (const r of runtimes()) {
@@ -46,4 +65,4 @@ if (require.main === module) {
   }
 }
 
-module.exports = { runtimes };
+module.exports = { runtimes, installed };
