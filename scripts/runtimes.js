@@ -1,7 +1,8 @@
 'use strict';
 // The runtimes ratestore is tested on, pinned in runtimes/package-lock.json and installed from the
 // npm registry: `node scripts/runtimes.js` installs them (npm ci --prefix runtimes) and prints
-// their paths; `node scripts/runtimes.js --path node24` prints one bin directory.
+// their paths; `node scripts/runtimes.js --path node24` prints one bin directory; `--ensure` installs
+// them only when one is missing (npm run test:e2e, whose Next.js and benchmark runs need Bun and Deno).
 
 const { execFileSync } = require('node:child_process');
 const { existsSync } = require('node:fs');
@@ -54,7 +55,13 @@ function install() {
 
 if (require.main === module) {
   const [flag, name] = process.argv.slice(2);
-  if (flag === '--path') {
+  if (flag === '--ensure') {
+    const missing = runtimes().filter((r) => !existsSync(r.path));
+    if (missing.length > 0) {
+      console.error(`ratestore: installing the runtimes (${missing.map((r) => r.name).join(', ')} missing)...`);
+      install();
+    }
+  } else if (flag === '--path') {
     console.log(dirname(installed(name).path));
   } else {
     install();
