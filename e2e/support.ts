@@ -23,6 +23,8 @@ export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv 
 export interface RunOptions {
   cwd: string;
   env?: NodeJS.ProcessEnv;
+  /** For exec and run: SIGKILL to the command and what it started after this long (the code is then null). */
+  timeoutMs?: number;
 }
 
 export interface Output {
@@ -32,15 +34,35 @@ export interface Output {
 }
 
 /** Runs a command to its end and answers its exit code and output, whatever the code. */
-export function exec(command: string, args: string[], { cwd, env = cleanEnv() }: RunOptions): Promise<Output> {
+export function exec(
+  command: string,
+  args: string[],
+  { cwd, env = cleanEnv(), timeoutMs }: RunOptions,
+): Promise<Output> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // In a process group of its own when it may be killed: what it started goes with it.
+    const detached = timeoutMs !== undefined;
+    const child = spawn(command, args, { cwd, env, detached, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
+    const timer =
+      timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            stderr += `\n(killed after ${timeoutMs} ms)`;
+            try {
+              if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+            } catch {
+              // The group has already ended.
+            }
+          }, timeoutMs);
     child.stdout.on('data', (chunk) => (stdout += chunk));
     child.stderr.on('data', (chunk) => (stderr += chunk));
     child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
   });
 }
 
