@@ -7,8 +7,9 @@
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
 //   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,rest,cpu
+//   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
-const { execFile } = require('node:child_process');
+const { execFile, spawn } = require('node:child_process');
 const { writeFileSync, readFileSync } = require('node:fs');
 const os = require('node:os');
 const { join } = require('node:path');
@@ -31,6 +32,7 @@ const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
 const { startCluster } = require('../scripts/redis-cluster.js');
 const { startRest } = require('../scripts/rest-endpoint.js');
 const { cpu, cpuTargets } = require('./cpu.js');
+const { self, runtime, runtimeName } = require('./self.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
 
 const SIZES = {
@@ -195,7 +197,8 @@ async function throughput(size, only) {
 }
 
 async function child(args) {
-  const { stdout } = await execNode(process.execPath, ['--expose-gc', join(__dirname, 'child.js'), ...args], {
+  const [command, childArgs] = self(join(__dirname, 'child.js'), args, { gc: true });
+  const { stdout } = await execNode(command, childArgs, {
     maxBuffer: 1 << 20,
   });
   return JSON.parse(stdout.trim().split('\n').pop());
@@ -647,8 +650,32 @@ function machine() {
   );
 }
 
+/**
+ * `--runtime=bun` (or deno, node22, ...): runs this benchmark, with the other arguments, on that runtime
+ * from runtimes/ (`npm ci --prefix runtimes` installs them), and answers its exit code.
+ */
+async function onRuntime(name, args) {
+  const { installed } = require('../scripts/runtimes.js');
+  const target = installed(name);
+  // The flags a script runs with on that runtime (Deno's permissions), and global.gc.
+  const gcFlag = target.name === 'deno' ? '--v8-flags=--expose-gc' : '--expose-gc';
+  const child = spawn(target.path, [...target.args, gcFlag, __filename, ...args], { stdio: 'inherit' });
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('exit', (code, signal) => resolve(signal ? 1 : (code ?? 1)));
+  });
+}
+
 async function main() {
   const args = process.argv.slice(2);
+  const runtimeArg = args.find((a) => a.startsWith('--runtime='));
+  if (runtimeArg) {
+    process.exitCode = await onRuntime(
+      runtimeArg.slice('--runtime='.length),
+      args.filter((a) => a !== runtimeArg),
+    );
+    return;
+  }
   const mode = args.includes('--smoke') ? 'smoke' : args.includes('--quick') ? 'quick' : 'full';
   const onlyArg = args.find((a) => a.startsWith('--only='));
   const only = new Set(onlyArg ? onlyArg.slice('--only='.length).split(',') : SCENARIOS);
@@ -657,7 +684,7 @@ async function main() {
   const size = SIZES[mode];
   const started = performance.now();
   const notes = {};
-  console.log(`ratestore benchmark (${mode}): ${machine()}; Node.js ${process.version}\n`);
+  console.log(`ratestore benchmark (${mode}): ${machine()}; ${runtimeName()}\n`);
 
   const tables = [];
   const show = (list) => {
@@ -683,7 +710,8 @@ async function main() {
   console.log(`${tables.length} tables in ${minutes.toFixed(1)} min`);
   // Every run writes the text, so that a smoke run checks it too; only a full run keeps it.
   const text = results(tables, verdicts, notes, args, minutes);
-  if (mode === 'full' && !onlyArg) {
+  // RESULTS.md's generated part is the Node.js run: another runtime's full run is printed only.
+  if (mode === 'full' && !onlyArg && runtime.name === 'Node.js') {
     writeFileSync(join(__dirname, 'RESULTS.md'), text + kept());
     console.log('written to benchmark/RESULTS.md');
   }
@@ -708,7 +736,7 @@ function results(tables, verdicts, notes, args, minutes) {
     'noisy, so ratios within the run are what count.',
     '',
     `- Machine: ${machine()}`,
-    `- Versions: Node.js ${process.version}, ratestore ${versionOf('.')}, ` +
+    `- Versions: ${runtimeName()}, ratestore ${versionOf('.')}, ` +
       `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}`,
     `- Command: \`${command}\`; the limit row: \`${notes.benchmarkCommand ?? '-'}\``,
     '',
