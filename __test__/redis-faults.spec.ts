@@ -480,7 +480,7 @@ async function freezingProxy(target: number): Promise<{ port: number; freeze(): 
 
 // On Node.js one server is served on the event loop; elsewhere (Bun, Deno) on the I/O thread, which
 // Node.js runs too when the runtime says so: the rule must hold on both.
-const requireCjs = createRequire(import.meta.url);
+const requireCjs = createRequire(__filename);
 const { runtime } = requireCjs('../lib/runtime.js') as { runtime: { eventLoop: boolean } };
 
 describe.each([
