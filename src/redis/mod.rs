@@ -15,6 +15,7 @@ pub mod batch;
 pub mod calls;
 mod cluster;
 pub mod config;
+pub mod conn;
 pub mod health;
 mod link;
 mod order;
