@@ -1,0 +1,58 @@
+'use strict';
+// Calls that may lower a count, told to the limiters' block caches over the same store in this
+// process: a refund, a decrement, a hit of a negative amount, a reset, a resetAll, and a sliding
+// window or token bucket call with parameters other than a cached limit's (a state written under
+// other parameters can be read as fresh). A cache forgets what such a call may have changed, and
+// keeps no refusal that ran at the same time as one.
+
+const WATCHERS = Symbol('ratestore.watchers');
+
+/** Registers `cache` (held weakly) to be told of `store`'s calls. */
+function watch(store, cache) {
+  if (store === null || typeof store !== 'object') return;
+  let list = store[WATCHERS];
+  if (list === undefined) {
+    list = new Set();
+    try {
+      Object.defineProperty(store, WATCHERS, { value: list });
+    } catch {
+      return;
+    }
+  }
+  list.add(new WeakRef(cache));
+}
+
+function settled(dones) {
+  const all = () => {
+    for (const done of dones) done();
+  };
+  return all;
+}
+
+/**
+ * Tells the caches watching `store` that a call is about to run; answers `promise` (the call), on
+ * whose settling they learn it ended. `kind`: 'fixed', 'sliding', 'bucket', 'reset' or 'all';
+ * `params`: the call's parameters for a sliding window or bucket (undefined for a lowering call).
+ */
+function told(store, kind, key, params, call) {
+  const list = store[WATCHERS];
+  if (list === undefined) return call();
+  let dones;
+  for (const ref of list) {
+    const cache = ref.deref();
+    if (cache === undefined) {
+      list.delete(ref);
+      continue;
+    }
+    const done = cache.changing(kind, key, params);
+    if (done !== undefined) (dones ??= []).push(done);
+  }
+  const promise = call();
+  if (dones !== undefined) {
+    const done = settled(dones);
+    promise.then(done, done);
+  }
+  return promise;
+}
+
+module.exports = { WATCHERS, watch, told };
