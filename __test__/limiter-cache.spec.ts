@@ -97,7 +97,8 @@ describe('the block cache', () => {
     [
       'a fixed window',
       { limit: 3, windowMs: 150 },
-      async (k: string, cost: number) => (await store.consume(k, { limit: 3, windowMs: 150, cost: 0 })).remaining < cost,
+      async (k: string, cost: number) =>
+        (await store.consume(k, { limit: 3, windowMs: 150, cost: 0 })).remaining < cost,
     ],
     [
       'a sliding window',

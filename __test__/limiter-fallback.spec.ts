@@ -235,6 +235,8 @@ describe('createLimiter with a fallback store', () => {
     expect(() =>
       createLimiter({ store: main, algorithm: 'sliding-window', limit: 1, windowMs: 1_000, fallback: hitOnly }),
     ).toThrow(TypeError);
-    expect(() => createLimiter({ ...base, fallback: { store: memoryStore(), scale: 0.25, probeMs: 100 } })).not.toThrow();
+    expect(() =>
+      createLimiter({ ...base, fallback: { store: memoryStore(), scale: 0.25, probeMs: 100 } }),
+    ).not.toThrow();
   });
 });

@@ -637,7 +637,8 @@ function createLimiter(options) {
       if (typeof s.reset !== 'function') continue;
       for (const k of keys) {
         // A store ratestore made tells the cache itself; any other is told of here.
-        const done = s === store && cache !== undefined && !(s instanceof Operations) ? cache.changing('reset', k) : undefined;
+        const done =
+          s === store && cache !== undefined && !(s instanceof Operations) ? cache.changing('reset', k) : undefined;
         let call;
         try {
           call = Promise.resolve(s.reset(k));

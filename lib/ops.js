@@ -160,7 +160,8 @@ class Operations {
   refund(key, amount, options) {
     const [error, a, b, c, d] = refundArgs(key, amount, options);
     if (error) return rejection(error);
-    if (this[WATCHERS] !== undefined) return told(this, 'fixed', key, undefined, () => this._call(OP.refund, key, a, b, c, d));
+    if (this[WATCHERS] !== undefined)
+      return told(this, 'fixed', key, undefined, () => this._call(OP.refund, key, a, b, c, d));
     return this._call(OP.refund, key, a, b, c, d);
   }
 
