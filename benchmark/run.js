@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,rest,cpu
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,flood,rest,cpu
 
 const { execFile } = require('node:child_process');
 const { writeFileSync, readFileSync } = require('node:fs');
@@ -32,6 +32,7 @@ const { startCluster } = require('../scripts/redis-cluster.js');
 const { startRest } = require('../scripts/rest-endpoint.js');
 const { cpu, cpuTargets } = require('./cpu.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
+const { flood, flooders } = require('./flood.js');
 
 const SIZES = {
   full: {
@@ -49,6 +50,7 @@ const SIZES = {
     redisHits: { 1: 8_000, 16: 40_000, 256: 80_000 },
     restHits: { 1: 2_000, 256: 20_000 },
     benchmarkRequests: 500_000,
+    floodChecks: 200_000,
   },
   quick: {
     rounds: 7,
@@ -63,6 +65,7 @@ const SIZES = {
     redisHits: { 1: 3_000, 16: 15_000, 256: 30_000 },
     restHits: { 1: 1_000, 256: 10_000 },
     benchmarkRequests: 200_000,
+    floodChecks: 100_000,
   },
   smoke: {
     rounds: 1,
@@ -77,6 +80,7 @@ const SIZES = {
     redisHits: { 1: 100, 16: 300, 256: 600 },
     restHits: { 1: 50, 256: 300 },
     benchmarkRequests: 2_000,
+    floodChecks: 20_000,
   },
 };
 const SCENARIOS = [
@@ -89,6 +93,7 @@ const SCENARIOS = [
   'redis',
   'cluster',
   'consume',
+  'flood',
   'rest',
   'cpu',
 ];
@@ -674,6 +679,7 @@ async function main() {
   if (only.has('redis')) show(await redis(size, notes));
   if (only.has('cluster')) show(await cluster(size));
   if (only.has('consume')) show(await consumeScenario(size));
+  if (only.has('flood')) show(await flood(size, gc));
   if (only.has('rest')) show(await rest(size));
   if (only.has('cpu')) show([await cpu(mode)]);
 
@@ -750,6 +756,7 @@ function results(tables, verdicts, notes, args, minutes) {
       ...restStores,
       ...memoryConsumers,
       ...redisConsumers,
+      ...flooders,
     ].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');
