@@ -622,6 +622,20 @@ function targets(tables) {
       format: (r) => `${(r * 100).toFixed(0)}%`,
     },
   );
+  const cached = 'createLimiter over redisStore(), block cache (default)';
+  for (const id of ['flood-1', 'flood-10000']) {
+    check(id, `${id}: block cache refused checks/s >= memoryStore's`, cached, 'refused/s', (r) => r >= 1, {
+      against: 'createLimiter over memoryStore()',
+    });
+  }
+  check(
+    'flood-10000',
+    'flood-10000: Redis calls per key with the block cache <= 1.05 (one per key per window, and the checks in flight before its first refusal)',
+    cached,
+    'Redis calls per key',
+    (r) => r <= 1.05,
+    { against: 1, format: (r) => r.toFixed(3) },
+  );
   if (byId.has('cpu')) lines.push(...cpuTargets(byId.get('cpu')));
   const p50 = byId.get('redis-1') && { ...byId.get('redis-1'), higherIsBetter: false };
   if (p50) {

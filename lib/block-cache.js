@@ -18,7 +18,7 @@ const FAMILY = { 'fixed-window': 'fixed', 'sliding-window': 'sliding', 'token-bu
 class BlockCache {
   /** tag + storeKey → entry { minCost, until, remaining, resetEnd, retryEnd, snapshot, set }. */
   entries = new Map();
-  /** storeKey → { inFlight, settled }: calls that may lower a count, in flight or lately settled. */
+  /** tag + storeKey → { inFlight, settled }: calls that may lower that count, in flight or lately settled. */
   #changes = new Map();
   /** A resetAll() in flight or settled: { inFlight, settled }. */
   #all = { inFlight: 0, settled: 0 };
@@ -79,7 +79,8 @@ class BlockCache {
       const answer = taken.get(rule);
       if (answer === undefined || answer.allowed) continue;
       const storeKey = key + rule.suffix;
-      const change = this.#changes.get(storeKey);
+      const id = rule.tag + storeKey;
+      const change = this.#changes.get(id);
       if (change !== undefined && (change.inFlight > 0 || change.settled > started)) continue;
       const retryEnd = sentAt + answer.retryMs;
       const until = retryEnd - 1;
@@ -97,7 +98,6 @@ class BlockCache {
         retryEnd,
         snapshot,
       };
-      const id = rule.tag + storeKey;
       const entries = this.entries;
       entries.delete(id);
       entries.set(id, entry);
@@ -122,7 +122,7 @@ class BlockCache {
         all.settled = ++this.seq;
       };
     }
-    let touched = false;
+    let records;
     for (const rule of this.#rules) {
       const family = FAMILY[rule.algorithm];
       const affected =
@@ -131,34 +131,39 @@ class BlockCache {
         (kind === 'sliding-params' && family === 'sliding' && rule.windowMs !== params) ||
         (kind === 'bucket-params' && family === 'bucket' && rule.params !== params);
       if (!affected) continue;
-      touched = true;
-      this.entries.delete(rule.tag + storeKey);
+      const id = rule.tag + storeKey;
+      this.entries.delete(id);
+      const changes = this.#changes;
+      let change = changes.get(id);
+      if (change === undefined) change = { inFlight: 0, settled: 0 };
+      else changes.delete(id);
+      changes.set(id, change);
+      change.inFlight++;
+      (records ??= []).push(change);
     }
-    if (!touched) return undefined;
-    const changes = this.#changes;
-    let change = changes.get(storeKey);
-    if (change === undefined) change = { inFlight: 0, settled: 0 };
-    else changes.delete(storeKey);
-    changes.set(storeKey, change);
-    change.inFlight++;
-    if (changes.size > this.#max) this.#drop();
+    if (records === undefined) return undefined;
+    while (this.#changes.size > this.#max) if (!this.#drop()) break;
     return () => {
-      change.inFlight--;
-      change.settled = ++this.seq;
+      const tick = ++this.seq;
+      for (const change of records) {
+        change.inFlight--;
+        change.settled = tick;
+      }
     };
   }
 
-  /** Drops the oldest settled change record; checks that started before it ended keep no refusal. */
+  /** Drops the oldest settled change record (checks that started before it keep nothing); false if none is settled. */
   #drop() {
     let scanned = 0;
-    for (const [storeKey, change] of this.#changes) {
+    for (const [id, change] of this.#changes) {
       if (change.inFlight === 0) {
-        this.#changes.delete(storeKey);
+        this.#changes.delete(id);
         if (change.settled > this.#forgotten) this.#forgotten = change.settled;
-        return;
+        return true;
       }
-      if (++scanned > 64) return;
+      if (++scanned > 64) return false;
     }
+    return false;
   }
 }
 

@@ -22,17 +22,12 @@ function watch(store, cache) {
   list.add(new WeakRef(cache));
 }
 
-function settled(dones) {
-  const all = () => {
-    for (const done of dones) done();
-  };
-  return all;
-}
-
 /**
- * Tells the caches watching `store` that a call is about to run; answers `promise` (the call), on
- * whose settling they learn it ended. `kind`: 'fixed', 'sliding', 'bucket', 'reset' or 'all';
- * `params`: the call's parameters for a sliding window or bucket (undefined for a lowering call).
+ * Tells the caches watching `store` that a call is about to run, then makes it (`call()`); answers its
+ * promise, through which they learn it settled. `kind`: 'fixed' or 'sliding' (a call that may lower
+ * that algorithm's count), 'reset', 'all' (resetAll), 'sliding-params' or 'bucket-params' (a call
+ * under the parameters `params`). The answer settles as the call does, one tick later, so that a
+ * rejection nobody handles is still reported.
  */
 function told(store, kind, key, params, call) {
   const list = store[WATCHERS];
@@ -48,11 +43,20 @@ function told(store, kind, key, params, call) {
     if (done !== undefined) (dones ??= []).push(done);
   }
   const promise = call();
-  if (dones !== undefined) {
-    const done = settled(dones);
-    promise.then(done, done);
-  }
-  return promise;
+  if (dones === undefined) return promise;
+  const end = () => {
+    for (const done of dones) done();
+  };
+  return promise.then(
+    (value) => {
+      end();
+      return value;
+    },
+    (error) => {
+      end();
+      throw error;
+    },
+  );
 }
 
 module.exports = { WATCHERS, watch, told };
