@@ -181,6 +181,30 @@ describe('createLimiter with a fallback store', () => {
     }
   });
 
+  it('never counts in the fallback a check whose call had reached Redis: it rejects, and Redis may count it', async () => {
+    const redis = await server();
+    const { main, fallback, limiter } = setUp(redis);
+    const k = `${KEY_MARKER}:${randomUUID()}`;
+    expect((await limiter.check(k)).allowed).toBe(true);
+    redis.signal('SIGSTOP');
+    const started = performance.now();
+    const error = await limiter.check(k).then(
+      () => undefined,
+      (e: unknown) => e as { code: string; sent: boolean },
+    );
+    expect(performance.now() - started).toBeLessThan(TIMEOUT_MS + 300);
+    expect(error).toMatchObject({ code: 'ERR_TIMEOUT', sent: true });
+    // The next check goes to the fallback at once.
+    expect(await limiter.check(k)).toMatchObject({ allowed: true, fallback: true });
+    redis.signal('SIGCONT');
+    // The paused server ran the timed-out call once resumed: counted there, and only there.
+    await sleep(100);
+    const deadline = performance.now() + 5_000;
+    while (limiter.stats().fallbackActive && performance.now() < deadline) await sleep(20);
+    expect(await countIn(main, k)).toBe(2);
+    expect(await countIn(fallback, k)).toBe(1);
+  });
+
   it('goes straight to the fallback once a failure is known, probing the main store once at a time', async () => {
     const redis = await server();
     const { main, told, limiter } = setUp(redis);
