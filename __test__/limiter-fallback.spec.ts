@@ -244,6 +244,36 @@ describe('createLimiter with a fallback store', () => {
     expect(limiter.stats().fallbackActive).toBe(false);
   });
 
+  it('tells onError of a failing store, with or without a fallback, and never of a working one', async () => {
+    const told: boolean[] = [];
+    const closed = memoryStore();
+    await closed.close();
+    const alone = createLimiter({
+      store: closed,
+      limit: 5,
+      windowMs: 60_000,
+      onError: (_e, i) => told.push(i.fallback),
+    });
+    await expect(alone.check('k')).rejects.toMatchObject({ code: 'ERR_CLOSED' });
+    expect(told).toEqual([false]);
+    // ERR_CLOSED was never sent: the fallback counts the check.
+    const backup = memoryStore();
+    const withFallback = createLimiter({
+      store: closed,
+      fallback: backup,
+      limit: 5,
+      windowMs: 60_000,
+      onError: (_e, i) => told.push(i.fallback),
+    });
+    expect(await withFallback.check('k')).toMatchObject({ allowed: true, fallback: true, remaining: 4 });
+    expect(told).toEqual([false, true]);
+    expect(await countIn(backup, 'k')).toBe(1);
+    const working = createLimiter({ store: memoryStore(), limit: 1, windowMs: 60_000, onError: () => told.push(true) });
+    await working.check('k');
+    await working.check('k');
+    expect(told).toHaveLength(2);
+  });
+
   it('refuses bad options with a TypeError or RangeError', () => {
     const main = memoryStore();
     const base = { store: main, limit: 10, windowMs: 1_000 };

@@ -488,13 +488,13 @@ function createLimiter(options) {
       taken.set(rule, outcome.value);
     };
     /** After a round of calls on the main store: whether the fallback counts the request instead. */
+    let told = 0;
     const fellBack = () => {
-      if (!main || circuit === undefined || errors.length === 0) return false;
-      const outage = errors.find(isOutage);
-      if (outage === undefined) return false;
-      circuit.fail(outage);
-      const whole = taken.size === 0 && errors.every(isUnsent);
-      for (const error of errors) tell(error, whole);
+      if (!main || errors.length === told) return false;
+      const outage = circuit === undefined ? undefined : errors.find(isOutage);
+      const whole = outage !== undefined && taken.size === 0 && errors.every(isUnsent);
+      if (outage !== undefined) circuit.fail(outage);
+      for (; told < errors.length; told++) tell(errors[told], whole);
       return whole;
     };
     // Every window limit at once (one round trip on Redis: the calls share a pipeline), then the
@@ -520,6 +520,11 @@ function createLimiter(options) {
     const allowed = allAllow();
     if (!allowed && giveBacks) {
       const failures = await giveBack(taken);
+      if (main) {
+        const outage = circuit === undefined ? undefined : failures.find(isOutage);
+        if (outage !== undefined) circuit.fail(outage);
+        for (const error of failures) tell(error, false);
+      }
       if (failures.length > 0 && !failOpen) throw failures[0];
       errors.push(...failures);
     }
