@@ -5,7 +5,7 @@
 // took is given back only to the window it took it from; on any other
 // RateLimitStore a fixed window is a hit, never given back.
 
-const { checkOptions, checkOption, typeError, rangeError } = require('./check.js');
+const { checkOptions, checkOption, typeError, rangeError, rejection } = require('./check.js');
 const { STYLES, limitHeaders } = require('./headers.js');
 const { BlockCache } = require('./block-cache.js');
 const { watch } = require('./watch.js');
@@ -436,51 +436,40 @@ function createLimiter(options) {
     return { set: sets.get(tier), cost, tier };
   }
 
-  /** Marks a check's answer as one the fallback counted. */
-  const FELL_BACK = Symbol('fell back');
-
-  async function check(key, how) {
-    const { set, cost, tier } = request(key, how);
+  /** Answers a check: from the block cache, the fallback while the circuit is open, else the store. */
+  function check(key, how) {
+    let asked;
+    try {
+      asked = request(key, how);
+    } catch (error) {
+      return rejection(error);
+    }
+    const { set, cost, tier } = asked;
     if (cache !== undefined) {
       const proven = cache.refusing(set, key, cost, performance.now());
       if (proven !== undefined) {
         cache.refusals++;
         counts.checks++;
-        return cachedResult(set, proven, tier);
+        return Promise.resolve(cachedResult(set, proven, tier));
       }
     }
     if (circuit !== undefined && circuit.open) {
       circuit.probe();
-      return onFallback(set, key, cost, tier, circuit.error);
+      return run(set.fallback, key, cost, tier, circuit.error);
     }
-    const started = cache === undefined ? 0 : ++cache.seq;
-    const sentAt = performance.now();
-    const outcome = await run(set, key, cost, true);
-    if (outcome[FELL_BACK] !== undefined) return onFallback(set, key, cost, tier, outcome[FELL_BACK]);
-    const { taken, allowed, error } = outcome;
-    if (cache !== undefined) {
-      if (allowed) cache.forget(set, key);
-      else cache.remember(set, key, cost, taken, started, sentAt);
-    }
-    counts.checks++;
-    return result(set, taken, allowed, tier, error);
-  }
-
-  async function onFallback(set, key, cost, tier, cause) {
-    const { taken, allowed, error } = await run(set.fallback, key, cost, false);
-    counts.checks++;
-    counts.fallbackChecks++;
-    const answer = result(set.fallback, taken, allowed, tier, error ?? cause);
-    answer.fallback = true;
-    return answer;
+    return run(set, key, cost, tier, undefined);
   }
 
   /**
-   * Runs a check's takes on the main store (`main`) or the fallback: answers { taken, allowed, error },
-   * or, on the main store, { [FELL_BACK]: error } when every call failed unsent and the fallback is
-   * to count the request. Throws the store's error (after giving back what the other limits took).
+   * Runs a check's takes and answers it: on the main store (`cause` undefined), or on the fallback,
+   * sent there by the main store's error `cause`. On the main store, a request whose calls all failed
+   * unsent is run on the fallback instead. Rejects with the store's error (after giving back what the
+   * other limits took).
    */
-  async function run(set, key, cost, main) {
+  async function run(set, key, cost, tier, cause) {
+    const main = cause === undefined;
+    const started = main && cache !== undefined ? ++cache.seq : 0;
+    const sentAt = main && cache !== undefined ? performance.now() : 0;
     const taken = new Map();
     const errors = [];
     const settle = (rule, outcome) => {
@@ -501,12 +490,12 @@ function createLimiter(options) {
     // bucket, whose tokens cannot be given back, only once every window allowed.
     const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
     outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
-    if (fellBack()) return { [FELL_BACK]: errors[0] };
+    if (fellBack()) return run(set.fallback, key, cost, tier, errors[0]);
     const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
     if (set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
       const [outcome] = await Promise.allSettled([set.bucket.take(key + set.bucket.suffix, set.bucket, cost)]);
       settle(set.bucket, outcome);
-      if (fellBack()) return { [FELL_BACK]: errors[0] };
+      if (fellBack()) return run(set.fallback, key, cost, tier, errors[0]);
     }
     // With the main store known to fail, what it took stays counted (on the safe side) rather than
     // waiting for a give-back that would likely fail too.
@@ -528,7 +517,18 @@ function createLimiter(options) {
       if (failures.length > 0 && !failOpen) throw failures[0];
       errors.push(...failures);
     }
-    return { taken, allowed, error: errors[0] };
+    counts.checks++;
+    if (!main) {
+      counts.fallbackChecks++;
+      const answer = result(set, taken, allowed, tier, errors[0] ?? cause);
+      answer.fallback = true;
+      return answer;
+    }
+    if (cache !== undefined) {
+      if (allowed) cache.forget(set, key);
+      else cache.remember(set, key, cost, taken, started, sentAt);
+    }
+    return result(set, taken, allowed, tier, errors[0]);
   }
 
   /** Gives back what the limits that allowed took, for a request that does not proceed; answers the errors. */
