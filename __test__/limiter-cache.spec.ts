@@ -237,24 +237,35 @@ describe('the block cache', () => {
     expect(limiter.stats().cacheEntries).toBe(0);
   });
 
-  it('forgets a sliding refusal once the key is written under another windowMs, which may read it as fresh', async () => {
-    const limiter = createLimiter({
-      store,
-      tiers: {
-        a: { algorithm: 'sliding-window', limit: 1, windowMs: 7_000 },
-        b: { algorithm: 'sliding-window', limit: 5, windowMs: 5_000 },
-      },
+  for (const [over, wrapped] of [
+    ['redisStore', false],
+    ['a store of another library over it (which tells the cache nothing)', true],
+  ] as const) {
+    it(`forgets a sliding refusal once the key is written under another windowMs, over ${over}`, async () => {
+      const sliding = store.slidingWindow;
+      const other = {
+        shared: true,
+        hit: store.hit.bind(store),
+        slidingWindow: { consume: sliding.consume.bind(sliding), decrement: sliding.decrement.bind(sliding) },
+      };
+      const limiter = createLimiter({
+        store: wrapped ? other : store,
+        tiers: {
+          a: { algorithm: 'sliding-window', limit: 1, windowMs: 7_000 },
+          b: { algorithm: 'sliding-window', limit: 5, windowMs: 5_000 },
+        },
+      });
+      const k = key();
+      await limiter.check(k, { tier: 'a' });
+      await limiter.check(k, { tier: 'a' });
+      expect((await limiter.check(k, { tier: 'a' })).cached).toBe(true);
+      await limiter.check(k, { tier: 'b' });
+      const storeAllows = (await store.slidingWindow.consume(k, { limit: 1, windowMs: 7_000, cost: 0 })).remaining >= 1;
+      const answer = await limiter.check(k, { tier: 'a' });
+      expect(answer.cached).toBeUndefined();
+      expect(answer.allowed).toBe(storeAllows);
     });
-    const k = key();
-    await limiter.check(k, { tier: 'a' });
-    await limiter.check(k, { tier: 'a' });
-    expect((await limiter.check(k, { tier: 'a' })).cached).toBe(true);
-    await limiter.check(k, { tier: 'b' });
-    const storeAllows = (await store.slidingWindow.consume(k, { limit: 1, windowMs: 7_000, cost: 0 })).remaining >= 1;
-    const answer = await limiter.check(k, { tier: 'a' });
-    expect(answer.cached).toBeUndefined();
-    expect(answer.allowed).toBe(storeAllows);
-  });
+  }
 
   it('keeps no refusal answered while a refund of the key was under way', async () => {
     const limiter = createLimiter({ store, limit: 1, windowMs: 60_000 });

@@ -360,6 +360,8 @@ function createLimiter(options) {
 
   const cache = maxKeys === undefined ? undefined : new BlockCache(maxKeys, rules);
   if (cache !== undefined) watch(store, cache);
+  /** Whether the limiter tells its cache of its own calls that may change a count: the store does not. */
+  const selfTold = cache !== undefined && !(store instanceof Operations);
   const counts = { checks: 0, fallbackChecks: 0 };
 
   /** Tells onError of a failure of the main store; a listener that throws is reported as uncaught. */
@@ -488,27 +490,36 @@ function createLimiter(options) {
     };
     // Every window limit at once (one round trip on Redis: the calls share a pipeline), then the
     // bucket, whose tokens cannot be given back, only once every window allowed.
+    let dones = main && selfTold ? paramsTold(set, key) : undefined;
+    const endTold = () => {
+      if (dones !== undefined) for (const done of dones) done();
+      dones = undefined;
+    };
     const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
     outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
-    if (fellBack()) return run(set.fallback, key, cost, tier, errors[0]);
+    if (fellBack()) {
+      endTold();
+      return run(set.fallback, key, cost, tier, errors[0]);
+    }
     const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
     if (set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
       const [outcome] = await Promise.allSettled([set.bucket.take(key + set.bucket.suffix, set.bucket, cost)]);
       settle(set.bucket, outcome);
-      if (fellBack()) return run(set.fallback, key, cost, tier, errors[0]);
     }
+    endTold();
+    if (fellBack()) return run(set.fallback, key, cost, tier, errors[0]);
     // With the main store known to fail, what it took stays counted (on the safe side) rather than
     // waiting for a give-back that would likely fail too.
     const giveBacks = !(main && circuit !== undefined && circuit.open);
     if (errors.length > 0 && !failOpen) {
       // check rejects: what the other limits took for this request is given back first.
-      if (giveBacks) await giveBack(taken);
+      if (giveBacks) await giveBack(taken, key);
       throw errors[0];
     }
     // A limit whose store failed (failOpen) lets the request through; the others decide.
     const allowed = allAllow();
     if (!allowed && giveBacks) {
-      const failures = await giveBack(taken);
+      const failures = await giveBack(taken, key);
       if (main) {
         const outage = circuit === undefined ? undefined : failures.find(isOutage);
         if (outage !== undefined) circuit.fail(outage);
@@ -531,17 +542,41 @@ function createLimiter(options) {
     return result(set, taken, allowed, tier, errors[0]);
   }
 
+  /**
+   * On a store that does not tell the cache: tells it of this check's sliding-window and bucket calls,
+   * which may read a state written under other parameters as fresh; answers the functions to call once
+   * they settled.
+   */
+  function paramsTold(set, key) {
+    const dones = [];
+    for (const rule of set.rules) {
+      const done =
+        rule.algorithm === 'sliding-window'
+          ? cache.changing('sliding-params', key + rule.suffix, rule.windowMs)
+          : rule.algorithm === 'token-bucket'
+            ? cache.changing('bucket-params', key + rule.suffix, rule.params)
+            : undefined;
+      if (done !== undefined) dones.push(done);
+    }
+    return dones.length === 0 ? undefined : dones;
+  }
+
   /** Gives back what the limits that allowed took, for a request that does not proceed; answers the errors. */
-  async function giveBack(taken) {
+  async function giveBack(taken, key) {
     const failures = [];
     const backs = [...taken].filter(([, answer]) => answer.allowed && answer.giveBack !== undefined);
     await Promise.all(
       backs.map(async ([rule, answer]) => {
+        // A store that does not tell the cache of its calls: the limiter tells it of its own.
+        const kind = rule.algorithm === 'sliding-window' ? 'sliding' : 'fixed';
+        const done = selfTold ? cache.changing(kind, key + rule.suffix) : undefined;
         try {
           const count = await answer.giveBack();
           if (count !== undefined) answer.remaining = remainingOf(rule, count);
         } catch (error) {
           failures.push(error);
+        } finally {
+          done?.();
         }
       }),
     );
