@@ -7,7 +7,10 @@
 
 const WATCHERS = Symbol('ratestore.watchers');
 
-/** Registers `cache` (held weakly) to be told of `store`'s calls. */
+/**
+ * Registers `cache` (held weakly) to be told of `store`'s calls. Caches that were collected are
+ * pruned as more register (a limiter made per request over one store leaks nothing).
+ */
 function watch(store, cache) {
   if (store === null || typeof store !== 'object') return;
   let list = store[WATCHERS];
@@ -19,8 +22,15 @@ function watch(store, cache) {
       return;
     }
   }
+  if (list.size >= (pruneAt.get(list) ?? 64)) {
+    for (const ref of list) if (ref.deref() === undefined) list.delete(ref);
+    pruneAt.set(list, Math.max(64, 2 * list.size));
+  }
   list.add(new WeakRef(cache));
 }
+
+/** Each watcher list's size at which it is next pruned. */
+const pruneAt = new WeakMap();
 
 /**
  * Tells the caches watching `store` that a call is about to run, then makes it (`call()`); answers its
