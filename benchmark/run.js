@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,rest,cpu
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,flood,rest,cpu
 //   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
 const { execFile, spawn } = require('node:child_process');
@@ -34,6 +34,7 @@ const { startRest } = require('../scripts/rest-endpoint.js');
 const { cpu, cpuTargets } = require('./cpu.js');
 const { self, runtime, runtimeName } = require('./self.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
+const { flood, flooders } = require('./flood.js');
 
 const SIZES = {
   full: {
@@ -51,6 +52,7 @@ const SIZES = {
     redisHits: { 1: 8_000, 16: 40_000, 256: 80_000 },
     restHits: { 1: 2_000, 256: 20_000 },
     benchmarkRequests: 500_000,
+    floodChecks: 200_000,
   },
   quick: {
     rounds: 7,
@@ -65,6 +67,7 @@ const SIZES = {
     redisHits: { 1: 3_000, 16: 15_000, 256: 30_000 },
     restHits: { 1: 1_000, 256: 10_000 },
     benchmarkRequests: 200_000,
+    floodChecks: 100_000,
   },
   smoke: {
     rounds: 1,
@@ -79,6 +82,7 @@ const SIZES = {
     redisHits: { 1: 100, 16: 300, 256: 600 },
     restHits: { 1: 50, 256: 300 },
     benchmarkRequests: 2_000,
+    floodChecks: 20_000,
   },
 };
 const SCENARIOS = [
@@ -91,6 +95,7 @@ const SCENARIOS = [
   'redis',
   'cluster',
   'consume',
+  'flood',
   'rest',
   'cpu',
 ];
@@ -620,6 +625,20 @@ function targets(tables) {
       format: (r) => `${(r * 100).toFixed(0)}%`,
     },
   );
+  const cached = 'createLimiter over redisStore(), block cache (default)';
+  for (const id of ['flood-1', 'flood-10000']) {
+    check(id, `${id}: block cache refused checks/s >= memoryStore's`, cached, 'refused/s', (r) => r >= 1, {
+      against: 'createLimiter over memoryStore()',
+    });
+  }
+  check(
+    'flood-10000',
+    'flood-10000: Redis calls per key with the block cache <= 1.05 (one per key per window, and the checks in flight before its first refusal)',
+    cached,
+    'Redis calls per key',
+    (r) => r <= 1.05,
+    { against: 1, format: (r) => r.toFixed(3) },
+  );
   if (byId.has('cpu')) lines.push(...cpuTargets(byId.get('cpu')));
   const p50 = byId.get('redis-1') && { ...byId.get('redis-1'), higherIsBetter: false };
   if (p50) {
@@ -701,6 +720,7 @@ async function main() {
   if (only.has('redis')) show(await redis(size, notes));
   if (only.has('cluster')) show(await cluster(size));
   if (only.has('consume')) show(await consumeScenario(size));
+  if (only.has('flood')) show(await flood(size, gc));
   if (only.has('rest')) show(await rest(size));
   if (only.has('cpu')) show([await cpu(mode)]);
 
@@ -778,6 +798,7 @@ function results(tables, verdicts, notes, args, minutes) {
       ...restStores,
       ...memoryConsumers,
       ...redisConsumers,
+      ...flooders,
     ].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');

@@ -4,7 +4,8 @@
 
 const native = require('./native.js');
 const { checkOptions, checkOption, checkWellFormed, checkPositiveInteger, rejection } = require('./check.js');
-const { ServerOperations, decode } = require('./ops.js');
+const { ServerOperations, decode, WATCHERS } = require('./ops.js');
+const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
 const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'onError'];
@@ -44,7 +45,8 @@ class PostgresStore extends ServerOperations {
 
   /** Deletes every counter of the table. */
   resetAll() {
-    return this.#track(() => this.#native.resetAll()).then(() => undefined);
+    const reset = () => this.#track(() => this.#native.resetAll()).then(() => undefined);
+    return this[WATCHERS] !== undefined ? told(this, 'all', '', undefined, reset) : reset();
   }
 
   _call(op, key, a, b, c, d) {
