@@ -37,6 +37,8 @@ describe.each([
         /^Redis Cluster, 256 in flight/,
         /^Consume in memory/,
         /^Consume on Redis/,
+        /^Flood, 1 key:/,
+        /^Flood, 10,000 keys:/,
         /^REST, 1 in flight/,
         /^REST, 256 in flight/,
         /^CPU per hit/,
