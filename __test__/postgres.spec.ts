@@ -200,12 +200,190 @@ describe('postgresStore', () => {
     await store.close();
   }, 30_000);
 
-  it('rejects the sliding window and the token bucket with ERR_UNSUPPORTED, for now', async () => {
-    const store = ownStore();
-    expect((await rejection(store.slidingWindow.increment(KEY_MARKER, 60_000))).code).toBe('ERR_UNSUPPORTED');
-    const bucket = { capacity: 1, refill: 1, intervalMs: 1000 };
-    expect((await rejection(store.tokenBucket(KEY_MARKER, bucket))).code).toBe('ERR_UNSUPPORTED');
+  /** A store on tables of its own, created by a first ping, and SQL on its state tables. */
+  async function ownTables() {
+    const table = `t_${randomUUID().replace(/-/g, '')}`;
+    const store = ownStore({ table });
+    await store.ping();
+    const sql = own.sql;
+    /** Writes a sliding-window state: the window starting at startMs (epoch ms), counting until endsMs. */
+    const slidingState = (key: string, startMs: number, previous: number, current: number, endsMs: number) =>
+      sql(`INSERT INTO ${table}_sw VALUES ('${key}', ${startMs * 1000}, ${previous}, ${current},
+        'epoch'::timestamptz + interval '1 microsecond' * ${endsMs * 1000})`);
+    /** The sliding-window function at an explicit time (µs since the epoch), as {a,b,...}. */
+    const sliding = (op: number, key: string, windowMs: number, amount: number, arg: number, atUs: number) =>
+      sql(`SELECT ${table}_sw_v1(${op}, '${key}', ${windowMs}, ${amount}, ${arg}, ${atUs})`);
+    const bucket = (key: string, capacity: number, refill: number, intervalMs: number, cost: number, atUs: number) =>
+      sql(`SELECT ${table}_tb_v1('${key}', ${capacity}, ${refill}, ${intervalMs}, ${cost}, ${atUs})`);
+    return { table, store, sql, slidingState, sliding, bucket };
+  }
+
+  it('keeps the sliding window in TABLE_sw: increment, consume and decrement naming its window', async () => {
+    const { table, store, sql } = await ownTables();
+    const key = `sw:${randomUUID()}`;
+    const year = 365 * 24 * 3600 * 1000;
+    const first = await store.slidingWindow.increment(key, year);
+    expect(first.count).toBe(1);
+    expect(first.resetMs).toBeGreaterThan(0);
+    expect(first.resetMs).toBeLessThanOrEqual(year);
+    const second = await store.slidingWindow.increment(key, year, 2);
+    expect(second).toMatchObject({ count: 3, window: first.window });
+    expect(await sql(`SELECT current FROM ${table}_sw WHERE key = '${key}'`)).toBe('3');
+    // A decrement naming another window gives nothing back; naming its own, it does.
+    expect((await store.slidingWindow.decrement(key, year, 1, { window: first.window + 1 })).count).toBe(3);
+    expect((await store.slidingWindow.decrement(key, year, 1, { window: first.window })).count).toBe(2);
+    const results = await Promise.all(
+      Array.from({ length: 12 }, () => store.slidingWindow.consume(key, { limit: 7, windowMs: year })),
+    );
+    expect(results.filter((r) => r.allowed)).toHaveLength(5);
+    const refused = results.find((r) => !r.allowed)!;
+    expect(refused).toMatchObject({ count: 7, remaining: 0, window: first.window });
+    expect(refused.retryMs).toBeGreaterThan(0);
+    // Taken back to nothing, the state is removed.
+    await store.slidingWindow.decrement(key, year, 100);
+    expect(await sql(`SELECT count(*) FROM ${table}_sw WHERE key = '${key}'`)).toBe('0');
     await store.close();
+  });
+
+  it('answers the sliding window exactly as src/sliding.rs, at the times its tests use', async () => {
+    const { store, slidingState, sliding } = await ownTables();
+    const W = 10_000;
+    const MS = 1000;
+    const MAX = Number.MAX_SAFE_INTEGER;
+    const cases: [string, () => Promise<string>, string][] = [];
+    let n = 0;
+    const at = (
+      state: [number, number, number] | null,
+      op: number,
+      amount: number,
+      arg: number,
+      atUs: number,
+      expected: string,
+    ) => {
+      const key = `case${n++}`;
+      cases.push([
+        key,
+        async () => {
+          if (state) await slidingState(key, state[0], state[1], state[2], state[0] + 2 * W);
+          return sliding(op, key, W, amount, arg, atUs);
+        },
+        expected,
+      ]);
+    };
+    // increment: [count, resetMs, window]
+    at(null, 0, 1, 0, 25_000 * MS, `{1,5000,${30_000 * MS}}`);
+    at([10_000, 0, 8], 0, 0, 0, 22_500 * MS, `{6,7500,${30_000 * MS}}`);
+    at([10_000, 0, 8], 0, 0, 0, 22_501 * MS, `{6,7499,${30_000 * MS}}`);
+    at([10_000, 0, 1], 0, 0, 0, 29_999_999, `{1,1,${30_000 * MS}}`);
+    at([10_000, 0, 8], 0, 0, 0, 20_000 * MS, `{8,10000,${30_000 * MS}}`);
+    at([10_000, 5, 8], 0, 0, 0, 30_000 * MS, `{0,10000,${40_000 * MS}}`);
+    at([20_000, 3, 4], 0, 1, 0, 15_000 * MS, `{7,5000,${30_000 * MS}}`);
+    // Exact at the top of the range: half of MAX_SAFE still weighs, rounded up.
+    at([0, 0, MAX], 0, 1, 0, 15_000 * MS, `{${(MAX + 1) / 2 + 1},5000,${20_000 * MS}}`);
+    // decrement: from current, then previous; naming a window, only from it.
+    at([20_000, 4, 2], 1, 3, 0, 25_000 * MS, `{2,5000,${30_000 * MS}}`);
+    at([20_000, 4, 2], 1, 1, 30_000 * MS, 30_000 * MS, `{1,10000,${40_000 * MS}}`);
+    at([40_000, 2, 5], 1, 1, 30_000 * MS, 45_000 * MS, `{6,5000,${50_000 * MS}}`);
+    // consume: [allowed, count, remaining, resetMs, retryMs, window]
+    at([10_000, 0, 8], 2, 4, 10, 22_500 * MS, `{1,10,0,7500,0,${30_000 * MS}}`);
+    at([10_000, 0, 8], 2, 6, 10, 22_500 * MS, `{0,6,4,7500,2500,${30_000 * MS}}`);
+    at([10_000, 0, 8], 2, 5, 10, 22_500 * MS, `{0,6,4,7500,1250,${30_000 * MS}}`);
+    at([10_000, 0, 8], 2, 6, 10, 25_000 * MS, `{1,10,0,5000,0,${30_000 * MS}}`);
+    at([10_000, 0, 8], 2, 6, 10, 25_000 * MS - 1, `{0,5,5,5001,1,${30_000 * MS}}`);
+    const retry = Math.ceil((7_500_000 + 10_000_000 - 7_142_857) / MS);
+    at([20_000, 0, 7], 2, 5, 10, 22_500 * MS, `{0,7,3,7500,${retry},${30_000 * MS}}`);
+    at(null, 2, 4, 3, 2_500 * MS, `{0,0,3,7500,7500,${10_000 * MS}}`);
+    at([0, 0, 2], 2, 4, 3, 2_500 * MS, `{0,2,1,7500,17500,${10_000 * MS}}`);
+    for (const [key, run, expected] of cases) expect([key, await run()]).toEqual([key, expected]);
+    // A count past the safe range rejects, changing nothing.
+    await slidingState('max', 0, 0, MAX, 2 * W);
+    await expect(sliding(0, 'max', W, 1, 0, 0)).rejects.toThrow(/safe-integer range/);
+    expect(await sliding(0, 'max', W, 0, 0, 0)).toBe(`{${MAX},10000,${W * MS}}`);
+    await store.close();
+  });
+
+  it('rejects a sliding count past the safe range with ERR_COUNT_RANGE, changing nothing', async () => {
+    const store = ownStore();
+    const key = `swmax:${randomUUID()}`;
+    await store.slidingWindow.increment(key, 3_600_000, Number.MAX_SAFE_INTEGER - 1);
+    const error = await rejection(store.slidingWindow.increment(key, 3_600_000, 2));
+    expect(error).toBeInstanceOf(RangeError);
+    expect(error.code).toBe('ERR_COUNT_RANGE');
+    expect((await store.slidingWindow.increment(key, 3_600_000, 0)).count).toBe(Number.MAX_SAFE_INTEGER - 1);
+    await store.close();
+  });
+
+  it('keeps the token bucket in TABLE_tb, and answers exactly as src/bucket.rs', async () => {
+    const { table, store, sql, bucket } = await ownTables();
+    const key = `tb:${randomUUID()}`;
+    const p = { capacity: 5, refill: 1, intervalMs: 3_600_000 };
+    const results = await Promise.all(Array.from({ length: 8 }, () => store.tokenBucket(key, p)));
+    expect(results.filter((r) => r.allowed)).toHaveLength(5);
+    expect(results.find((r) => !r.allowed)).toMatchObject({ remaining: 0, retryMs: expect.any(Number) });
+    expect(await sql(`SELECT tokens FROM ${table}_tb WHERE key = '${key}'`)).toBe('0');
+    expect(await store.tokenBucket(key, { ...p, cost: 0 })).toMatchObject({ allowed: true, remaining: 0 });
+    const MS = 1000;
+    // [allowed, remaining, retryMs, resetMs] at explicit times, from src/bucket.rs's tests.
+    expect(await bucket('a', 10, 1, 1_000, 3, 5 * MS)).toBe('{1,7,0,3000}');
+    expect(await bucket('b', 10, 3, 1_000, 10, 0)).toBe('{1,0,0,4000}');
+    expect(await bucket('b', 10, 3, 1_000, 0, 999_999)).toBe('{1,0,0,3001}');
+    expect(await bucket('b', 10, 3, 1_000, 0, 2_500 * MS)).toBe('{1,6,0,1500}');
+    expect(await bucket('b', 10, 3, 1_000, 6, 2_500 * MS)).toBe('{1,0,0,3500}');
+    expect(await sql(`SELECT at_us FROM ${table}_tb WHERE key = 'b'`)).toBe(String(2_000 * MS));
+    expect(await bucket('c', 10, 2, 500, 9, 0)).toBe('{1,1,0,2500}');
+    expect(await bucket('c', 10, 2, 500, 6, 100 * MS)).toBe('{0,1,1400,2400}');
+    expect(await bucket('c', 10, 2, 500, 6, 1_500 * MS - 1)).toBe('{0,5,1,1001}');
+    expect(await bucket('d', 3, 1, 1_000, 4, 0)).toBe('{0,3,1,0}');
+    expect(await bucket('e', 3, 1, 1_000, 2, 0)).toBe('{1,1,0,2000}');
+    expect(await bucket('e', 3, 1, 1_000, 4, 0)).toBe('{0,1,2000,2000}');
+    await store.close();
+  });
+
+  it('reset(key) removes every state of the key; resetAll() empties every table', async () => {
+    const { table, store, sql } = await ownTables();
+    const key = `all:${randomUUID()}`;
+    await store.hit(key, 60_000, 1);
+    await store.slidingWindow.increment(key, 60_000);
+    await store.tokenBucket(key, { capacity: 3, refill: 1, intervalMs: 60_000 });
+    const rows = () =>
+      sql(
+        `SELECT (SELECT count(*) FROM ${table}) + (SELECT count(*) FROM ${table}_sw) + (SELECT count(*) FROM ${table}_tb)`,
+      );
+    expect(await rows()).toBe('3');
+    await store.reset(key);
+    expect(await rows()).toBe('0');
+    await store.hit(key, 60_000, 1);
+    await store.slidingWindow.increment(`${key}:2`, 60_000);
+    await store.tokenBucket(`${key}:3`, { capacity: 3, refill: 1, intervalMs: 60_000 });
+    await store.resetAll();
+    expect(await rows()).toBe('0');
+    await store.close();
+  });
+
+  it('with createTable false and only the fixed-window table, reset and resetAll still work', async () => {
+    const table = `only_${randomUUID().replace(/-/g, '')}`;
+    await own.sql(`CREATE TABLE ${table} (key text PRIMARY KEY, total bigint NOT NULL, reset_at timestamptz NOT NULL)`);
+    const store = ownStore({ table, createTable: false });
+    expect((await store.hit('k', 60_000, 2)).count).toBe(2);
+    await store.reset('k');
+    await store.resetAll();
+    expect((await store.hit('k', 60_000, 0)).count).toBe(0);
+    const error = await rejection(store.slidingWindow.increment(KEY_MARKER, 60_000));
+    expect(error.code).toBe('ERR_POSTGRES');
+    expect(error.message).toContain('42883');
+    await store.close();
+  });
+
+  it('creates the state tables and functions once when many stores start at once', async () => {
+    const table = `race_${randomUUID().replace(/-/g, '')}`;
+    const stores = Array.from({ length: 8 }, () => ownStore({ table }));
+    const counts = await Promise.all(stores.map((store) => store.slidingWindow.increment('k', 3_600_000)));
+    expect(counts.map((c) => c.count).sort((a, b) => a - b)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    const taken = await Promise.all(
+      stores.map((store) => store.tokenBucket('k', { capacity: 4, refill: 1, intervalMs: 3_600_000 })),
+    );
+    expect(taken.filter((t) => t.allowed)).toHaveLength(4);
+    await Promise.all(stores.map((store) => store.close()));
   });
 
   it('refuses calls after close() with ERR_CLOSED', async () => {

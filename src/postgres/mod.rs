@@ -18,6 +18,9 @@ use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 use crate::window::MAX_SAFE;
 
+mod schema;
+use schema::Names;
+
 /// The environment variables read for the URL, in order.
 pub const URL_VARIABLES: [&str; 2] = ["DATABASE_URL", "POSTGRES_URL"];
 pub const DEFAULT_TABLE: &str = "askdare_counters";
@@ -40,8 +43,8 @@ pub struct Config {
     /// The password, kept to clean it out of any message.
     password: Vec<u8>,
     url: String,
-    /// The table's name, quoted (and schema-qualified when a schema is given).
-    table: String,
+    /// The tables' and functions' names, quoted.
+    names: Names,
     pub timeout_ms: u64,
     create_table: bool,
 }
@@ -51,14 +54,6 @@ fn config_error(text: impl Into<String>) -> Error {
         code: "ERR_CONFIG",
         text: text.into(),
     }
-}
-
-/// `name` quoted as an SQL identifier.
-fn quote(name: &str) -> Result<String> {
-    if name.is_empty() || name.contains('\0') {
-        return Err(config_error("table and schema must be non-empty names"));
-    }
-    Ok(format!("\"{}\"", name.replace('"', "\"\"")))
 }
 
 impl Config {
@@ -84,15 +79,15 @@ impl Config {
                 "sslmode=require is not supported yet; use sslmode=disable on a trusted network",
             ));
         }
-        let mut table = quote(options.table.as_deref().unwrap_or(DEFAULT_TABLE))?;
-        if let Some(schema) = &options.schema {
-            table = format!("{}.{}", quote(schema)?, table);
-        }
+        let names = Names::new(
+            options.table.as_deref().unwrap_or(DEFAULT_TABLE),
+            options.schema.as_deref(),
+        )?;
         Ok(Config {
             pg,
             password,
             url,
-            table,
+            names,
             timeout_ms: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
             create_table: options.create_table.unwrap_or(true),
         })
@@ -103,59 +98,72 @@ impl Config {
     }
 }
 
-/// The statements, for one table. `ended` is the seed's rule with the other
-/// stores' edge: a window with under 1 ms left counts as ended.
+/// The statements, for one set of names. The fixed window ends with the ms
+/// tick it ends in, as Redis's PTTL counts (and memoryStore): open while the
+/// tick of `reset_at` is after the tick of `now()`, and `resetMs` is the
+/// difference of the two ticks.
 struct Sql {
     create: String,
     hit: String,
     read: String,
     consume: String,
     refund: String,
-    unlink: String,
-    reset_all: String,
+    sliding: String,
+    bucket: String,
+    unlink: [String; 3],
+    reset_all: [String; 3],
 }
 
-const ENDED: &str = "c.reset_at - now() < interval '1 millisecond'";
-const RESET_MS: &str = "ceil(extract(epoch FROM reset_at - now()) * 1000)::int8";
+/// The ms tick of a timestamptz (ms since the epoch, rounded down).
+fn tick(ts: &str) -> String {
+    format!("floor(extract(epoch FROM {ts}) * 1000)::int8")
+}
 
 impl Sql {
-    fn new(t: &str) -> Sql {
+    fn new(n: &Names) -> Sql {
+        let t = &n.table;
+        let now = tick("now()");
+        let ended = format!("{} <= {now}", tick("c.reset_at"));
+        let reset_ms = format!("{} - {now}", tick("reset_at"));
+        // The open window's id: its end in µs since the epoch (opaque, stays put while it is open).
+        let window = format!("LEAST((extract(epoch FROM reset_at) * 1000000)::int8, {MAX_SAFE})");
         let upsert_set = format!(
-            "total = CASE WHEN {ENDED} THEN EXCLUDED.total ELSE c.total + EXCLUDED.total END, \
-             reset_at = CASE WHEN {ENDED} THEN EXCLUDED.reset_at ELSE c.reset_at END"
+            "total = CASE WHEN {ended} THEN EXCLUDED.total ELSE c.total + EXCLUDED.total END, \
+             reset_at = CASE WHEN {ended} THEN EXCLUDED.reset_at ELSE c.reset_at END"
         );
         let opens = "now() + interval '1 millisecond' * $3::int8::float8";
         Sql {
-            // The lock makes instances that start together create it one at a time.
-            create: format!(
-                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('ratestore:' || '{lock}')); \
-                 CREATE TABLE IF NOT EXISTS {t} (key text PRIMARY KEY, total bigint NOT NULL, \
-                 reset_at timestamptz NOT NULL); COMMIT",
-                lock = t.replace('\'', "''"),
-            ),
+            create: schema::create_batch(n),
             // $1 key, $2 amount, $3 windowMs. No row back: the count would
             // leave the safe-integer range, and nothing was changed.
             hit: format!(
                 "INSERT INTO {t} AS c (key, total, reset_at) VALUES ($1, $2, {opens}) \
                  ON CONFLICT (key) DO UPDATE SET {upsert_set} \
-                 WHERE {ENDED} OR abs(c.total + EXCLUDED.total) <= {MAX_SAFE} \
-                 RETURNING total, {RESET_MS}"
+                 WHERE {ended} OR abs(c.total + EXCLUDED.total) <= {MAX_SAFE} \
+                 RETURNING total, {reset_ms}"
             ),
-            read: format!("SELECT total, {RESET_MS} FROM {t} c WHERE key = $1 AND NOT ({ENDED})"),
+            read: format!(
+                "SELECT total, {reset_ms}, {window} FROM {t} c WHERE key = $1 AND NOT ({ended})"
+            ),
             // $1 key, $2 cost, $3 windowMs, $4 limit. No row back: refused.
             consume: format!(
                 "INSERT INTO {t} AS c (key, total, reset_at) SELECT $1, $2, {opens} WHERE $2 <= $4 \
                  ON CONFLICT (key) DO UPDATE SET {upsert_set} \
-                 WHERE {ENDED} OR c.total + EXCLUDED.total <= $4 \
-                 RETURNING total, {RESET_MS}"
+                 WHERE {ended} OR c.total + EXCLUDED.total <= $4 \
+                 RETURNING total, {reset_ms}, {window}"
             ),
-            // $1 key, $2 amount: never below 0, only in an open window.
+            // $1 key, $2 amount, $3 the window named (0: none): never below 0,
+            // only in an open window, and only the one named.
             refund: format!(
                 "UPDATE {t} c SET total = total - LEAST($2, GREATEST(total, 0)) \
-                 WHERE key = $1 AND NOT ({ENDED}) RETURNING total, {RESET_MS}"
+                 WHERE key = $1 AND NOT ({ended}) AND ($3 = 0 OR {window} = $3) \
+                 RETURNING total, {reset_ms}"
             ),
-            unlink: format!("DELETE FROM {t} WHERE key = $1"),
-            reset_all: format!("DELETE FROM {t}"),
+            sliding: format!("SELECT {}($1, $2, $3, $4, $5)", n.sliding_fn),
+            bucket: format!("SELECT {}($1, $2, $3, $4, $5)", n.bucket_fn),
+            unlink: [&n.table, &n.sliding, &n.bucket]
+                .map(|t| format!("DELETE FROM {t} WHERE key = $1")),
+            reset_all: [&n.table, &n.sliding, &n.bucket].map(|t| format!("DELETE FROM {t}")),
         }
     }
 }
@@ -170,16 +178,17 @@ pub struct PgStore {
 /// A tokio-postgres error as a core error, its text cleaned of `secrets`.
 fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     let (code, text) = match e.as_db_error() {
+        Some(db) if db.code().code() == schema::COUNT_RANGE_STATE => return Error::CountOutOfRange,
         Some(db) => {
             let state = db.code().code();
             let code = match state {
                 "28P01" | "28000" => "ERR_AUTH",
                 _ => "ERR_POSTGRES",
             };
-            let hint = if state == "42P01" {
-                " (the table is missing: create it with docs/postgres.sql, or leave createTable on)"
-            } else {
-                ""
+            let hint = match state {
+                "42P01" => " (the table is missing: create it with docs/postgres.sql, or leave createTable on)",
+                "42883" => " (the store's function is missing: create it with docs/postgres.sql, or leave createTable on)",
+                _ => "",
             };
             (
                 code,
@@ -195,9 +204,15 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     Error::Postgres { code, text }.redacted(secrets)
 }
 
+/// Whether `e` is PostgreSQL's "relation does not exist".
+fn undefined_table(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|db| db.code().code() == "42P01")
+}
+
 impl PgStore {
     pub fn new(config: Config) -> PgStore {
-        let sql = Sql::new(&config.table);
+        let sql = Sql::new(&config.names);
         PgStore {
             config,
             sql,
@@ -252,17 +267,46 @@ impl PgStore {
         }
     }
 
+    /// The first row's integers (`None`: no row).
     async fn row(
         &self,
         client: &Client,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> Result<Option<(i64, i64)>> {
+    ) -> Result<Option<Vec<i64>>> {
         let rows = client
             .query_typed(sql, params)
             .await
             .map_err(|e| self.error(e))?;
-        Ok(rows.first().map(|row| (row.get(0), row.get(1))))
+        Ok(rows
+            .first()
+            .map(|row| (0..row.len()).map(|i| row.get(i)).collect()))
+    }
+
+    /// One call of a state's function: the integers of its answer, `len` of them.
+    async fn function(
+        &self,
+        client: &Client,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+        len: usize,
+    ) -> Result<Answer> {
+        let rows = client
+            .query_typed(sql, params)
+            .await
+            .map_err(|e| self.error(e))?;
+        let values: Option<Vec<i64>> = rows.first().and_then(|row| row.try_get(0).ok());
+        match values {
+            Some(v) if v.len() == len && v.iter().all(|n| n.abs() <= MAX_SAFE) => {
+                Ok(Answer::new(&v))
+            }
+            _ => Err(Error::Postgres {
+                code: "ERR_POSTGRES",
+                text:
+                    "a function of the store answered in the wrong shape (is it another release's?)"
+                        .into(),
+            }),
+        }
     }
 
     async fn run_op(&self, op: Op, args: Args, key: String) -> Result<Answer> {
@@ -274,7 +318,7 @@ impl PgStore {
                 let [window_ms, amount, ..] = args;
                 if amount == 0 {
                     let row = self.row(&client, &self.sql.read, &[k()]).await?;
-                    let (count, reset) = row.unwrap_or((0, window_ms));
+                    let (count, reset) = row.map_or((0, window_ms), |r| (r[0], r[1]));
                     return Ok(Answer::new(&[count, reset]));
                 }
                 let row = self
@@ -284,8 +328,8 @@ impl PgStore {
                         &[k(), (&amount, Type::INT8), (&window_ms, Type::INT8)],
                     )
                     .await?;
-                let (count, reset) = row.ok_or(Error::CountOutOfRange)?;
-                Ok(Answer::new(&[count, reset]))
+                let row = row.ok_or(Error::CountOutOfRange)?;
+                Ok(Answer::new(&[row[0], row[1]]))
             }
             Op::Consume => {
                 let [window_ms, limit, cost, _] = args;
@@ -304,36 +348,74 @@ impl PgStore {
                 } else {
                     None
                 };
-                let (allowed, (count, reset)) = match taken {
+                let (allowed, row) = match taken {
                     Some(row) => (true, row),
                     None => {
                         // Refused (or cost 0): nothing was written; the count as it stands.
                         let row = self.row(&client, &self.sql.read, &[k()]).await?;
-                        let row = row.unwrap_or((0, window_ms));
-                        (cost == 0 && row.0 <= limit, row)
+                        let row = row.unwrap_or_else(|| vec![0, window_ms, 0]);
+                        (cost == 0 && row[0] <= limit, row)
                     }
                 };
-                let remaining = (limit - count).clamp(0, limit);
-                Ok(Answer::new(&[allowed as i64, count, remaining, reset]))
+                let (count, reset, window) = (row[0], row[1], row[2]);
+                let remaining = crate::window::remaining(limit, count);
+                Ok(Answer::new(&[
+                    allowed as i64,
+                    count,
+                    remaining,
+                    reset,
+                    window,
+                ]))
             }
             Op::Refund => {
-                let [amount, ..] = args;
+                let [amount, window, ..] = args;
                 let row = self
-                    .row(&client, &self.sql.refund, &[k(), (&amount, Type::INT8)])
+                    .row(
+                        &client,
+                        &self.sql.refund,
+                        &[k(), (&amount, Type::INT8), (&window, Type::INT8)],
+                    )
                     .await?;
-                let (count, reset) = row.unwrap_or((0, 0));
+                let (count, reset) = row.map_or((0, 0), |r| (r[0], r[1]));
                 Ok(Answer::new(&[count, reset]))
             }
-            Op::Unlink => {
-                if args[0] != 0 {
-                    // No sliding-window or token-bucket state is kept here yet.
-                    return Ok(Answer::new(&[0]));
-                }
-                let n = client
-                    .execute_typed(&self.sql.unlink, &[k()])
+            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => {
+                // (op, amount, arg): the decrement's arg is the window it names, the consume's its limit.
+                let (code, amount, arg) = match op {
+                    Op::SlidingIncrement => (0i32, args[1], 0),
+                    Op::SlidingDecrement => (1, args[1], args[2]),
+                    _ => (2, args[2], args[1]),
+                };
+                let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                    (&code, Type::INT4),
+                    k(),
+                    (&args[0], Type::INT8),
+                    (&amount, Type::INT8),
+                    (&arg, Type::INT8),
+                ];
+                self.function(&client, &self.sql.sliding, &params, op.answer_len())
                     .await
-                    .map_err(|e| self.error(e))?;
-                Ok(Answer::new(&[n as i64]))
+            }
+            Op::Bucket => {
+                let [capacity, refill, interval_ms, cost] = args;
+                let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                    k(),
+                    (&capacity, Type::INT8),
+                    (&refill, Type::INT8),
+                    (&interval_ms, Type::INT8),
+                    (&cost, Type::INT8),
+                ];
+                self.function(&client, &self.sql.bucket, &params, op.answer_len())
+                    .await
+            }
+            Op::Unlink => {
+                let state = args[0] as usize;
+                match client.execute_typed(&self.sql.unlink[state], &[k()]).await {
+                    Ok(n) => Ok(Answer::new(&[n as i64])),
+                    // A state's table that was never created (createTable: false) holds nothing.
+                    Err(e) if state > 0 && undefined_table(&e) => Ok(Answer::new(&[0])),
+                    Err(e) => Err(self.error(e)),
+                }
             }
             Op::Ping => {
                 client
@@ -342,23 +424,22 @@ impl PgStore {
                     .map_err(|e| self.error(e))?;
                 Ok(Answer::new(&[1]))
             }
-            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume | Op::Bucket => {
-                Err(Error::Unsupported(
-                    "postgresStore: the sliding window and the token bucket are not available yet",
-                ))
-            }
         }
     }
 
-    /// Deletes every counter of the table.
+    /// Deletes every counter and state of the store's tables.
     pub async fn reset_all(&self) -> Result<()> {
         let ms = self.config.timeout_ms;
         let work = async {
             let client = self.client().await?;
-            client
-                .batch_execute(&self.sql.reset_all)
-                .await
-                .map_err(|e| self.error(e))
+            for (state, sql) in self.sql.reset_all.iter().enumerate() {
+                match client.batch_execute(sql).await {
+                    Ok(()) => {}
+                    Err(e) if state > 0 && undefined_table(&e) => {}
+                    Err(e) => return Err(self.error(e)),
+                }
+            }
+            Ok(())
         };
         match tokio::time::timeout(Duration::from_millis(ms), work).await {
             Ok(result) => result,
@@ -411,6 +492,6 @@ mod tests {
             ..Options::default()
         };
         let config = Config::resolve(&options, |_| None).ok().unwrap();
-        assert_eq!(config.table, "\"s\".\"we\"\"ird\"");
+        assert_eq!(config.names.table, "\"s\".\"we\"\"ird\"");
     }
 }
