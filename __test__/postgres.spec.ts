@@ -2,6 +2,10 @@ import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresStore, type PostgresStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
+import { expressSuite } from './express-suite.js';
+import { limiterSuite } from './limiter-suite.js';
+import { operationsSuite } from './operations-suite.js';
+import { universalSuite } from './universal-suite.js';
 import { PASSWORD, plainPostgres, startPostgres, type PostgresServer } from './support/postgres.js';
 
 let server: Awaited<ReturnType<typeof plainPostgres>>;
@@ -10,9 +14,19 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(() => server?.stop());
 
-const make = (options: PostgresStoreOptions = {}) => postgresStore({ url: server.url, timeoutMs: 5_000, ...options });
+// The shared suites' stores use tables of this file's own, so that their resetAll() empties only
+// what they wrote (as redisStore's suites use a prefix of their own).
+const table = `suites_${randomUUID().replace(/-/g, '')}`;
+const make = (options: PostgresStoreOptions = {}) =>
+  postgresStore({ url: server.url, table, timeoutMs: 5_000, ...options });
 
 rateLimitStoreContract('postgresStore', () => make());
+limiterSuite('postgresStore', () => make());
+operationsSuite('postgresStore', () => make());
+// The adapters' suites count on fixed keys (the client's address) in each test: a table per store.
+const isolated = () => make({ table: `adapter_${randomUUID().replace(/-/g, '')}` });
+universalSuite('postgresStore', isolated);
+expressSuite('postgresStore', isolated);
 
 const KEY_MARKER = '203.0.113.77-pg-key-marker';
 

@@ -145,12 +145,18 @@ impl Sql {
             read: format!(
                 "SELECT total, {reset_ms}, {window} FROM {t} c WHERE key = $1 AND NOT ({ended})"
             ),
-            // $1 key, $2 cost, $3 windowMs, $4 limit. No row back: refused.
+            // $1 key, $2 cost, $3 windowMs, $4 limit. One statement, so one now():
+            // the first column is 1 when the cost was added; else (refused, or
+            // cost 0: nothing is written) the open window as it stands, if any.
             consume: format!(
-                "INSERT INTO {t} AS c (key, total, reset_at) SELECT $1, $2, {opens} WHERE $2 <= $4 \
+                "WITH up AS (INSERT INTO {t} AS c (key, total, reset_at) \
+                 SELECT $1, $2, {opens} WHERE $2 > 0 AND $2 <= $4 \
                  ON CONFLICT (key) DO UPDATE SET {upsert_set} \
                  WHERE {ended} OR c.total + EXCLUDED.total <= $4 \
-                 RETURNING total, {reset_ms}, {window}"
+                 RETURNING total, {reset_ms} AS reset_ms, {window} AS win) \
+                 SELECT 1::int8, total, reset_ms, win FROM up \
+                 UNION ALL SELECT 0::int8, total, {reset_ms}, {window} FROM {t} c \
+                 WHERE key = $1 AND NOT ({ended}) AND NOT EXISTS (SELECT FROM up)"
             ),
             // $1 key, $2 amount, $3 the window named (0: none): never below 0,
             // only in an open window, and only the one named.
@@ -333,8 +339,8 @@ impl PgStore {
             }
             Op::Consume => {
                 let [window_ms, limit, cost, _] = args;
-                let taken = if cost > 0 {
-                    self.row(
+                let row = self
+                    .row(
                         &client,
                         &self.sql.consume,
                         &[
@@ -344,20 +350,12 @@ impl PgStore {
                             (&limit, Type::INT8),
                         ],
                     )
-                    .await?
-                } else {
-                    None
+                    .await?;
+                let [added, count, reset, window] = match row.as_deref() {
+                    Some(&[a, b, c, d]) => [a, b, c, d],
+                    _ => [0, 0, window_ms, 0],
                 };
-                let (allowed, row) = match taken {
-                    Some(row) => (true, row),
-                    None => {
-                        // Refused (or cost 0): nothing was written; the count as it stands.
-                        let row = self.row(&client, &self.sql.read, &[k()]).await?;
-                        let row = row.unwrap_or_else(|| vec![0, window_ms, 0]);
-                        (cost == 0 && row[0] <= limit, row)
-                    }
-                };
-                let (count, reset, window) = (row[0], row[1], row[2]);
+                let allowed = added == 1 || (cost == 0 && count <= limit);
                 let remaining = crate::window::remaining(limit, count);
                 Ok(Answer::new(&[
                     allowed as i64,
