@@ -1,4 +1,7 @@
 import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresStore, type PostgresStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
@@ -7,6 +10,7 @@ import { limiterSuite } from './limiter-suite.js';
 import { operationsSuite } from './operations-suite.js';
 import { universalSuite } from './universal-suite.js';
 import { PASSWORD, plainPostgres, startPostgres, type PostgresServer } from './support/postgres.js';
+import { makeCertificates } from './support/redis.js';
 
 let server: Awaited<ReturnType<typeof plainPostgres>>;
 beforeAll(async () => {
@@ -98,15 +102,14 @@ describe('postgresStore', () => {
     expect(error.message).not.toContain('wrong-secret-7d1f');
   });
 
-  it('rejects sslmode=require with ERR_CONFIG (TLS is not supported yet)', async () => {
-    const error = await rejection(ownStore({ url: `${own.url}?sslmode=require` }).hit(KEY_MARKER, 60_000, 1));
-    expect(error.code).toBe('ERR_CONFIG');
-  });
-
   it('refuses bad options with a TypeError or RangeError', () => {
     expect(() => postgresStore({ url: 1 as unknown as string })).toThrow(TypeError);
     expect(() => postgresStore({ timeoutMs: 0 })).toThrow(RangeError);
     expect(() => postgresStore({ nope: 1 } as unknown as PostgresStoreOptions)).toThrow(TypeError);
+    expect(() => postgresStore({ sslmode: 'allow' as 'disable' })).toThrow(RangeError);
+    expect(() => postgresStore({ sslmode: 1 as unknown as 'disable' })).toThrow(TypeError);
+    expect(() => postgresStore({ tls: { ca: 1 as unknown as string } })).toThrow(TypeError);
+    expect(() => postgresStore({ tls: { cert: 'x' } as unknown as { ca: string } })).toThrow(TypeError);
   });
 
   it('with createTable false, a missing table rejects with ERR_POSTGRES (42P01) and nothing is created', async () => {
@@ -404,5 +407,103 @@ describe('postgresStore', () => {
     const store = ownStore();
     await store.close();
     expect((await rejection(store.hit('k', 60_000, 1))).code).toBe('ERR_CLOSED');
+  });
+});
+
+describe('postgresStore over TLS (a server with ssl=on that accepts TLS connections only)', () => {
+  let tlsServer: PostgresServer;
+  let certDir: string;
+  let ca: string;
+  beforeAll(async () => {
+    certDir = mkdtempSync(join(tmpdir(), 'ratestore-pg-tls-'));
+    const files = await makeCertificates(certDir);
+    ca = readFileSync(files.ca, 'utf8');
+    tlsServer = await startPostgres({ tls: files });
+  }, 120_000);
+  afterAll(async () => {
+    await tlsServer?.stop();
+    if (certDir) rmSync(certDir, { recursive: true, force: true });
+  });
+
+  /** The URL with these query parameters. */
+  const url = (query: string) => `${tlsServer.url}?${query}`;
+  /** Whether the server sees a TLS connection of this application name. */
+  const overTls = (name: string) =>
+    tlsServer.sql(
+      `SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE s.ssl AND a.application_name = '${name}'`,
+    );
+
+  it('sslmode=require (from the URL) connects over TLS, checking no certificate', async () => {
+    const store = postgresStore({ url: url('sslmode=require&application_name=tls_require'), timeoutMs: 5_000 });
+    expect((await store.hit(`tls:${randomUUID()}`, 60_000, 2)).count).toBe(2);
+    expect(await overTls('tls_require')).toBe('1');
+    await store.close();
+  });
+
+  it('the default (prefer, as libpq) uses TLS where the server offers it', async () => {
+    const store = postgresStore({ url: url('application_name=tls_prefer'), timeoutMs: 5_000 });
+    await store.ping();
+    expect(await overTls('tls_prefer')).toBe('1');
+    await store.close();
+  });
+
+  it('verify-full checks the certificate and the host name against tls.ca; the option overrides the URL', async () => {
+    const store = postgresStore({
+      url: url('sslmode=disable&application_name=tls_full'),
+      sslmode: 'verify-full',
+      tls: { ca },
+      timeoutMs: 5_000,
+    });
+    const key = `full:${randomUUID()}`;
+    expect((await store.slidingWindow.increment(key, 60_000, 3)).count).toBe(3);
+    expect(await overTls('tls_full')).toBe('1');
+    await store.close();
+    const ca_ = postgresStore({ url: url('sslmode=verify-ca'), tls: { ca }, timeoutMs: 5_000 });
+    await ca_.ping();
+    await ca_.close();
+  });
+
+  it('verify-full without the private CA rejects with ERR_CONNECTION, naming no secret', async () => {
+    const store = postgresStore({ url: url('sslmode=verify-full'), timeoutMs: 5_000 });
+    const error = await rejection(store.hit(KEY_MARKER, 60_000, 1));
+    expect(error.code).toBe('ERR_CONNECTION');
+    expect(error.message).toMatch(/certificate|UnknownIssuer/i);
+    await store.close();
+  });
+
+  it('require with tls.ca checks the chain: another CA is refused', async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'ratestore-pg-other-'));
+    try {
+      const other = readFileSync((await makeCertificates(otherDir)).ca, 'utf8');
+      const store = postgresStore({ url: url('sslmode=require'), tls: { ca: other }, timeoutMs: 5_000 });
+      expect((await rejection(store.ping())).code).toBe('ERR_CONNECTION');
+      await store.close();
+    } finally {
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+  });
+
+  it('sslmode=disable is refused by a TLS-only server (ERR_AUTH), naming no secret', async () => {
+    const store = postgresStore({ url: url('sslmode=disable'), timeoutMs: 5_000 });
+    const error = await rejection(store.hit(KEY_MARKER, 60_000, 1));
+    expect(error.code).toBe('ERR_AUTH');
+    await store.close();
+  });
+
+  it('rejects settings it cannot use with ERR_CONFIG', async () => {
+    const cases: PostgresStoreOptions[] = [
+      { url: url('sslmode=allow') },
+      { url: url('sslmode=disable'), tls: { ca } },
+      { url: url('sslmode=require'), tls: { ca: 'not a certificate' } },
+      { url: url('sslmode=require&sslrootcert=/etc/ssl/ca.pem') },
+      { url: url('sslmode=require&sslrootcert=system') },
+    ];
+    for (const options of cases) {
+      const error = await rejection(postgresStore(options).hit(KEY_MARKER, 60_000, 1));
+      expect([JSON.stringify(options.url?.replace(tlsServer.url, '')), error.code]).toEqual([
+        JSON.stringify(options.url?.replace(tlsServer.url, '')),
+        'ERR_CONFIG',
+      ]);
+    }
   });
 });

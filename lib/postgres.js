@@ -3,11 +3,19 @@
 // native I/O thread; its promise resolves with the op's numbers, or with the error it rejects with.
 
 const native = require('./native.js');
-const { checkOptions, checkOption, checkWellFormed, checkPositiveInteger, rejection } = require('./check.js');
+const {
+  checkOptions,
+  checkOption,
+  checkWellFormed,
+  checkPositiveInteger,
+  rangeError,
+  rejection,
+} = require('./check.js');
 const { ServerOperations, decode } = require('./ops.js');
 const { Failures } = require('./stats.js');
 
-const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'onError'];
+const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'sslmode', 'tls', 'onError'];
+const SSLMODES = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full'];
 
 class PostgresStore extends ServerOperations {
   #native;
@@ -20,14 +28,26 @@ class PostgresStore extends ServerOperations {
 
   constructor(options) {
     super();
-    const { url, table, schema, timeoutMs, createTable, onError } = checkOptions('postgresStore', options, OPTIONS);
+    const { url, table, schema, timeoutMs, createTable, sslmode, tls, onError } = checkOptions(
+      'postgresStore',
+      options,
+      OPTIONS,
+    );
     this.#failures = new Failures('postgresStore', onError);
     checkOption('postgresStore', 'url', url, 'string');
     checkWellFormed('postgresStore', 'table', table);
     checkWellFormed('postgresStore', 'schema', schema);
     checkOption('postgresStore', 'createTable', createTable, 'boolean');
+    checkOption('postgresStore', 'sslmode', sslmode, 'string');
+    if (sslmode !== undefined && !SSLMODES.includes(sslmode)) {
+      throw rangeError(
+        `postgresStore(options): sslmode must be one of ${SSLMODES.join(', ')}, got ${JSON.stringify(sslmode)}`,
+      );
+    }
+    const { ca } = checkOptions('postgresStore', tls, ['ca'], 'tls');
+    checkOption('postgresStore', 'tls.ca', ca, 'string');
     if (timeoutMs !== undefined) checkPositiveInteger('postgresStore', 'timeoutMs', timeoutMs);
-    this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable);
+    this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable, sslmode, ca);
   }
 
   stats() {

@@ -49,12 +49,15 @@ pub struct PostgresNative {
 #[napi]
 impl PostgresNative {
     #[napi(constructor)]
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         url: Option<String>,
         table: Option<String>,
         schema: Option<String>,
         timeout_ms: Option<u32>,
         create_table: Option<bool>,
+        sslmode: Option<String>,
+        tls_ca: Option<String>,
     ) -> Self {
         PostgresNative {
             options: Options {
@@ -63,6 +66,8 @@ impl PostgresNative {
                 schema,
                 timeout_ms: timeout_ms.map(u64::from),
                 create_table,
+                sslmode,
+                tls_ca,
             },
             store: None,
             closed: false,

@@ -19,7 +19,9 @@ use crate::ops::{Answer, Args, Op};
 use crate::window::MAX_SAFE;
 
 mod schema;
+mod tls;
 use schema::Names;
+use tls::{SslMode, Tls};
 
 /// The environment variables read for the URL, in order.
 pub const URL_VARIABLES: [&str; 2] = ["DATABASE_URL", "POSTGRES_URL"];
@@ -34,6 +36,10 @@ pub struct Options {
     pub schema: Option<String>,
     pub timeout_ms: Option<u64>,
     pub create_table: Option<bool>,
+    /// `sslmode`, overriding the URL's.
+    pub sslmode: Option<String>,
+    /// `tls.ca`: PEM certificates to trust instead of the public roots.
+    pub tls_ca: Option<String>,
 }
 
 /// The settings, resolved against the environment.
@@ -47,6 +53,8 @@ pub struct Config {
     names: Names,
     pub timeout_ms: u64,
     create_table: bool,
+    /// TLS, unless `sslmode` is `disable`.
+    tls: Option<Tls>,
 }
 
 fn config_error(text: impl Into<String>) -> Error {
@@ -70,15 +78,50 @@ impl Config {
                     )
                 })?,
         };
-        let pg: tokio_postgres::Config = url.parse().map_err(|_| {
+        let (rest, url_mode, root) = tls::split_url(&url);
+        let mut pg: tokio_postgres::Config = rest.parse().map_err(|_| {
             config_error("the database URL can't be parsed (expected postgres://user:password@host:port/database)")
         })?;
         let password = pg.get_password().map(<[u8]>::to_vec).unwrap_or_default();
-        if pg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+        let system_roots = match root.as_deref() {
+            None => false,
+            Some("system") => true,
+            Some(_) => {
+                return Err(config_error(
+                    "sslrootcert names a file, which postgresStore does not read: pass the CA's PEM as tls.ca \
+                     (sslrootcert=system uses the public roots)",
+                ))
+            }
+        };
+        let mode = match options.sslmode.as_deref().or(url_mode.as_deref()) {
+            Some(text) => SslMode::parse(text)?,
+            None if system_roots => SslMode::VerifyFull,
+            None => SslMode::Prefer,
+        };
+        if system_roots && !matches!(mode, SslMode::VerifyFull | SslMode::VerifyCa) {
             return Err(config_error(
-                "sslmode=require is not supported yet; use sslmode=disable on a trusted network",
+                "sslrootcert=system checks the server's certificate: use sslmode=verify-full (or verify-ca)",
             ));
         }
+        let ca = options
+            .tls_ca
+            .as_deref()
+            .map(tls::certificates)
+            .transpose()?;
+        let tls = match mode {
+            SslMode::Disable if ca.is_some() => {
+                return Err(config_error(
+                    "tls.ca is set but sslmode is disable; TLS is used with the other modes",
+                ))
+            }
+            SslMode::Disable => None,
+            _ => Some(Tls::new(mode, ca.as_deref())?),
+        };
+        pg.ssl_mode(match mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
         let names = Names::new(
             options.table.as_deref().unwrap_or(DEFAULT_TABLE),
             options.schema.as_deref(),
@@ -90,6 +133,7 @@ impl Config {
             names,
             timeout_ms: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
             create_table: options.create_table.unwrap_or(true),
+            tls,
         })
     }
 
@@ -202,10 +246,16 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
             )
         }
         // No answer from the server: the connection failed or was lost.
-        None => (
-            "ERR_CONNECTION",
-            format!("the connection to PostgreSQL failed: {e}"),
-        ),
+        None => {
+            // tokio-postgres's text names the stage; its sources say why (a TLS check, a refused connect).
+            let mut text = format!("the connection to PostgreSQL failed: {e}");
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            ("ERR_CONNECTION", text)
+        }
     };
     Error::Postgres { code, text }.redacted(secrets)
 }
@@ -243,13 +293,28 @@ impl PgStore {
                 return Ok(Arc::clone(client));
             }
         }
-        let (client, connection) = self
-            .config
-            .pg
-            .connect(NoTls)
-            .await
-            .map_err(|e| self.error(e))?;
-        tokio::spawn(connection);
+        let client = match &self.config.tls {
+            None => {
+                let (client, connection) = self
+                    .config
+                    .pg
+                    .connect(NoTls)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                tokio::spawn(connection);
+                client
+            }
+            Some(tls) => {
+                let (client, connection) = self
+                    .config
+                    .pg
+                    .connect(tls.clone())
+                    .await
+                    .map_err(|e| self.error(e))?;
+                tokio::spawn(connection);
+                client
+            }
+        };
         if self.config.create_table {
             client
                 .batch_execute(&self.sql.create)
