@@ -1,5 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -482,6 +483,51 @@ describe('postgresStore over TLS (a server with ssl=on that accepts TLS connecti
       rmSync(otherDir, { recursive: true, force: true });
     }
   });
+
+  it('verify-full refuses a certificate of the CA for another name; verify-ca and require with tls.ca accept it', async () => {
+    // A second server, whose certificate (from the same CA) names elsewhere.invalid only.
+    const openssl = (...args: string[]) =>
+      new Promise<void>((resolve, reject) =>
+        execFile('openssl', args, { cwd: certDir }, (error, _out, stderr) =>
+          error ? reject(new Error(`openssl ${args[0]} failed: ${stderr}`)) : resolve(),
+        ),
+      );
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+    await openssl('req', ...ec, '-keyout', 'other.key', '-out', 'other.csr', '-subj', '/CN=elsewhere');
+    writeFileSync(join(certDir, 'other.cnf'), 'subjectAltName=DNS:elsewhere.invalid\n');
+    await openssl(
+      'x509',
+      '-req',
+      '-in',
+      'other.csr',
+      '-CA',
+      'ca.crt',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      'other.crt',
+      '-days',
+      '2',
+      '-extfile',
+      'other.cnf',
+    );
+    const other = await startPostgres({ tls: { cert: join(certDir, 'other.crt'), key: join(certDir, 'other.key') } });
+    try {
+      const full = postgresStore({ url: `${other.url}?sslmode=verify-full`, tls: { ca }, timeoutMs: 5_000 });
+      const error = await rejection(full.ping());
+      expect(error.code).toBe('ERR_CONNECTION');
+      expect(error.message).toMatch(/not valid for/i);
+      await full.close();
+      for (const sslmode of ['verify-ca', 'require'] as const) {
+        const store = postgresStore({ url: other.url, sslmode, tls: { ca }, timeoutMs: 5_000 });
+        await store.ping();
+        await store.close();
+      }
+    } finally {
+      await other.stop();
+    }
+  }, 60_000);
 
   it('sslmode=disable is refused by a TLS-only server (ERR_AUTH), naming no secret', async () => {
     const store = postgresStore({ url: url('sslmode=disable'), timeoutMs: 5_000 });
