@@ -385,6 +385,12 @@ export interface PostgresStoreOptions {
    * under an advisory lock) on each connection's first use. Default true; false: run docs/postgres.sql.
    */
   createTable?: boolean;
+  /**
+   * How often, in ms, the store deletes the rows that count nothing (ended windows, expired states),
+   * 500 per statement, skipping rows a call holds, while it is open and connected. Default 60,000; 0:
+   * never (then delete them from cron, docs/postgres.sql).
+   */
+  sweepIntervalMs?: number;
   /** Called with the error of each failed call (the one its promise rejects with). */
   onError?: (error: RatestoreError) => void;
 }
@@ -394,6 +400,8 @@ export interface PostgresStoreStats {
   readonly calls: number;
   readonly errors: Readonly<Record<string, number>>;
   readonly inFlight: number;
+  /** Rows the store's sweeper deleted (see `sweepIntervalMs`). */
+  readonly swept: number;
 }
 
 /** The store `postgresStore()` returns. */

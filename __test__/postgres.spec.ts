@@ -404,6 +404,49 @@ describe('postgresStore', () => {
     await Promise.all(stores.map((store) => store.close()));
   });
 
+  it('sweeps the rows that count nothing from every table, in batches, leaving the live ones (stats().swept)', async () => {
+    const table = `sweep_${randomUUID().replace(/-/g, '')}`;
+    const store = ownStore({ table, sweepIntervalMs: 200 });
+    await store.ping();
+    expect(
+      await own.sql(
+        `SELECT count(*) FROM pg_indexes WHERE indexname IN ('${table}_ix', '${table}_sw_ix', '${table}_tb_ix')`,
+      ),
+    ).toBe('3');
+    const past = "now() - interval '1 second'";
+    // More than two batches of ended windows, and expired states.
+    await own.sql(`INSERT INTO ${table} SELECT 'old' || i, 1, ${past} FROM generate_series(1, 1200) i`);
+    await own.sql(`INSERT INTO ${table}_sw SELECT 'old' || i, 0, 0, 1, ${past} FROM generate_series(1, 30) i`);
+    await own.sql(`INSERT INTO ${table}_tb SELECT 'old' || i, 0, 0, ${past} FROM generate_series(1, 40) i`);
+    await store.hit('live', 60_000, 1);
+    await store.slidingWindow.increment('live', 60_000);
+    await store.tokenBucket('live', { capacity: 2, refill: 1, intervalMs: 60_000 });
+    const deadline = Date.now() + 15_000;
+    while (store.stats().swept < 1270 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(store.stats().swept).toBe(1270);
+    const left = await own.sql(
+      `SELECT (SELECT count(*) FROM ${table}) || ',' || (SELECT count(*) FROM ${table}_sw) || ',' || (SELECT count(*) FROM ${table}_tb)`,
+    );
+    expect(left).toBe('1,1,1');
+    expect((await store.hit('live', 60_000, 0)).count).toBe(1);
+    await store.close();
+    expect(store.stats().swept).toBe(1270);
+  }, 30_000);
+
+  it('with sweepIntervalMs 0 sweeps nothing; a bad interval is a RangeError', async () => {
+    const table = `nosweep_${randomUUID().replace(/-/g, '')}`;
+    const store = ownStore({ table, sweepIntervalMs: 0 });
+    await store.ping();
+    await own.sql(`INSERT INTO ${table} VALUES ('old', 1, now() - interval '1 second')`);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(store.stats().swept).toBe(0);
+    expect(await own.sql(`SELECT count(*) FROM ${table}`)).toBe('1');
+    await store.close();
+    expect(() => postgresStore({ sweepIntervalMs: -1 })).toThrow(RangeError);
+    expect(() => postgresStore({ sweepIntervalMs: 1.5 })).toThrow(RangeError);
+    expect(() => postgresStore({ sweepIntervalMs: '1' as unknown as number })).toThrow(TypeError);
+  });
+
   it('refuses calls after close() with ERR_CLOSED', async () => {
     const store = ownStore();
     await store.close();

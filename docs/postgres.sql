@@ -1,9 +1,12 @@
 -- What postgresStore keeps in the database, for the default names (table askdare_counters, no
 -- schema). postgresStore creates it all on first use; run this yourself (and pass createTable:
 -- false) where the app's database user has no DDL rights. With the `table` option, replace
--- askdare_counters everywhere (the other names are made from it: TABLE_sw, TABLE_tb and the
--- functions TABLE_sw_v1, TABLE_tb_v1); with `schema`, qualify each name with it.
--- Only the first table is needed by an app that uses the fixed window alone.
+-- askdare_counters everywhere (the other names are made from it: TABLE_sw, TABLE_tb, the functions
+-- TABLE_sw_v1, TABLE_tb_v1 and the indexes TABLE_ix, TABLE_sw_ix, TABLE_tb_ix); with `schema`,
+-- qualify each name with it. Only the first table is needed by an app that uses the fixed window
+-- alone. The indexes serve the store's sweeper (sweepIntervalMs); each is made only while its table
+-- is empty. On a table that already holds rows (seed 000's, say), make it without blocking writes:
+--   CREATE INDEX CONCURRENTLY IF NOT EXISTS askdare_counters_ix ON askdare_counters (reset_at);
 
 -- The fixed window: seed 000's table (its counts are the seed's own).
 CREATE TABLE IF NOT EXISTS "askdare_counters" (
@@ -11,6 +14,12 @@ CREATE TABLE IF NOT EXISTS "askdare_counters" (
   total    bigint      NOT NULL,
   reset_at timestamptz NOT NULL
 );
+DO $ratestore$ BEGIN
+IF to_regclass('"askdare_counters_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters") THEN
+CREATE INDEX IF NOT EXISTS "askdare_counters_ix" ON "askdare_counters" (reset_at);
+END IF;
+END
+$ratestore$;
 
 -- The sliding window: per key, the counts of the window starting at start_us
 -- (µs since the epoch, on the database's clock; a multiple of the window) and
@@ -22,6 +31,12 @@ CREATE TABLE IF NOT EXISTS "askdare_counters_sw" (
   current    bigint      NOT NULL,
   expires_at timestamptz NOT NULL
 );
+DO $ratestore$ BEGIN
+IF to_regclass('"askdare_counters_sw_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters_sw") THEN
+CREATE INDEX IF NOT EXISTS "askdare_counters_sw_ix" ON "askdare_counters_sw" (expires_at);
+END IF;
+END
+$ratestore$;
 
 -- The token bucket: per key that is not full, its tokens and its last refill
 -- (µs since the epoch). The bucket is full again (as with no row) from expires_at on.
@@ -31,6 +46,12 @@ CREATE TABLE IF NOT EXISTS "askdare_counters_tb" (
   at_us      bigint      NOT NULL,
   expires_at timestamptz NOT NULL
 );
+DO $ratestore$ BEGIN
+IF to_regclass('"askdare_counters_tb_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters_tb") THEN
+CREATE INDEX IF NOT EXISTS "askdare_counters_tb_ix" ON "askdare_counters_tb" (expires_at);
+END IF;
+END
+$ratestore$;
 
 -- Both functions count on the database's clock (clock_timestamp(), read once the key's row is
 -- locked); clock_us, when given, is the time to count at instead (µs since the epoch), for tests.
@@ -217,8 +238,10 @@ $ratestore$;
 -- GRANT EXECUTE ON FUNCTION askdare_counters_sw_v1(int4, text, int8, int8, int8, int8),
 --   askdare_counters_tb_v1(text, int8, int8, int8, int8, int8) TO app_user;
 
--- Ended windows are restarted in place by the next hit; rows of keys never hit again stay. Remove
--- them from cron (pg_cron or any scheduler), as seed 000 suggests:
+-- Ended windows are restarted in place by the next call; the store's sweeper deletes the rows that
+-- count nothing, in batches of 500 (every sweepIntervalMs, default 60 s; skipping rows a call holds).
+-- With the sweeper off (sweepIntervalMs: 0), remove them from cron (pg_cron or any scheduler), as
+-- seed 000 suggests:
 -- DELETE FROM askdare_counters WHERE reset_at < now();
 -- DELETE FROM askdare_counters_sw WHERE expires_at < now();
 -- DELETE FROM askdare_counters_tb WHERE expires_at < now();

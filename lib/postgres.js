@@ -14,7 +14,9 @@ const {
 const { ServerOperations, decode } = require('./ops.js');
 const { Failures } = require('./stats.js');
 
-const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'sslmode', 'tls', 'onError'];
+const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'sslmode', 'tls', 'sweepIntervalMs', 'onError'];
+/** The longest sweep interval: what a native u32 of ms holds (about 49 days). */
+const MAX_SWEEP_MS = 2 ** 32 - 1;
 const SSLMODES = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full'];
 
 class PostgresStore extends ServerOperations {
@@ -28,7 +30,7 @@ class PostgresStore extends ServerOperations {
 
   constructor(options) {
     super();
-    const { url, table, schema, timeoutMs, createTable, sslmode, tls, onError } = checkOptions(
+    const { url, table, schema, timeoutMs, createTable, sslmode, tls, sweepIntervalMs, onError } = checkOptions(
       'postgresStore',
       options,
       OPTIONS,
@@ -47,11 +49,26 @@ class PostgresStore extends ServerOperations {
     const { ca } = checkOptions('postgresStore', tls, ['ca'], 'tls');
     checkOption('postgresStore', 'tls.ca', ca, 'string');
     if (timeoutMs !== undefined) checkPositiveInteger('postgresStore', 'timeoutMs', timeoutMs);
-    this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable, sslmode, ca);
+    checkOption('postgresStore', 'sweepIntervalMs', sweepIntervalMs, 'number');
+    if (
+      sweepIntervalMs !== undefined &&
+      !(Number.isInteger(sweepIntervalMs) && sweepIntervalMs >= 0 && sweepIntervalMs <= MAX_SWEEP_MS)
+    ) {
+      throw rangeError(
+        `postgresStore(options): sweepIntervalMs must be an integer from 0 (no sweeping) to ${MAX_SWEEP_MS}, got ${sweepIntervalMs}`,
+      );
+    }
+    this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable, sslmode, ca, sweepIntervalMs);
   }
 
   stats() {
-    return { kind: 'postgres', calls: this.#calls, errors: this.#failures.snapshot(), inFlight: this.#inFlight };
+    return {
+      kind: 'postgres',
+      calls: this.#calls,
+      errors: this.#failures.snapshot(),
+      inFlight: this.#inFlight,
+      swept: this.#native.swept(),
+    };
   }
 
   /** Reads the environment, on the first call, never at import or construction. */

@@ -7,6 +7,7 @@
 //! session and the store works through PgBouncer's transaction mode.
 //! Concurrent calls share one connection: tokio-postgres pipelines them.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ use tls::{SslMode, Tls};
 pub const URL_VARIABLES: [&str; 2] = ["DATABASE_URL", "POSTGRES_URL"];
 pub const DEFAULT_TABLE: &str = "askdare_counters";
 pub const DEFAULT_TIMEOUT_MS: u64 = 2000;
+pub const DEFAULT_SWEEP_INTERVAL_MS: u64 = 60_000;
 
 /// The options as JavaScript gave them (checked there).
 #[derive(Clone, Debug, Default)]
@@ -40,6 +42,8 @@ pub struct Options {
     pub sslmode: Option<String>,
     /// `tls.ca`: PEM certificates to trust instead of the public roots.
     pub tls_ca: Option<String>,
+    /// `sweepIntervalMs`: 0 turns the sweeper off.
+    pub sweep_interval_ms: Option<u64>,
 }
 
 /// The settings, resolved against the environment.
@@ -55,6 +59,7 @@ pub struct Config {
     create_table: bool,
     /// TLS, unless `sslmode` is `disable`.
     tls: Option<Tls>,
+    sweep_interval_ms: u64,
 }
 
 fn config_error(text: impl Into<String>) -> Error {
@@ -134,6 +139,9 @@ impl Config {
             timeout_ms: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
             create_table: options.create_table.unwrap_or(true),
             tls,
+            sweep_interval_ms: options
+                .sweep_interval_ms
+                .unwrap_or(DEFAULT_SWEEP_INTERVAL_MS),
         })
     }
 
@@ -156,6 +164,7 @@ struct Sql {
     bucket: String,
     unlink: [String; 3],
     reset_all: [String; 3],
+    sweep: [String; 3],
 }
 
 /// The ms tick of a timestamptz (ms since the epoch, rounded down).
@@ -214,6 +223,19 @@ impl Sql {
             unlink: [&n.table, &n.sliding, &n.bucket]
                 .map(|t| format!("DELETE FROM {t} WHERE key = $1")),
             reset_all: [&n.table, &n.sliding, &n.bucket].map(|t| format!("DELETE FROM {t}")),
+            // Rows that count nothing: an ended window, a sliding state past its
+            // end, a bucket full again. SKIP LOCKED: a row a call holds is left.
+            sweep: [
+                (&n.table, "reset_at"),
+                (&n.sliding, "expires_at"),
+                (&n.bucket, "expires_at"),
+            ]
+            .map(|(t, column)| {
+                format!(
+                    "DELETE FROM {t} WHERE ctid = ANY (ARRAY(SELECT ctid FROM {t} WHERE {column} < now() \
+                     LIMIT {SWEEP_BATCH} FOR UPDATE SKIP LOCKED))"
+                )
+            }),
         }
     }
 }
@@ -223,7 +245,17 @@ pub struct PgStore {
     config: Config,
     sql: Sql,
     client: Mutex<Option<Arc<Client>>>,
+    /// Expired rows the sweeper removed: `stats().swept`.
+    swept: Arc<AtomicU64>,
+    closed: AtomicBool,
 }
+
+/// Rows one sweep statement removes at most: each holds its rows' locks
+/// for one short statement, and skips rows a call has locked.
+const SWEEP_BATCH: u64 = 500;
+/// The pause between two batches of one sweep, so that hits pipelined on
+/// the connection go between them.
+const SWEEP_PAUSE: Duration = Duration::from_millis(20);
 
 /// A tokio-postgres error as a core error, its text cleaned of `secrets`.
 fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
@@ -267,13 +299,67 @@ fn undefined_table(e: &tokio_postgres::Error) -> bool {
 }
 
 impl PgStore {
-    pub fn new(config: Config) -> PgStore {
+    pub fn new(config: Config, swept: Arc<AtomicU64>) -> PgStore {
         let sql = Sql::new(&config.names);
         PgStore {
             config,
             sql,
             client: Mutex::new(None),
+            swept,
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Starts the sweeper (unless `sweepIntervalMs` is 0): every interval,
+    /// while the store is open and connected, it deletes expired rows in
+    /// batches. It never connects on its own, and ends with the store.
+    pub fn start_sweeper(store: &Arc<PgStore>, handle: &tokio::runtime::Handle) {
+        let every = store.config.sweep_interval_ms;
+        if every == 0 {
+            return;
+        }
+        let weak = Arc::downgrade(store);
+        handle.spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(every)).await;
+                let Some(store) = weak.upgrade() else { return };
+                if store.closed.load(Ordering::Relaxed) {
+                    return;
+                }
+                // A failed sweep (the connection lost, the server busy) waits for the next interval.
+                let _ = store.sweep().await;
+            }
+        });
+    }
+
+    /// One sweep of the three tables; answers the rows it removed.
+    pub async fn sweep(&self) -> Result<u64> {
+        let client = match &*self.client.lock().await {
+            Some(client) if !client.is_closed() => Arc::clone(client),
+            _ => return Ok(0),
+        };
+        let mut removed = 0;
+        for (state, sql) in self.sql.sweep.iter().enumerate() {
+            loop {
+                let work = client.execute_typed(sql, &[]);
+                let n =
+                    match tokio::time::timeout(Duration::from_millis(self.config.timeout_ms), work)
+                        .await
+                    {
+                        Ok(Ok(n)) => n,
+                        Ok(Err(e)) if state > 0 && undefined_table(&e) => break,
+                        Ok(Err(e)) => return Err(self.error(e)),
+                        Err(_) => return Ok(removed),
+                    };
+                removed += n;
+                self.swept.fetch_add(n, Ordering::Relaxed);
+                if n < SWEEP_BATCH || self.closed.load(Ordering::Relaxed) {
+                    break;
+                }
+                tokio::time::sleep(SWEEP_PAUSE).await;
+            }
+        }
+        Ok(removed)
     }
 
     pub fn timeout_ms(&self) -> u64 {
@@ -515,6 +601,7 @@ impl PgStore {
 
     /// Drops the connection (calls in flight fail).
     pub async fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
         self.client.lock().await.take();
     }
 }

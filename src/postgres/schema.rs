@@ -25,6 +25,8 @@ const BUCKET: &str = "_tb";
 /// creates it under a new name, so instances of both releases can share one
 /// database while it rolls out.
 const VERSION: &str = "_v1";
+/// Appended to each table's name for the sweeper's index on its end column.
+const INDEX: &str = "_ix";
 
 /// SQLSTATE the sliding-window function raises for a count past ±(2^53 - 1).
 pub const COUNT_RANGE_STATE: &str = "RS001";
@@ -54,6 +56,8 @@ pub struct Names {
     pub bucket: String,
     pub sliding_fn: String,
     pub bucket_fn: String,
+    /// The sweeper's indexes, of the three tables: (the bare name, quoted; the qualified name).
+    indexes: [(String, String); 3],
     /// Names the advisory lock that makes instances create them one at a time.
     lock: String,
 }
@@ -81,6 +85,10 @@ impl Names {
             bucket: qualify(format!("{table}{BUCKET}")),
             sliding_fn: qualify(format!("{table}{SLIDING}{VERSION}")),
             bucket_fn: qualify(format!("{table}{BUCKET}{VERSION}")),
+            indexes: ["", SLIDING, BUCKET].map(|suffix| {
+                let name = format!("{table}{suffix}{INDEX}");
+                (quote(&name), qualify(name))
+            }),
             lock: format!("ratestore:{}", qualify(table.to_string())),
         })
     }
@@ -102,8 +110,27 @@ pub fn ddl(n: &Names) -> String {
         bucket,
         sliding_fn,
         bucket_fn,
+        indexes,
         ..
     } = n;
+    // The sweeper's index on a table's end column, made only while the table is
+    // empty (at once): on a table with rows, CREATE INDEX would block writes while
+    // it builds, so that is left to CREATE INDEX CONCURRENTLY (see docs/postgres.sql).
+    let index = |i: usize, t: &str, column: &str| {
+        let (bare, qualified) = &indexes[i];
+        format!(
+            "DO $ratestore$ BEGIN\n\
+             IF to_regclass({}) IS NULL AND NOT EXISTS (SELECT FROM {t}) THEN\n\
+             CREATE INDEX IF NOT EXISTS {bare} ON {t} ({column});\n\
+             END IF;\n\
+             END\n\
+             $ratestore$;",
+            literal(qualified)
+        )
+    };
+    let fixed_ix = index(0, table, "reset_at");
+    let sliding_ix = index(1, sliding, "expires_at");
+    let bucket_ix = index(2, bucket, "expires_at");
     let now_us = micros("ts");
     let max_safe = crate::window::MAX_SAFE;
     // ceil(count * lft / win), exactly: the previous window's share.
@@ -127,6 +154,7 @@ CREATE TABLE IF NOT EXISTS {table} (
   total    bigint      NOT NULL,
   reset_at timestamptz NOT NULL
 );
+{fixed_ix}
 
 -- The sliding window: per key, the counts of the window starting at start_us
 -- (µs since the epoch, on the database's clock; a multiple of the window) and
@@ -138,6 +166,7 @@ CREATE TABLE IF NOT EXISTS {sliding} (
   current    bigint      NOT NULL,
   expires_at timestamptz NOT NULL
 );
+{sliding_ix}
 
 -- The token bucket: per key that is not full, its tokens and its last refill
 -- (µs since the epoch). The bucket is full again (as with no row) from expires_at on.
@@ -147,6 +176,7 @@ CREATE TABLE IF NOT EXISTS {bucket} (
   at_us      bigint      NOT NULL,
   expires_at timestamptz NOT NULL
 );
+{bucket_ix}
 
 -- Both functions count on the database's clock (clock_timestamp(), read once the key's row is
 -- locked); clock_us, when given, is the time to count at instead (µs since the epoch), for tests.
