@@ -378,7 +378,10 @@ export interface PostgresStoreOptions {
   table?: string;
   /** The table's schema. Default: the connection's search_path. */
   schema?: string;
-  /** Bound on one call in milliseconds, connecting included; past it the call rejects with `ERR_TIMEOUT`. Default 2,000. */
+  /**
+   * Bound on one call in milliseconds, connecting included; past it the call rejects with `ERR_TIMEOUT`,
+   * whose `sent` says whether the call had been sent (then it may or may not have counted). Default 2,000.
+   */
   timeoutMs?: number;
   /**
    * Create the tables and functions (`CREATE TABLE IF NOT EXISTS`, a function only where it is missing,
@@ -420,8 +423,9 @@ export interface PostgresStore extends RatestoreStore {
  * window and the token bucket in two more tables, each call one statement on one pipelined connection,
  * answering as memoryStore and redisStore do. Rejects with `ERR_CONFIG`, `ERR_CONNECTION`, `ERR_TIMEOUT`,
  * `ERR_AUTH`, `ERR_POSTGRES` (another server error, with its SQLSTATE) or `ERR_CLOSED`, and a count past
- * the safe-integer range with a `RangeError` (`ERR_COUNT_RANGE`); no message holds a key, the URL or its
- * password.
+ * the safe-integer range with a `RangeError` (`ERR_COUNT_RANGE`). `ERR_TIMEOUT` and `ERR_CONNECTION` carry
+ * `sent`: false while connecting (the call did not count), true once it was handed to the connection (it
+ * may or may not have counted; it is never sent again). No message holds a key, the URL or its password.
  */
 export declare function postgresStore(options?: PostgresStoreOptions): PostgresStore;
 

@@ -12,6 +12,7 @@ import { operationsSuite } from './operations-suite.js';
 import { universalSuite } from './universal-suite.js';
 import { PASSWORD, plainPostgres, startPostgres, type PostgresServer } from './support/postgres.js';
 import { makeCertificates } from './support/redis.js';
+import { freePort } from '../scripts/free-port.js';
 
 let server: Awaited<ReturnType<typeof plainPostgres>>;
 beforeAll(async () => {
@@ -446,6 +447,51 @@ describe('postgresStore', () => {
     expect(() => postgresStore({ sweepIntervalMs: 1.5 })).toThrow(RangeError);
     expect(() => postgresStore({ sweepIntervalMs: '1' as unknown as number })).toThrow(TypeError);
   });
+
+  it('says whether a failed call was sent: a refused connect was not (ERR_CONNECTION, sent false)', async () => {
+    const port = await freePort();
+    const store = postgresStore({
+      url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`,
+      timeoutMs: 3_000,
+    });
+    const error = (await rejection(store.hit(KEY_MARKER, 60_000, 1))) as Error & { code?: string; sent?: boolean };
+    expect([error.code, error.sent]).toEqual(['ERR_CONNECTION', false]);
+    expect(error.message).toContain('not sent');
+    await store.close();
+  });
+
+  it('a call sent to a paused backend times out with sent true; a connect to a paused server with sent false', async () => {
+    const store = ownStore({ url: `${own.url}?application_name=paused_backend`, timeoutMs: 500 });
+    const key = `paused:${randomUUID()}`;
+    expect((await store.hit(key, 60_000, 1)).count).toBe(1);
+    const pid = Number(
+      await own.sql("SELECT pid FROM pg_stat_activity WHERE application_name = 'paused_backend' LIMIT 1"),
+    );
+    expect(pid).toBeGreaterThan(0);
+    process.kill(pid, 'SIGSTOP');
+    try {
+      const error = (await rejection(store.hit(key, 60_000, 1))) as Error & { code?: string; sent?: boolean };
+      expect([error.code, error.sent]).toEqual(['ERR_TIMEOUT', true]);
+      expect(error.message).toContain('may or may not have counted');
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    // The paused hit ran once the backend went on: sent, and not sent again.
+    expect((await store.hit(key, 60_000, 0)).count).toBe(2);
+    await store.close();
+    const postmaster = Number(readFileSync(join(own.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    const fresh = ownStore({ timeoutMs: 500 });
+    process.kill(postmaster, 'SIGSTOP');
+    try {
+      const error = (await rejection(fresh.hit(key, 60_000, 1))) as Error & { code?: string; sent?: boolean };
+      expect([error.code, error.sent]).toEqual(['ERR_TIMEOUT', false]);
+      expect(error.message).toContain('not sent');
+    } finally {
+      process.kill(postmaster, 'SIGCONT');
+    }
+    await fresh.close();
+    expect((await ownStore().hit(key, 60_000, 0)).count).toBe(2);
+  }, 30_000);
 
   it('refuses calls after close() with ERR_CLOSED', async () => {
     const store = ownStore();

@@ -44,6 +44,8 @@ function run(command: string, args: string[], env: NodeJS.ProcessEnv = process.e
 export interface PostgresServer {
   readonly url: string;
   readonly port: number;
+  /** The cluster's data directory (postmaster.pid names the server's process). */
+  readonly dataDir: string;
   /** Runs SQL through psql and answers its unaligned output, trimmed. */
   sql(statement: string): Promise<string>;
   /** `pg_ctl restart`, or only its stop / start halves. */
@@ -102,6 +104,7 @@ export async function startPostgres(settings: PostgresOptions = {}): Promise<Pos
   return {
     url,
     port,
+    dataDir: data,
     sql: (statement) => psql(bin, port, statement),
     restart: () =>
       as('pg_ctl', ['restart', '-D', data, '-w', '-m', 'fast', '-l', log, '-o', options]).then(() => undefined),

@@ -7,6 +7,7 @@
 //! session and the store works through PgBouncer's transaction mode.
 //! Concurrent calls share one connection: tokio-postgres pipelines them.
 
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +67,7 @@ fn config_error(text: impl Into<String>) -> Error {
     Error::Postgres {
         code: "ERR_CONFIG",
         text: text.into(),
+        sent: None,
     }
 }
 
@@ -289,7 +291,12 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
             ("ERR_CONNECTION", text)
         }
     };
-    Error::Postgres { code, text }.redacted(secrets)
+    Error::Postgres {
+        code,
+        text,
+        sent: None,
+    }
+    .redacted(secrets)
 }
 
 /// Whether `e` is PostgreSQL's "relation does not exist".
@@ -412,16 +419,54 @@ impl PgStore {
         Ok(client)
     }
 
-    /// Runs one op within the store's timeout.
-    pub async fn run(&self, op: Op, args: Args, key: String) -> Result<Answer> {
+    /// Runs `work` on the connection (connecting first if need be) within the
+    /// store's timeout. A timeout or a lost connection says whether the call
+    /// had been sent (`sent`): not while connecting; once handed to the
+    /// connection it may have run, and is not sent again.
+    async fn bounded<T, F, Fut>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
         let ms = self.config.timeout_ms;
-        match tokio::time::timeout(Duration::from_millis(ms), self.run_op(op, args, key)).await {
+        let sent = AtomicBool::new(false);
+        let go = async {
+            let client = self.client().await?;
+            sent.store(true, Ordering::Relaxed);
+            work(client).await
+        };
+        let result = match tokio::time::timeout(Duration::from_millis(ms), go).await {
             Ok(result) => result,
             Err(_) => Err(Error::Postgres {
                 code: "ERR_TIMEOUT",
-                text: format!("no answer from PostgreSQL within {ms} ms; the call may or may not have counted"),
+                text: format!("no answer from PostgreSQL within {ms} ms"),
+                sent: None,
             }),
-        }
+        };
+        result.map_err(|e| match e {
+            Error::Postgres { code, text, .. }
+                if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" =>
+            {
+                let sent = sent.load(Ordering::Relaxed);
+                let tail = if sent {
+                    "; the call was sent, is not sent again, and may or may not have counted"
+                } else {
+                    " while connecting; the call was not sent"
+                };
+                Error::Postgres {
+                    code,
+                    text: format!("{text}{tail}"),
+                    sent: Some(sent),
+                }
+            }
+            other => other,
+        })
+    }
+
+    /// Runs one op within the store's timeout.
+    pub async fn run(&self, op: Op, args: Args, key: String) -> Result<Answer> {
+        self.bounded(|client| self.run_op(client, op, args, key))
+            .await
     }
 
     /// The first row's integers (`None`: no row).
@@ -459,6 +504,7 @@ impl PgStore {
             }
             _ => Err(Error::Postgres {
                 code: "ERR_POSTGRES",
+                sent: None,
                 text:
                     "a function of the store answered in the wrong shape (is it another release's?)"
                         .into(),
@@ -466,8 +512,7 @@ impl PgStore {
         }
     }
 
-    async fn run_op(&self, op: Op, args: Args, key: String) -> Result<Answer> {
-        let client = self.client().await?;
+    async fn run_op(&self, client: Arc<Client>, op: Op, args: Args, key: String) -> Result<Answer> {
         let key: &(dyn ToSql + Sync) = &key;
         let k = || (key, Type::TEXT);
         match op {
@@ -578,9 +623,7 @@ impl PgStore {
 
     /// Deletes every counter and state of the store's tables.
     pub async fn reset_all(&self) -> Result<()> {
-        let ms = self.config.timeout_ms;
-        let work = async {
-            let client = self.client().await?;
+        self.bounded(|client| async move {
             for (state, sql) in self.sql.reset_all.iter().enumerate() {
                 match client.batch_execute(sql).await {
                     Ok(()) => {}
@@ -589,14 +632,8 @@ impl PgStore {
                 }
             }
             Ok(())
-        };
-        match tokio::time::timeout(Duration::from_millis(ms), work).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Postgres {
-                code: "ERR_TIMEOUT",
-                text: format!("no answer from PostgreSQL within {ms} ms"),
-            }),
-        }
+        })
+        .await
     }
 
     /// Drops the connection (calls in flight fail).

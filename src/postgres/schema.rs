@@ -35,6 +35,7 @@ fn config_error(text: impl Into<String>) -> Error {
     Error::Postgres {
         code: "ERR_CONFIG",
         text: text.into(),
+        sent: None,
     }
 }
 
