@@ -20,7 +20,7 @@ use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 use crate::window::MAX_SAFE;
 
-mod schema;
+pub mod schema;
 mod tls;
 use schema::Names;
 use tls::{SslMode, Tls};
