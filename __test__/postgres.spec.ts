@@ -530,6 +530,16 @@ describe('postgresStore over TLS (a server with ssl=on that accepts TLS connecti
     await store.close();
   });
 
+  it('logs in with SCRAM channel binding over TLS (channel_binding=require), the certificate unchecked', async () => {
+    const store = postgresStore({ url: url('sslmode=require&channel_binding=require'), timeoutMs: 5_000 });
+    expect((await store.hit(`bound:${randomUUID()}`, 60_000, 1)).count).toBe(1);
+    await store.close();
+    // Over plain TCP there is nothing to bind to: refused before any password is sent.
+    const plain = postgresStore({ url: `${server.url}?channel_binding=require&sslmode=disable`, timeoutMs: 5_000 });
+    expect(['ERR_CONNECTION', 'ERR_AUTH']).toContain((await rejection(plain.ping())).code);
+    await plain.close();
+  });
+
   it('the default (prefer, as libpq) uses TLS where the server offers it', async () => {
     const store = postgresStore({ url: url('application_name=tls_prefer'), timeoutMs: 5_000 });
     await store.ping();

@@ -15,7 +15,8 @@
 //! Unchecked, the handshake's signature is still verified (the session is
 //! encrypted and bound to the certificate's key), but nothing proves whose
 //! key it is, as with libpq's `require`: use `verify-full` across networks
-//! you do not trust.
+//! you do not trust. SCRAM's channel binding (`tls-server-end-point`) still
+//! catches a proxy that terminates TLS with a certificate of its own.
 
 use std::future::Future;
 use std::io;
@@ -331,10 +332,78 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for Stream<S> {
+    /// `tls-server-end-point` (RFC 5929): the hash of the server's
+    /// certificate, so that SCRAM-SHA-256-PLUS proves both ends saw the same
+    /// certificate (a proxy in the middle with its own fails the login), even
+    /// where the certificate itself is not checked. None (plain SCRAM) for a
+    /// certificate whose signature names no usable hash.
     fn channel_binding(&self) -> ChannelBinding {
-        // SCRAM without channel binding (tokio-postgres's channel_binding=prefer then uses plain SCRAM).
-        ChannelBinding::none()
+        let (_, session) = self.0.get_ref();
+        let end_point = session
+            .peer_certificates()
+            .and_then(|certs| certs.first())
+            .and_then(|cert| end_point_hash(cert.as_ref()));
+        match end_point {
+            Some(hash) => ChannelBinding::tls_server_end_point(hash),
+            None => ChannelBinding::none(),
+        }
     }
+}
+
+/// One DER element at the start of `der`: (tag, contents, rest).
+fn der_element(der: &[u8]) -> Option<(u8, &[u8], &[u8])> {
+    let (&tag, rest) = der.split_first()?;
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (first as usize, rest)
+    } else {
+        let n = (first & 0x7f) as usize;
+        if n == 0 || n > 4 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |acc, &b| (acc << 8) | b as usize);
+        (len, &rest[n..])
+    };
+    (rest.len() >= len).then(|| (tag, &rest[..len], &rest[len..]))
+}
+
+/// The RFC 5929 hash of a DER certificate: that of its signature algorithm,
+/// SHA-256 where that is MD5 or SHA-1 (and for RSASSA-PSS, whose common
+/// profiles use it).
+fn end_point_hash(cert: &[u8]) -> Option<Vec<u8>> {
+    use ring::digest;
+    const SEQUENCE: u8 = 0x30;
+    const OID: u8 = 0x06;
+    let (tag, body, _) = der_element(cert)?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    let (_, _tbs, rest) = der_element(body)?;
+    let (tag, algorithm, _) = der_element(rest)?;
+    if tag != SEQUENCE {
+        return None;
+    }
+    let (tag, oid, _) = der_element(algorithm)?;
+    if tag != OID {
+        return None;
+    }
+    let hash = match oid {
+        // sha{1,256}WithRSAEncryption, md5WithRSAEncryption, RSASSA-PSS, ecdsa-with-SHA{1,256}
+        [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x04 | 0x05 | 0x0a | 0x0b]
+        | [0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x01]
+        | [0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x02] => &digest::SHA256,
+        // sha384WithRSAEncryption, ecdsa-with-SHA384
+        [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0c]
+        | [0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x03] => &digest::SHA384,
+        // sha512WithRSAEncryption, ecdsa-with-SHA512
+        [0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x0d]
+        | [0x2a, 0x86, 0x48, 0xce, 0x3d, 0x04, 0x03, 0x04] => &digest::SHA512,
+        // Ed25519 and others: RFC 5929 names no hash.
+        _ => return None,
+    };
+    Some(digest::digest(hash, cert).as_ref().to_vec())
 }
 
 #[cfg(test)]
@@ -360,6 +429,18 @@ mod tests {
             ("host=h user=u dbname=d", Some("disable"))
         );
         assert_eq!(split_url("postgres://h/db").0, "postgres://h/db");
+    }
+
+    #[test]
+    fn der_lengths_are_read_short_and_long() {
+        assert_eq!(
+            der_element(&[0x30, 2, 1, 2, 9]),
+            Some((0x30, &[1u8, 2][..], &[9u8][..]))
+        );
+        let long = [&[0x04, 0x81, 3][..], &[7, 8, 9]].concat();
+        assert_eq!(der_element(&long), Some((0x04, &[7u8, 8, 9][..], &[][..])));
+        assert_eq!(der_element(&[0x30, 5, 1]), None);
+        assert_eq!(end_point_hash(&[0x30, 0]), None);
     }
 
     #[test]
