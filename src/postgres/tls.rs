@@ -15,8 +15,9 @@
 //! Unchecked, the handshake's signature is still verified (the session is
 //! encrypted and bound to the certificate's key), but nothing proves whose
 //! key it is, as with libpq's `require`: use `verify-full` across networks
-//! you do not trust. SCRAM's channel binding (`tls-server-end-point`) still
-//! catches a proxy that terminates TLS with a certificate of its own.
+//! you do not trust. With `channel_binding=require`, SCRAM's channel binding
+//! (`tls-server-end-point`) still catches a proxy that terminates TLS with a
+//! certificate of its own.
 
 use std::future::Future;
 use std::io;
@@ -334,8 +335,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
 impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for Stream<S> {
     /// `tls-server-end-point` (RFC 5929): the hash of the server's
     /// certificate, so that SCRAM-SHA-256-PLUS proves both ends saw the same
-    /// certificate (a proxy in the middle with its own fails the login), even
-    /// where the certificate itself is not checked. None (plain SCRAM) for a
+    /// certificate, even where the certificate itself is not checked. None (plain SCRAM) for a
     /// certificate whose signature names no usable hash.
     fn channel_binding(&self) -> ChannelBinding {
         let (_, session) = self.0.get_ref();
