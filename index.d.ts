@@ -372,8 +372,8 @@ export interface PostgresStoreOptions {
   /**
    * The fixed window's table, in seed 000's layout (`key text PRIMARY KEY, total bigint, reset_at
    * timestamptz`). Default `'askdare_counters'`. The sliding window's and the token bucket's states are
-   * kept in `TABLE_sw` and `TABLE_tb`, run by the functions `TABLE_sw_v1` and `TABLE_tb_v1` (at most 57
-   * bytes, so that no name made from it is cut).
+   * kept in `TABLE_sw` and `TABLE_tb`; the algorithms run as the functions `TABLE_fw_v1`, `TABLE_sw_v1`
+   * and `TABLE_tb_v1` (at most 57 bytes, so that no name made from it is cut).
    */
   table?: string;
   /** The table's schema. Default: the connection's search_path. */

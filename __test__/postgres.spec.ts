@@ -114,11 +114,11 @@ describe('postgresStore', () => {
     expect(() => postgresStore({ tls: { cert: 'x' } as unknown as { ca: string } })).toThrow(TypeError);
   });
 
-  it('with createTable false, a missing table rejects with ERR_POSTGRES (42P01) and nothing is created', async () => {
+  it('with createTable false, nothing created rejects with ERR_POSTGRES (42883, the missing function) and creates nothing', async () => {
     const table = `missing_${randomUUID().replace(/-/g, '')}`;
     const error = await rejection(ownStore({ table, createTable: false }).hit(KEY_MARKER, 60_000, 1));
     expect(error.code).toBe('ERR_POSTGRES');
-    expect(error.message).toContain('42P01');
+    expect(error.message).toContain('42883');
     expect(await own.sql(`SELECT count(*) FROM pg_tables WHERE tablename = '${table}'`)).toBe('0');
   });
 
@@ -379,17 +379,29 @@ describe('postgresStore', () => {
     await store.close();
   });
 
-  it('with createTable false and only the fixed-window table, reset and resetAll still work', async () => {
+  it("with createTable false, runs on what docs/postgres.sql makes (the store's own DDL)", async () => {
+    const table = `doc_${randomUUID().replace(/-/g, '')}`;
+    const ddl = readFileSync(join(process.cwd(), 'docs', 'postgres.sql'), 'utf8').replaceAll('askdare_counters', table);
+    await own.sql(ddl);
+    const store = ownStore({ table, createTable: false });
+    expect((await store.hit('k', 60_000, 2)).count).toBe(2);
+    expect((await store.slidingWindow.increment('k', 60_000, 3)).count).toBe(3);
+    expect((await store.tokenBucket('k', { capacity: 5, refill: 1, intervalMs: 1000, cost: 2 })).remaining).toBe(3);
+    await store.close();
+  });
+
+  it('with createTable false and only the seed table, calls reject naming the missing function; reset and resetAll work', async () => {
     const table = `only_${randomUUID().replace(/-/g, '')}`;
     await own.sql(`CREATE TABLE ${table} (key text PRIMARY KEY, total bigint NOT NULL, reset_at timestamptz NOT NULL)`);
     const store = ownStore({ table, createTable: false });
-    expect((await store.hit('k', 60_000, 2)).count).toBe(2);
+    for (const call of [store.hit(KEY_MARKER, 60_000, 2), store.slidingWindow.increment(KEY_MARKER, 60_000)]) {
+      const error = await rejection(call);
+      expect(error.code).toBe('ERR_POSTGRES');
+      expect(error.message).toContain('42883');
+      expect(error.message).toContain('docs/postgres.sql');
+    }
     await store.reset('k');
     await store.resetAll();
-    expect((await store.hit('k', 60_000, 0)).count).toBe(0);
-    const error = await rejection(store.slidingWindow.increment(KEY_MARKER, 60_000));
-    expect(error.code).toBe('ERR_POSTGRES');
-    expect(error.message).toContain('42883');
     await store.close();
   });
 

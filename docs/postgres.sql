@@ -2,9 +2,9 @@
 -- schema). postgresStore creates it all on first use; run this yourself (and pass createTable:
 -- false) where the app's database user has no DDL rights. With the `table` option, replace
 -- askdare_counters everywhere (the other names are made from it: TABLE_sw, TABLE_tb, the functions
--- TABLE_sw_v1, TABLE_tb_v1 and the indexes TABLE_ix, TABLE_sw_ix, TABLE_tb_ix); with `schema`,
--- qualify each name with it. Only the first table is needed by an app that uses the fixed window
--- alone. The indexes serve the store's sweeper (sweepIntervalMs); each is made only while its table
+-- TABLE_fw_v1, TABLE_sw_v1, TABLE_tb_v1 and the indexes TABLE_ix, TABLE_sw_ix, TABLE_tb_ix); with
+-- `schema`, qualify each name with it. An app that uses the fixed window alone needs only the first
+-- table and TABLE_fw_v1. The indexes serve the store's sweeper (sweepIntervalMs); each is made only while its table
 -- is empty. On a table that already holds rows (seed 000's, say), make it without blocking writes:
 --   CREATE INDEX CONCURRENTLY IF NOT EXISTS askdare_counters_ix ON askdare_counters (reset_at);
 
@@ -53,8 +53,94 @@ END IF;
 END
 $ratestore$;
 
--- Both functions count on the database's clock (clock_timestamp(), read once the key's row is
+-- The functions count on the database's clock (clock_timestamp(), read once the key's row is
 -- locked); clock_us, when given, is the time to count at instead (µs since the epoch), for tests.
+
+-- The fixed window: op 0 hit(amount), 1 consume(amount: the cost, arg: the limit), 2 refund(amount,
+-- arg: the window named, 0 for none). Answers {count, resetMs} (0, 2; resetMs 0: no open window,
+-- or not the one named) or {allowed, count, remaining, resetMs, window} (1), as src/window.rs.
+-- A window is open while reset_at's ms tick is after now's; its id is reset_at in µs.
+DO $ratestore$ BEGIN
+IF to_regprocedure('"askdare_counters_fw_v1"(int4, text, int8, int8, int8, int8)') IS NULL THEN
+CREATE FUNCTION "askdare_counters_fw_v1"(op int4, k text, window_ms int8, amount int8, arg int8, clock_us int8 DEFAULT NULL)
+RETURNS int8[] LANGUAGE plpgsql AS $fn$
+DECLARE
+  s      record;
+  had    boolean;
+  ts     timestamptz;
+  now_ms int8;
+  end_ms int8;
+  open   boolean;
+  cnt    int8;
+  reset_ms int8;
+  win    int8;
+  taken  int8;
+  ends   timestamptz;
+BEGIN
+  LOOP
+    SELECT c.total, c.reset_at INTO s FROM "askdare_counters" c WHERE c.key = k FOR UPDATE;
+    had := FOUND;
+    ts := CASE WHEN clock_us IS NULL THEN clock_timestamp() ELSE 'epoch'::timestamptz + interval '1 microsecond' * clock_us END;
+    now_ms := floor(extract(epoch FROM ts) * 1000)::int8;
+    open := false;
+    IF had THEN
+      end_ms := floor(extract(epoch FROM s.reset_at) * 1000)::int8;
+      open := end_ms > now_ms;
+    END IF;
+    IF open THEN
+      cnt := s.total;
+      reset_ms := end_ms - now_ms;
+      win := LEAST((extract(epoch FROM s.reset_at) * 1000000)::int8, 9007199254740991);
+    ELSE
+      cnt := 0;
+      reset_ms := window_ms;
+      win := 0;
+    END IF;
+    IF op = 2 THEN
+      IF NOT open OR (arg <> 0 AND win <> arg) THEN
+        RETURN ARRAY[0, 0];
+      END IF;
+      taken := LEAST(amount, GREATEST(cnt, 0));
+      IF taken > 0 THEN
+        UPDATE "askdare_counters" c SET total = cnt - taken WHERE c.key = k;
+      END IF;
+      RETURN ARRAY[cnt - taken, reset_ms];
+    END IF;
+    IF op = 0 AND amount = 0 THEN
+      RETURN ARRAY[cnt, reset_ms];
+    END IF;
+    IF op = 1 AND (cnt + amount > arg OR amount = 0) THEN
+      -- Refused, or a read: nothing changes.
+      RETURN ARRAY[(cnt + amount <= arg)::int4, cnt, GREATEST(0, LEAST(arg, arg - cnt)), reset_ms, win];
+    END IF;
+    IF open THEN
+      IF abs(cnt + amount) > 9007199254740991 THEN
+        RAISE EXCEPTION 'the count would leave the safe-integer range' USING ERRCODE = 'RS001';
+      END IF;
+      cnt := cnt + amount;
+      UPDATE "askdare_counters" c SET total = cnt WHERE c.key = k;
+    ELSE
+      cnt := amount;
+      ends := ts + interval '1 millisecond' * window_ms;
+      win := LEAST((extract(epoch FROM ends) * 1000000)::int8, 9007199254740991);
+      IF had THEN
+        UPDATE "askdare_counters" c SET total = cnt, reset_at = ends WHERE c.key = k;
+      ELSE
+        INSERT INTO "askdare_counters" AS c (key, total, reset_at) VALUES (k, cnt, ends) ON CONFLICT (key) DO NOTHING;
+        -- Another instance inserted the key meanwhile: start over on its row.
+        CONTINUE WHEN NOT FOUND;
+      END IF;
+    END IF;
+    IF op = 0 THEN
+      RETURN ARRAY[cnt, reset_ms];
+    END IF;
+    RETURN ARRAY[1, cnt, GREATEST(0, LEAST(arg, arg - cnt)), reset_ms, win];
+  END LOOP;
+END
+$fn$;
+END IF;
+END
+$ratestore$;
 
 -- slidingWindow: op 0 increment(amount), 1 decrement(amount, arg: the window
 -- named, 0 for none), 2 consume(amount: the cost, arg: the limit). Answers
@@ -235,7 +321,8 @@ $ratestore$;
 
 -- The app's user needs only these rights:
 -- GRANT SELECT, INSERT, UPDATE, DELETE ON askdare_counters, askdare_counters_sw, askdare_counters_tb TO app_user;
--- GRANT EXECUTE ON FUNCTION askdare_counters_sw_v1(int4, text, int8, int8, int8, int8),
+-- GRANT EXECUTE ON FUNCTION askdare_counters_fw_v1(int4, text, int8, int8, int8, int8),
+--   askdare_counters_sw_v1(int4, text, int8, int8, int8, int8),
 --   askdare_counters_tb_v1(text, int8, int8, int8, int8, int8) TO app_user;
 
 -- Ended windows are restarted in place by the next call; the store's sweeper deletes the rows that

@@ -1,5 +1,5 @@
 //! The PL/pgSQL functions of postgresStore (`src/postgres/schema.rs`) answer
-//! as `sliding.rs` and `bucket.rs`: random sequences of calls run through both
+//! as `window.rs`, `sliding.rs` and `bucket.rs`: random sequences of calls run through both
 //! at the same explicit times (the functions' last argument), on a real
 //! PostgreSQL started here, and every answer and every state kept must match.
 
@@ -11,7 +11,7 @@ use proptest::prelude::*;
 use ratestore::bucket::{self, Bucket};
 use ratestore::postgres::schema::{ddl, Names};
 use ratestore::sliding::{self, Sliding};
-use ratestore::window::{Change, MAX_PERIOD_MS, MAX_SAFE};
+use ratestore::window::{self, Change, Counter, MAX_PERIOD_MS, MAX_SAFE};
 use tokio_postgres::{Client, NoTls};
 
 const MS: u64 = 1000;
@@ -279,6 +279,11 @@ fn sliding_op() -> impl Strategy<Value = SlidingOp> {
     ]
 }
 
+/// µs from one call to the next: often within a ms or two (the edges of ms ticks), else up to 3 s.
+fn step() -> impl Strategy<Value = u64> {
+    prop_oneof![3 => 0u64..2_500, 2 => 0u64..3_000_000]
+}
+
 fn config() -> ProptestConfig {
     ProptestConfig {
         cases: 96,
@@ -294,7 +299,7 @@ fn the_functions_answer_as_the_rust_rules() {
     let mut runner = proptest::test_runner::TestRunner::new(config());
     let sliding = (
         prop_oneof![1u64..50, 1_000u64..2_000, Just(MAX_PERIOD_MS)],
-        proptest::collection::vec((0u64..3_000_000, sliding_op()), 1..30),
+        proptest::collection::vec((step(), sliding_op()), 1..30),
         0u8..3,
     );
     runner
@@ -307,14 +312,19 @@ fn the_functions_answer_as_the_rust_rules() {
         })
         .unwrap();
     let mut runner = proptest::test_runner::TestRunner::new(config());
+    let fixed = (
+        prop_oneof![1u64..50, 1_000u64..2_000, Just(1u64 << 40)],
+        proptest::collection::vec((step(), fixed_op()), 1..30),
+    );
+    runner
+        .run(&fixed, |(window_ms, seq)| fixed_case(&db, window_ms, &seq))
+        .unwrap();
+    let mut runner = proptest::test_runner::TestRunner::new(config());
     let buckets = (
         prop_oneof![1i64..12, Just(MAX_SAFE)],
         prop_oneof![1i64..5, Just(MAX_SAFE / 2)],
         prop_oneof![1u64..50, 1_000u64..5_000],
-        proptest::collection::vec(
-            (0u64..3_000_000, prop_oneof![0i64..14, Just(MAX_SAFE)]),
-            1..30,
-        ),
+        proptest::collection::vec((step(), prop_oneof![0i64..14, Just(MAX_SAFE)]), 1..30),
     );
     runner
         .run(&buckets, |(capacity, refill, interval_ms, seq)| {
@@ -366,6 +376,98 @@ fn bucket_case(
             .map(|b| vec![b.tokens, b.refilled_at as i64, b.ends_at as i64])
             .unwrap_or_default();
         prop_assert_eq!(row, kept, "kept after cost {} at {}", cost, now);
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy, Debug)]
+enum FixedOp {
+    Hit(i64),
+    Consume {
+        limit: i64,
+        cost: i64,
+    },
+    /// An amount, and which window it names: 0 none, 1 the open one, 2 another.
+    Refund(i64, u8),
+}
+
+fn fixed_op() -> impl Strategy<Value = FixedOp> {
+    let amount = prop_oneof![8 => -4i64..6, 1 => Just(MAX_SAFE), 1 => Just(-MAX_SAFE), 1 => Just(MAX_SAFE / 2)];
+    prop_oneof![
+        amount.prop_map(FixedOp::Hit),
+        (
+            prop_oneof![0i64..8, Just(MAX_SAFE)],
+            prop_oneof![0i64..10, Just(MAX_SAFE)]
+        )
+            .prop_map(|(limit, cost)| FixedOp::Consume { limit, cost }),
+        (0i64..6, 0u8..3).prop_map(|(a, w)| FixedOp::Refund(a, w)),
+    ]
+}
+
+/// The fixed window on seed 000's table: every answer, and the row while its window is open.
+fn fixed_case(db: &Db, window_ms: u64, seq: &[(u64, FixedOp)]) -> Result<(), TestCaseError> {
+    db.exec("DELETE FROM twin");
+    let mut stored: Option<Counter> = None;
+    let mut now = BASE;
+    for &(step, op) in seq {
+        now += step;
+        let open = stored.filter(|c| c.reset_ms(now).is_some());
+        let (code, amount, arg, rust) = match op {
+            FixedOp::Hit(a) => {
+                let r = window::hit(stored, now, window_ms, a)
+                    .map(|o| (vec![o.count, o.reset_ms as i64], o.change))
+                    .map_err(|_| "RS001".to_string());
+                (0, a, 0, r)
+            }
+            FixedOp::Consume { limit, cost } => {
+                let o = window::consume(stored, now, window_ms, limit, cost);
+                let answer = vec![
+                    o.allowed as i64,
+                    o.count,
+                    o.remaining,
+                    o.reset_ms as i64,
+                    o.window as i64,
+                ];
+                (1, cost, limit, Ok((answer, o.change)))
+            }
+            FixedOp::Refund(a, which) => {
+                let named = match (which, open) {
+                    (1, Some(c)) => c.window(),
+                    (2, _) => 7,
+                    _ => 0,
+                };
+                let o = window::refund_to(stored, now, a, (named > 0).then_some(named));
+                (
+                    2,
+                    a,
+                    named as i64,
+                    Ok((vec![o.count, o.reset_ms as i64], o.change)),
+                )
+            }
+        };
+        let pg = db.call(&format!(
+            "SELECT twin_fw_v1({code}, 'k', {window_ms}, {amount}, {arg}, {now})"
+        ));
+        let rust_answer = rust.clone().map(|(a, _)| a);
+        prop_assert_eq!(&pg, &rust_answer, "{:?} at {} on {:?}", op, now, stored);
+        if let Ok((_, change)) = rust {
+            stored = match change {
+                Change::Put(c) => Some(c),
+                Change::Keep => stored,
+                Change::Drop => None,
+            };
+        }
+        let row = db
+            .call(&format!(
+                "SELECT ARRAY[total, (extract(epoch FROM reset_at) * 1000000)::int8] FROM twin WHERE key = 'k' \
+                 AND floor(extract(epoch FROM reset_at) * 1000) > floor({now}::numeric / 1000)"
+            ))
+            .unwrap();
+        let kept = stored
+            .filter(|c| c.reset_ms(now).is_some())
+            .map(|c| vec![c.count, c.ends_at as i64])
+            .unwrap_or_default();
+        prop_assert_eq!(row, kept, "kept after {:?} at {}", op, now);
     }
     Ok(())
 }

@@ -152,16 +152,12 @@ impl Config {
     }
 }
 
-/// The statements, for one set of names. The fixed window ends with the ms
-/// tick it ends in, as Redis's PTTL counts (and memoryStore): open while the
-/// tick of `reset_at` is after the tick of `now()`, and `resetMs` is the
-/// difference of the two ticks.
+/// The statements, for one set of names. Each operation is one call of the
+/// algorithm's PL/pgSQL function (src/postgres/schema.rs), whose statements
+/// PostgreSQL plans once per session: the client sends one short statement.
 struct Sql {
     create: String,
-    hit: String,
-    read: String,
-    consume: String,
-    refund: String,
+    fixed: String,
     sliding: String,
     bucket: String,
     unlink: [String; 3],
@@ -169,57 +165,11 @@ struct Sql {
     sweep: [String; 3],
 }
 
-/// The ms tick of a timestamptz (ms since the epoch, rounded down).
-fn tick(ts: &str) -> String {
-    format!("floor(extract(epoch FROM {ts}) * 1000)::int8")
-}
-
 impl Sql {
     fn new(n: &Names) -> Sql {
-        let t = &n.table;
-        let now = tick("now()");
-        let ended = format!("{} <= {now}", tick("c.reset_at"));
-        let reset_ms = format!("{} - {now}", tick("reset_at"));
-        // The open window's id: its end in µs since the epoch (opaque, stays put while it is open).
-        let window = format!("LEAST((extract(epoch FROM reset_at) * 1000000)::int8, {MAX_SAFE})");
-        let upsert_set = format!(
-            "total = CASE WHEN {ended} THEN EXCLUDED.total ELSE c.total + EXCLUDED.total END, \
-             reset_at = CASE WHEN {ended} THEN EXCLUDED.reset_at ELSE c.reset_at END"
-        );
-        let opens = "now() + interval '1 millisecond' * $3::int8::float8";
         Sql {
             create: schema::create_batch(n),
-            // $1 key, $2 amount, $3 windowMs. No row back: the count would
-            // leave the safe-integer range, and nothing was changed.
-            hit: format!(
-                "INSERT INTO {t} AS c (key, total, reset_at) VALUES ($1, $2, {opens}) \
-                 ON CONFLICT (key) DO UPDATE SET {upsert_set} \
-                 WHERE {ended} OR abs(c.total + EXCLUDED.total) <= {MAX_SAFE} \
-                 RETURNING total, {reset_ms}"
-            ),
-            read: format!(
-                "SELECT total, {reset_ms}, {window} FROM {t} c WHERE key = $1 AND NOT ({ended})"
-            ),
-            // $1 key, $2 cost, $3 windowMs, $4 limit. One statement, so one now():
-            // the first column is 1 when the cost was added; else (refused, or
-            // cost 0: nothing is written) the open window as it stands, if any.
-            consume: format!(
-                "WITH up AS (INSERT INTO {t} AS c (key, total, reset_at) \
-                 SELECT $1, $2, {opens} WHERE $2 > 0 AND $2 <= $4 \
-                 ON CONFLICT (key) DO UPDATE SET {upsert_set} \
-                 WHERE {ended} OR c.total + EXCLUDED.total <= $4 \
-                 RETURNING total, {reset_ms} AS reset_ms, {window} AS win) \
-                 SELECT 1::int8, total, reset_ms, win FROM up \
-                 UNION ALL SELECT 0::int8, total, {reset_ms}, {window} FROM {t} c \
-                 WHERE key = $1 AND NOT ({ended}) AND NOT EXISTS (SELECT FROM up)"
-            ),
-            // $1 key, $2 amount, $3 the window named (0: none): never below 0,
-            // only in an open window, and only the one named.
-            refund: format!(
-                "UPDATE {t} c SET total = total - LEAST($2, GREATEST(total, 0)) \
-                 WHERE key = $1 AND NOT ({ended}) AND ($3 = 0 OR {window} = $3) \
-                 RETURNING total, {reset_ms}"
-            ),
+            fixed: format!("SELECT {}($1, $2, $3, $4, $5)", n.fixed_fn),
             sliding: format!("SELECT {}($1, $2, $3, $4, $5)", n.sliding_fn),
             bucket: format!("SELECT {}($1, $2, $3, $4, $5)", n.bucket_fn),
             unlink: [&n.table, &n.sliding, &n.bucket]
@@ -469,23 +419,7 @@ impl PgStore {
             .await
     }
 
-    /// The first row's integers (`None`: no row).
-    async fn row(
-        &self,
-        client: &Client,
-        sql: &str,
-        params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> Result<Option<Vec<i64>>> {
-        let rows = client
-            .query_typed(sql, params)
-            .await
-            .map_err(|e| self.error(e))?;
-        Ok(rows
-            .first()
-            .map(|row| (0..row.len()).map(|i| row.get(i)).collect()))
-    }
-
-    /// One call of a state's function: the integers of its answer, `len` of them.
+    /// One call of an algorithm's function: the integers of its answer, `len` of them.
     async fn function(
         &self,
         client: &Client,
@@ -516,62 +450,22 @@ impl PgStore {
         let key: &(dyn ToSql + Sync) = &key;
         let k = || (key, Type::TEXT);
         match op {
-            Op::Hit => {
-                let [window_ms, amount, ..] = args;
-                if amount == 0 {
-                    let row = self.row(&client, &self.sql.read, &[k()]).await?;
-                    let (count, reset) = row.map_or((0, window_ms), |r| (r[0], r[1]));
-                    return Ok(Answer::new(&[count, reset]));
-                }
-                let row = self
-                    .row(
-                        &client,
-                        &self.sql.hit,
-                        &[k(), (&amount, Type::INT8), (&window_ms, Type::INT8)],
-                    )
-                    .await?;
-                let row = row.ok_or(Error::CountOutOfRange)?;
-                Ok(Answer::new(&[row[0], row[1]]))
-            }
-            Op::Consume => {
-                let [window_ms, limit, cost, _] = args;
-                let row = self
-                    .row(
-                        &client,
-                        &self.sql.consume,
-                        &[
-                            k(),
-                            (&cost, Type::INT8),
-                            (&window_ms, Type::INT8),
-                            (&limit, Type::INT8),
-                        ],
-                    )
-                    .await?;
-                let [added, count, reset, window] = match row.as_deref() {
-                    Some(&[a, b, c, d]) => [a, b, c, d],
-                    _ => [0, 0, window_ms, 0],
+            Op::Hit | Op::Consume | Op::Refund => {
+                // (op, windowMs, amount, arg): the consume's arg is its limit, the refund's the window it names.
+                let (code, window_ms, amount, arg) = match op {
+                    Op::Hit => (0i32, args[0], args[1], 0),
+                    Op::Consume => (1, args[0], args[2], args[1]),
+                    _ => (2, 1, args[0], args[1]),
                 };
-                let allowed = added == 1 || (cost == 0 && count <= limit);
-                let remaining = crate::window::remaining(limit, count);
-                Ok(Answer::new(&[
-                    allowed as i64,
-                    count,
-                    remaining,
-                    reset,
-                    window,
-                ]))
-            }
-            Op::Refund => {
-                let [amount, window, ..] = args;
-                let row = self
-                    .row(
-                        &client,
-                        &self.sql.refund,
-                        &[k(), (&amount, Type::INT8), (&window, Type::INT8)],
-                    )
-                    .await?;
-                let (count, reset) = row.map_or((0, 0), |r| (r[0], r[1]));
-                Ok(Answer::new(&[count, reset]))
+                let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                    (&code, Type::INT4),
+                    k(),
+                    (&window_ms, Type::INT8),
+                    (&amount, Type::INT8),
+                    (&arg, Type::INT8),
+                ];
+                self.function(&client, &self.sql.fixed, &params, op.answer_len())
+                    .await
             }
             Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => {
                 // (op, amount, arg): the decrement's arg is the window it names, the consume's its limit.

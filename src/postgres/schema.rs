@@ -21,6 +21,8 @@ const MAX_IDENTIFIER: usize = 63;
 /// tables, and (with [`VERSION`]) their functions.
 const SLIDING: &str = "_sw";
 const BUCKET: &str = "_tb";
+/// Appended (with [`VERSION`]) for the fixed window's function.
+const FIXED: &str = "_fw";
 /// The functions' version: a later release that changes a function's rules
 /// creates it under a new name, so instances of both releases can share one
 /// database while it rolls out.
@@ -55,6 +57,7 @@ pub struct Names {
     pub table: String,
     pub sliding: String,
     pub bucket: String,
+    pub fixed_fn: String,
     pub sliding_fn: String,
     pub bucket_fn: String,
     /// The sweeper's indexes, of the three tables: (the bare name, quoted; the qualified name).
@@ -84,6 +87,7 @@ impl Names {
             table: qualify(table.to_string()),
             sliding: qualify(format!("{table}{SLIDING}")),
             bucket: qualify(format!("{table}{BUCKET}")),
+            fixed_fn: qualify(format!("{table}{FIXED}{VERSION}")),
             sliding_fn: qualify(format!("{table}{SLIDING}{VERSION}")),
             bucket_fn: qualify(format!("{table}{BUCKET}{VERSION}")),
             indexes: ["", SLIDING, BUCKET].map(|suffix| {
@@ -109,6 +113,7 @@ pub fn ddl(n: &Names) -> String {
         table,
         sliding,
         bucket,
+        fixed_fn,
         sliding_fn,
         bucket_fn,
         indexes,
@@ -179,8 +184,94 @@ CREATE TABLE IF NOT EXISTS {bucket} (
 );
 {bucket_ix}
 
--- Both functions count on the database's clock (clock_timestamp(), read once the key's row is
+-- The functions count on the database's clock (clock_timestamp(), read once the key's row is
 -- locked); clock_us, when given, is the time to count at instead (µs since the epoch), for tests.
+
+-- The fixed window: op 0 hit(amount), 1 consume(amount: the cost, arg: the limit), 2 refund(amount,
+-- arg: the window named, 0 for none). Answers {{count, resetMs}} (0, 2; resetMs 0: no open window,
+-- or not the one named) or {{allowed, count, remaining, resetMs, window}} (1), as src/window.rs.
+-- A window is open while reset_at's ms tick is after now's; its id is reset_at in µs.
+DO $ratestore$ BEGIN
+IF to_regprocedure({fixed_sig}) IS NULL THEN
+CREATE FUNCTION {fixed_fn}(op int4, k text, window_ms int8, amount int8, arg int8, clock_us int8 DEFAULT NULL)
+RETURNS int8[] LANGUAGE plpgsql AS $fn$
+DECLARE
+  s      record;
+  had    boolean;
+  ts     timestamptz;
+  now_ms int8;
+  end_ms int8;
+  open   boolean;
+  cnt    int8;
+  reset_ms int8;
+  win    int8;
+  taken  int8;
+  ends   timestamptz;
+BEGIN
+  LOOP
+    SELECT c.total, c.reset_at INTO s FROM {table} c WHERE c.key = k FOR UPDATE;
+    had := FOUND;
+    ts := CASE WHEN clock_us IS NULL THEN clock_timestamp() ELSE 'epoch'::timestamptz + interval '1 microsecond' * clock_us END;
+    now_ms := floor(extract(epoch FROM ts) * 1000)::int8;
+    open := false;
+    IF had THEN
+      end_ms := floor(extract(epoch FROM s.reset_at) * 1000)::int8;
+      open := end_ms > now_ms;
+    END IF;
+    IF open THEN
+      cnt := s.total;
+      reset_ms := end_ms - now_ms;
+      win := LEAST((extract(epoch FROM s.reset_at) * 1000000)::int8, {max_safe});
+    ELSE
+      cnt := 0;
+      reset_ms := window_ms;
+      win := 0;
+    END IF;
+    IF op = 2 THEN
+      IF NOT open OR (arg <> 0 AND win <> arg) THEN
+        RETURN ARRAY[0, 0];
+      END IF;
+      taken := LEAST(amount, GREATEST(cnt, 0));
+      IF taken > 0 THEN
+        UPDATE {table} c SET total = cnt - taken WHERE c.key = k;
+      END IF;
+      RETURN ARRAY[cnt - taken, reset_ms];
+    END IF;
+    IF op = 0 AND amount = 0 THEN
+      RETURN ARRAY[cnt, reset_ms];
+    END IF;
+    IF op = 1 AND (cnt + amount > arg OR amount = 0) THEN
+      -- Refused, or a read: nothing changes.
+      RETURN ARRAY[(cnt + amount <= arg)::int4, cnt, GREATEST(0, LEAST(arg, arg - cnt)), reset_ms, win];
+    END IF;
+    IF open THEN
+      IF abs(cnt + amount) > {max_safe} THEN
+        RAISE EXCEPTION 'the count would leave the safe-integer range' USING ERRCODE = '{COUNT_RANGE_STATE}';
+      END IF;
+      cnt := cnt + amount;
+      UPDATE {table} c SET total = cnt WHERE c.key = k;
+    ELSE
+      cnt := amount;
+      ends := ts + interval '1 millisecond' * window_ms;
+      win := LEAST((extract(epoch FROM ends) * 1000000)::int8, {max_safe});
+      IF had THEN
+        UPDATE {table} c SET total = cnt, reset_at = ends WHERE c.key = k;
+      ELSE
+        INSERT INTO {table} AS c (key, total, reset_at) VALUES (k, cnt, ends) ON CONFLICT (key) DO NOTHING;
+        -- Another instance inserted the key meanwhile: start over on its row.
+        CONTINUE WHEN NOT FOUND;
+      END IF;
+    END IF;
+    IF op = 0 THEN
+      RETURN ARRAY[cnt, reset_ms];
+    END IF;
+    RETURN ARRAY[1, cnt, GREATEST(0, LEAST(arg, arg - cnt)), reset_ms, win];
+  END LOOP;
+END
+$fn$;
+END IF;
+END
+$ratestore$;
 
 -- slidingWindow: op 0 increment(amount), 1 decrement(amount, arg: the window
 -- named, 0 for none), 2 consume(amount: the cost, arg: the limit). Answers
@@ -359,6 +450,7 @@ END IF;
 END
 $ratestore$;
 "#,
+        fixed_sig = literal(&format!("{fixed_fn}(int4, text, int8, int8, int8, int8)")),
         sliding_sig = literal(&format!("{sliding_fn}(int4, text, int8, int8, int8, int8)")),
         bucket_sig = literal(&format!("{bucket_fn}(text, int8, int8, int8, int8, int8)")),
     )
