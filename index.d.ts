@@ -512,6 +512,60 @@ interface LimiterCommonOptions {
    * broken store never switches the limit off unnoticed.
    */
   failOpen?: boolean;
+  /**
+   * Refusals kept in this process: once a limit refuses a key, checks of that key that the refusal
+   * proves refused (see {@link BlockCacheOptions}) are refused with no store call until the time it
+   * named, answering `cached: true`. Default: on (`maxKeys` 10,000) when `store.shared` is true, off
+   * otherwise. `true` turns it on with the default bound, `false` off.
+   */
+  blockCache?: boolean | BlockCacheOptions;
+  /**
+   * A store to count in while the main store fails (typically a `memoryStore()`): see
+   * {@link FallbackOptions}.
+   */
+  fallback?: RateLimitStore | FallbackOptions;
+  /**
+   * Called with each failure of the main store that a check or a probe met. `fallback` is true when
+   * the fallback counted that check instead (and, for a failed probe, while the fallback counts).
+   * A listener that throws is reported as an uncaught exception.
+   */
+  onError?: (error: unknown, info: { readonly fallback: boolean }) => void;
+}
+
+/**
+ * The block cache's options. A refusal proves, until the time it named:
+ * - a fixed window that answered `remaining` r: every cost above r is refused until the window ends;
+ * - a sliding window or a token bucket that refused cost c: every cost of c or more is refused until
+ *   the retry time it answered.
+ *
+ * Times are counted from when the check was sent, less 1 ms, so a cached refusal never outlasts the
+ * store's. Refunds, decrements and resets made through the same store object in this process clear
+ * what they may change; those made by another process (or another store object) are not seen until
+ * the cached refusal ends.
+ */
+export interface BlockCacheOptions {
+  /** Most refusals held (one per limit and key); the oldest goes first. A positive safe integer; default 10,000. */
+  maxKeys?: number;
+}
+
+/**
+ * The fallback store's options. While the main store fails, checks count in `store`; a failure opens a
+ * circuit: checks then go straight to the fallback, and one probe at a time (`ping()` where the store
+ * has one, else a `hit` of 0) asks the main store, every `probeMs`; the first one it answers closes it.
+ * A check whose call had reached the main store when it failed (a timeout or a lost connection:
+ * `sent: true`) may have counted there, so it is not counted again: it rejects (or, with `failOpen`,
+ * passes) as without a fallback.
+ */
+export interface FallbackOptions {
+  store: RateLimitStore;
+  /**
+   * The share of each limit the fallback allows (its `limit`, a bucket's `capacity` and `refill`),
+   * rounded down (a bucket's at least 1): `1 / instances` keeps the sum over the app's instances at
+   * the limit. Above 0, at most 1; default 1.
+   */
+  scale?: number;
+  /** Milliseconds between probes of the main store while the fallback counts: a positive safe integer; default 250. */
+  probeMs?: number;
 }
 
 /** One limit for every key, given at the top level: its counter is kept under the key `check` is given. */
@@ -578,8 +632,31 @@ export interface LimitResult<Tier extends string = string> {
   readonly limits: readonly LimitState[];
   /** The tier checked, on a tiered limiter. */
   readonly tier?: Tier;
-  /** The store's first error, only when `failOpen` let the check answer despite it. */
+  /**
+   * The store's first error, when `failOpen` let the check answer despite it; on an answer of the
+   * fallback, the main store's failure that sent it there.
+   */
   readonly error?: unknown;
+  /** Present (true) when the block cache refused this check, with no store call. */
+  readonly cached?: true;
+  /** Present (true) when the fallback store counted this check, the main store failing. */
+  readonly fallback?: true;
+}
+
+/** A limiter's figures since its creation. */
+export interface LimiterStats {
+  /** Checks answered (allowed or refused; not those that rejected). */
+  readonly checks: number;
+  /** Checks the block cache refused, with no store call. */
+  readonly cacheRefusals: number;
+  /** Refusals the block cache holds now (ended ones included until looked up or dropped). */
+  readonly cacheEntries: number;
+  /** Refusals dropped to stay within `maxKeys`. */
+  readonly cacheEvictions: number;
+  /** Checks the fallback store counted. */
+  readonly fallbackChecks: number;
+  /** Whether the circuit is open: checks go to the fallback, the main store having failed. */
+  readonly fallbackActive: boolean;
 }
 
 export interface CheckOptions {
@@ -599,11 +676,20 @@ export interface Limiter {
    * it fails (unless `failOpen`).
    */
   check(key: string, cost?: number | CheckOptions): Promise<LimitResult<never>>;
+  /**
+   * Resets `key` under every limit and tier: its counters in the store (and the fallback) and what the
+   * block cache holds for it. Rejects with the store's error, or a `TypeError` for a key that is not a string.
+   */
+  reset(key: string): Promise<void>;
+  stats(): LimiterStats;
 }
 
 export interface TieredLimiter<Tier extends string> {
   /** As {@link Limiter.check}, under the limits of `options.tier`. */
   check(key: string, options: TieredCheckOptions<Tier>): Promise<LimitResult<Tier>>;
+  /** As {@link Limiter.reset}. */
+  reset(key: string): Promise<void>;
+  stats(): LimiterStats;
   /** The tier names, in the order given. */
   readonly tiers: readonly Tier[];
 }

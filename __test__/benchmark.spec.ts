@@ -32,6 +32,8 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^Redis Cluster, 256 in flight/),
       expect.stringMatching(/^Consume in memory/),
       expect.stringMatching(/^Consume on Redis/),
+      expect.stringMatching(/^Flood, 1 key/),
+      expect.stringMatching(/^Flood, 10,000 keys/),
       expect.stringMatching(/^REST, 1 in flight/),
       expect.stringMatching(/^REST, 256 in flight/),
       expect.stringMatching(/^CPU per hit/),
@@ -52,6 +54,9 @@ describe('npm run bench -- --smoke', () => {
       'redisStore({ cluster: true })',
       '@upstash/redis EVALSHA',
       'redisStore() over REST',
+      'createLimiter over redisStore(), block cache (default)',
+      'createLimiter over redisStore(), blockCache: false',
+      'rate-limiter-flexible RateLimiterRedis, inMemoryBlockOnConsumed',
     ]) {
       expect(stdout).toContain(`| ${store} |`);
     }

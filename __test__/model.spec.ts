@@ -86,7 +86,19 @@ describe('model: sliding window (ceil, epoch-aligned)', () => {
     m.slidingIncrement('k', 1000, 4, T + 900 * US);
     m.slidingIncrement('k', 1000, 1, T + 1000 * US);
     expect(m.slidingDecrement('k', 1000, 2, T + 1000 * US).count).toBe(3);
-    expect(m.sliding.get('k')).toEqual({ start: T + 1000 * US, previous: 3, current: 0 });
+    expect(m.sliding.get('k')).toEqual({ start: T + 1000 * US, previous: 3, current: 0, ends: T + 2000 * US });
+  });
+
+  it('a state read under another windowMs counts in full while it starts inside the window, and until its own end', () => {
+    const m = new Model();
+    // Written under 10 ms at T + 5 ms: start T, counting until T + 20 ms.
+    m.slidingIncrement('k', 10, 2, T + 5 * US);
+    expect(m.slidingIncrement('k', 1000, 0, T + 8 * US).count).toBe(2);
+    // A decrement under 5 ms finds nothing in its windows, takes nothing, and leaves the state alone.
+    expect(m.slidingDecrement('k', 5, 1, T + 12 * US).count).toBe(0);
+    expect(m.slidingIncrement('k', 10, 0, T + 12 * US).count).toBe(2);
+    // Past its own end it counts nothing, whatever the windowMs.
+    expect(m.slidingIncrement('k', 1000, 0, T + 20 * US).count).toBe(0);
   });
 });
 

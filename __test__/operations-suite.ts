@@ -285,6 +285,20 @@ export function redisOrderSuite(
       expect([consumed.count, hit.count]).toEqual([1, 4]);
     });
 
+    it("after SCRIPT FLUSH, a script's first use waits for the older call's retry", async () => {
+      const store = make();
+      // The consume script is cached on this store's connections, the window script is not...
+      await store.consume(key(), { limit: 10, windowMs: 60_000 });
+      // ...and then the cache is flushed: the consume meets NOSCRIPT, the hit goes as EVAL.
+      await flushScripts();
+      const k = key();
+      const [consumed, hit] = await Promise.all([
+        store.consume(k, { limit: 10, windowMs: 60_000 }),
+        store.hit(k, 60_000, 3),
+      ]);
+      expect([consumed.count, hit.count]).toEqual([1, 4]);
+    });
+
     it('reset and resetAll take effect between the calls made before and after them', async () => {
       const store = make();
       for (const flush of [false, true]) {

@@ -11,8 +11,10 @@ const os = require('node:os');
 const { join } = require('node:path');
 const { promisify } = require('node:util');
 const { startRedis } = require('./redis.js');
+const { self } = require('./self.js');
 
-const STORES = ['redisStore()', 'node-redis 5 EVALSHA', 'ioredis EVALSHA'];
+// memoryStore() last: the floor, what serving the generator's requests costs the process with no Redis.
+const STORES = ['redisStore()', 'node-redis 5 EVALSHA', 'ioredis EVALSHA', 'memoryStore()'];
 const BASELINE = 'node-redis 5 EVALSHA';
 const run = promisify(execFile);
 
@@ -37,9 +39,8 @@ const label = ({ mode, rate, burst }) =>
 /** One run: a fresh store process under one load. */
 async function measure(name, server, load, seconds, dir) {
   const socket = join(dir, `store-${process.hrtime.bigint()}.sock`);
-  const child = spawn(process.execPath, [join(__dirname, 'cpu-child.js'), name, String(server.port), socket], {
-    stdio: ['ignore', 'pipe', 'inherit'],
-  });
+  const [command, args] = self(join(__dirname, 'cpu-child.js'), [name, String(server.port), socket]);
+  const child = spawn(command, args, { stdio: ['ignore', 'pipe', 'inherit'] });
   try {
     await new Promise((resolve, reject) => {
       child.once('exit', (code) => reject(new Error(`${name}: the store process exited (${code})`)));

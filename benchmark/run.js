@@ -6,9 +6,10 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,rest,cpu
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,flood,rest,cpu
+//   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
-const { execFile } = require('node:child_process');
+const { execFile, spawn } = require('node:child_process');
 const { writeFileSync, readFileSync } = require('node:fs');
 const os = require('node:os');
 const { join } = require('node:path');
@@ -31,7 +32,9 @@ const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
 const { startCluster } = require('../scripts/redis-cluster.js');
 const { startRest } = require('../scripts/rest-endpoint.js');
 const { cpu, cpuTargets } = require('./cpu.js');
+const { self, runtime, runtimeName } = require('./self.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
+const { flood, flooders } = require('./flood.js');
 
 const SIZES = {
   full: {
@@ -49,6 +52,7 @@ const SIZES = {
     redisHits: { 1: 8_000, 16: 40_000, 256: 80_000 },
     restHits: { 1: 2_000, 256: 20_000 },
     benchmarkRequests: 500_000,
+    floodChecks: 200_000,
   },
   quick: {
     rounds: 7,
@@ -63,6 +67,7 @@ const SIZES = {
     redisHits: { 1: 3_000, 16: 15_000, 256: 30_000 },
     restHits: { 1: 1_000, 256: 10_000 },
     benchmarkRequests: 200_000,
+    floodChecks: 100_000,
   },
   smoke: {
     rounds: 1,
@@ -77,6 +82,7 @@ const SIZES = {
     redisHits: { 1: 100, 16: 300, 256: 600 },
     restHits: { 1: 50, 256: 300 },
     benchmarkRequests: 2_000,
+    floodChecks: 20_000,
   },
 };
 const SCENARIOS = [
@@ -89,6 +95,7 @@ const SCENARIOS = [
   'redis',
   'cluster',
   'consume',
+  'flood',
   'rest',
   'cpu',
 ];
@@ -195,7 +202,8 @@ async function throughput(size, only) {
 }
 
 async function child(args) {
-  const { stdout } = await execNode(process.execPath, ['--expose-gc', join(__dirname, 'child.js'), ...args], {
+  const [command, childArgs] = self(join(__dirname, 'child.js'), args, { gc: true });
+  const { stdout } = await execNode(command, childArgs, {
     maxBuffer: 1 << 20,
   });
   return JSON.parse(stdout.trim().split('\n').pop());
@@ -617,6 +625,20 @@ function targets(tables) {
       format: (r) => `${(r * 100).toFixed(0)}%`,
     },
   );
+  const cached = 'createLimiter over redisStore(), block cache (default)';
+  for (const id of ['flood-1', 'flood-10000']) {
+    check(id, `${id}: block cache refused checks/s >= memoryStore's`, cached, 'refused/s', (r) => r >= 1, {
+      against: 'createLimiter over memoryStore()',
+    });
+  }
+  check(
+    'flood-10000',
+    'flood-10000: Redis calls per key with the block cache <= 1.05 (one per key per window, and the checks in flight before its first refusal)',
+    cached,
+    'Redis calls per key',
+    (r) => r <= 1.05,
+    { against: 1, format: (r) => r.toFixed(3) },
+  );
   if (byId.has('cpu')) lines.push(...cpuTargets(byId.get('cpu')));
   const p50 = byId.get('redis-1') && { ...byId.get('redis-1'), higherIsBetter: false };
   if (p50) {
@@ -647,8 +669,32 @@ function machine() {
   );
 }
 
+/**
+ * `--runtime=bun` (or deno, node22, ...): runs this benchmark, with the other arguments, on that runtime
+ * from runtimes/ (`npm ci --prefix runtimes` installs them), and answers its exit code.
+ */
+async function onRuntime(name, args) {
+  const { installed } = require('../scripts/runtimes.js');
+  const target = installed(name);
+  // The flags a script runs with on that runtime (Deno's permissions), and global.gc.
+  const gcFlag = target.name === 'deno' ? '--v8-flags=--expose-gc' : '--expose-gc';
+  const child = spawn(target.path, [...target.args, gcFlag, __filename, ...args], { stdio: 'inherit' });
+  return new Promise((resolve, reject) => {
+    child.on('error', reject);
+    child.on('exit', (code, signal) => resolve(signal ? 1 : (code ?? 1)));
+  });
+}
+
 async function main() {
   const args = process.argv.slice(2);
+  const runtimeArg = args.find((a) => a.startsWith('--runtime='));
+  if (runtimeArg) {
+    process.exitCode = await onRuntime(
+      runtimeArg.slice('--runtime='.length),
+      args.filter((a) => a !== runtimeArg),
+    );
+    return;
+  }
   const mode = args.includes('--smoke') ? 'smoke' : args.includes('--quick') ? 'quick' : 'full';
   const onlyArg = args.find((a) => a.startsWith('--only='));
   const only = new Set(onlyArg ? onlyArg.slice('--only='.length).split(',') : SCENARIOS);
@@ -657,7 +703,7 @@ async function main() {
   const size = SIZES[mode];
   const started = performance.now();
   const notes = {};
-  console.log(`ratestore benchmark (${mode}): ${machine()}; Node.js ${process.version}\n`);
+  console.log(`ratestore benchmark (${mode}): ${machine()}; ${runtimeName()}\n`);
 
   const tables = [];
   const show = (list) => {
@@ -674,6 +720,7 @@ async function main() {
   if (only.has('redis')) show(await redis(size, notes));
   if (only.has('cluster')) show(await cluster(size));
   if (only.has('consume')) show(await consumeScenario(size));
+  if (only.has('flood')) show(await flood(size, gc));
   if (only.has('rest')) show(await rest(size));
   if (only.has('cpu')) show([await cpu(mode)]);
 
@@ -683,7 +730,8 @@ async function main() {
   console.log(`${tables.length} tables in ${minutes.toFixed(1)} min`);
   // Every run writes the text, so that a smoke run checks it too; only a full run keeps it.
   const text = results(tables, verdicts, notes, args, minutes);
-  if (mode === 'full' && !onlyArg) {
+  // RESULTS.md's generated part is the Node.js run: another runtime's full run is printed only.
+  if (mode === 'full' && !onlyArg && runtime.name === 'Node.js') {
     writeFileSync(join(__dirname, 'RESULTS.md'), text + kept());
     console.log('written to benchmark/RESULTS.md');
   }
@@ -708,7 +756,7 @@ function results(tables, verdicts, notes, args, minutes) {
     'noisy, so ratios within the run are what count.',
     '',
     `- Machine: ${machine()}`,
-    `- Versions: Node.js ${process.version}, ratestore ${versionOf('.')}, ` +
+    `- Versions: ${runtimeName()}, ratestore ${versionOf('.')}, ` +
       `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}`,
     `- Command: \`${command}\`; the limit row: \`${notes.benchmarkCommand ?? '-'}\``,
     '',
@@ -750,6 +798,7 @@ function results(tables, verdicts, notes, args, minutes) {
       ...restStores,
       ...memoryConsumers,
       ...redisConsumers,
+      ...flooders,
     ].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');

@@ -28,6 +28,7 @@ function format(value, unit) {
   if (unit === 'ops/s') return Math.round(value).toLocaleString('en-US');
   if (unit === 'B') return value.toFixed(1);
   if (unit === 'cores') return value.toFixed(2);
+  if (unit === 'ratio') return value === 0 ? '0' : value < 0.01 ? value.toPrecision(2) : value.toFixed(3);
   if (unit === 'us')
     return value < 10 ? value.toFixed(2) : value < 1000 ? value.toFixed(1) : Math.round(value).toLocaleString('en-US');
   return String(value);

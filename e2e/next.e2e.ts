@@ -1,8 +1,11 @@
 // examples/next-app as a user deploys it: the packed tarballs installed into a copy of the app,
-// `next build` with no Redis variables, then `next start` instances answering real requests.
-import { cpSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
+// `next build` with no Redis variables, then `next start` instances answering real requests; on
+// Node.js, then on Bun (`bun --bun next build`, `bun --bun next start`), each in a copy of its own
+// made from the one install.
+import { cpSync, mkdirSync, readFileSync, realpathSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { installed } from '../scripts/runtimes.js';
 import { startRedis } from '../__test__/support/redis.js';
 import { startRest } from '../__test__/support/rest.js';
 import {
@@ -25,6 +28,23 @@ const work = tempDir('next');
 const app = join(work, 'app');
 const next = join(app, 'node_modules', 'next', 'dist', 'bin', 'next');
 
+/** How one runtime runs the app's `next` command: `command ...args <next's arguments>` in `app`. */
+interface NextRuntime {
+  name: string;
+  app: string;
+  command: () => string;
+  args: string[];
+}
+
+const onNode: NextRuntime = { name: 'Node.js', app, command: () => process.execPath, args: [next] };
+// As a Bun user types it: `bun --bun next start` runs the app's next bin on Bun, not on node.
+const onBun: NextRuntime = {
+  name: 'Bun',
+  app: join(work, 'app-bun'),
+  command: () => installed('bun').path,
+  args: ['--bun', 'next'],
+};
+
 beforeAll(async () => {
   const tarballs = await packTarballs(work);
   const source = join(root, 'examples', 'next-app');
@@ -32,6 +52,8 @@ beforeAll(async () => {
   cpSync(source, app, { recursive: true, filter: (path) => !skip.has(path) });
   // The app's lock pins next and react; the two tarballs come on top, as `npm install ratestore` would.
   await npmInstall(app, [tarballs.root, tarballs.platform]);
+  // Bun's copy, before anything is built: the same installed packages, a build of its own.
+  cpSync(app, onBun.app, { recursive: true, verbatimSymlinks: true });
 }, 300_000);
 
 afterAll(async () => {
@@ -40,13 +62,15 @@ afterAll(async () => {
 });
 
 /** `next start` on a free loopback port, ready for requests. */
-async function startNext(env: Record<string, string>): Promise<{ base: string; server: Server }> {
+async function startNext(runtime: NextRuntime, env: Record<string, string>): Promise<{ base: string; server: Server }> {
   const port = await freePort();
-  const server = new Server(process.execPath, [next, 'start', '-p', String(port), '-H', '127.0.0.1'], {
-    cwd: app,
+  const server = new Server(runtime.command(), [...runtime.args, 'start', '-p', String(port), '-H', '127.0.0.1'], {
+    cwd: runtime.app,
     env: cleanEnv(env),
   });
   await server.waitFor(/Ready in/, 60_000);
+  // Every process of the server is the runtime under test: none of them is a node started along the way.
+  expect(server.executables()).toEqual(new Set([realpathSync(runtime.command())]));
   return { base: `http://127.0.0.1:${port}`, server };
 }
 
@@ -102,16 +126,17 @@ describe('the README', () => {
   });
 });
 
-describe('examples/next-app', () => {
+/** What the app does alike on every runtime: the build, memoryStore, and redisStore shared by two instances. */
+function servesOn(runtime: NextRuntime): void {
   it('builds with no Redis variables set', async () => {
-    const output = await run(process.execPath, [next, 'build'], { cwd: app, env: cleanEnv() });
+    const output = await run(runtime.command(), [...runtime.args, 'build'], { cwd: runtime.app, env: cleanEnv() });
     expect(output).toMatch(/ƒ \/api\/hello/);
     expect(output).toMatch(/ƒ \/limited/);
     expect(output).toMatch(/Proxy/);
   }, 300_000);
 
   it('limits /api/* in proxy.ts and a route handler: headers, then 429 with Retry-After, then 200s again', async () => {
-    const { base } = await startNext({ RATE_LIMIT: String(LIMIT), RATE_WINDOW_MS: '2000' });
+    const { base } = await startNext(runtime, { RATE_LIMIT: String(LIMIT), RATE_WINDOW_MS: '2000' });
     const client = '198.51.100.1';
     for (let remaining = LIMIT - 1; remaining >= 0; remaining--) {
       const answer = await get(base, '/api/hello', client);
@@ -146,7 +171,7 @@ describe('examples/next-app', () => {
   });
 
   it('answers 503 from the proxy when RATE_STORE=redis has no Redis URL, naming the variables', async () => {
-    const { base, server } = await startNext({ RATE_STORE: 'redis' });
+    const { base, server } = await startNext(runtime, { RATE_STORE: 'redis' });
     const answer = await get(base, '/api/hello', '198.51.100.3');
     expect(answer.status).toBe(503);
     expect(answer.body).toEqual({ error: 'rate limiter unavailable' });
@@ -157,7 +182,7 @@ describe('examples/next-app', () => {
     const redis = await startRedis();
     onTestFinished(() => redis.stop());
     const env = { RATE_STORE: 'redis', REDIS_URL: redis.url, RATE_LIMIT: String(LIMIT), RATE_WINDOW_MS: '30000' };
-    const instances = (await Promise.all([startNext(env), startNext(env)])).map(({ base }) => base);
+    const instances = (await Promise.all([startNext(runtime, env), startNext(runtime, env)])).map(({ base }) => base);
     // Each instance loads the proxy and connects once, on a client of its own.
     for (const [i, base] of instances.entries())
       expect((await get(base, '/api/hello', `192.0.2.${i + 1}`)).status).toBe(200);
@@ -184,7 +209,7 @@ describe('examples/next-app', () => {
       RATE_LIMIT: String(LIMIT),
       RATE_WINDOW_MS: '30000',
     };
-    const instances = (await Promise.all([startNext(env), startNext(env)])).map(({ base }) => base);
+    const instances = (await Promise.all([startNext(runtime, env), startNext(runtime, env)])).map(({ base }) => base);
     const statuses = [];
     for (let i = 0; i < 4 * LIMIT; i++) {
       const answer = await get(instances[i % 2], '/api/hello', '198.51.100.5');
@@ -195,6 +220,10 @@ describe('examples/next-app', () => {
     // Every hit went through the endpoint, none over the Redis protocol.
     expect((await rest.stats()).commands).toBeGreaterThanOrEqual(4 * LIMIT);
   });
+}
+
+describe('examples/next-app on Node.js', () => {
+  servesOn(onNode);
 
   it("keeps a route handler's counts across a hot reload in next dev, with memoryStore({ name })", async () => {
     const port = await freePort();
@@ -233,4 +262,9 @@ describe('examples/next-app', () => {
     expect(output.code).not.toBe(0);
     expect(output.stdout + output.stderr).toMatch(/ratestore\.[\w-]+\.node \(node addon\) is not placeable/);
   }, 300_000);
+});
+
+describe('examples/next-app on Bun: bun --bun next build, bun --bun next start', () => {
+  // A missing Bun fails each test here (onBun.command() throws, saying how to install it): none skips.
+  servesOn(onBun);
 });

@@ -1,7 +1,7 @@
 // What the end-to-end tests share: packing the two tarballs as they would be published, running
 // commands, and starting servers that are always stopped, by process group, even when a test fails.
 import { spawn, type ChildProcess } from 'node:child_process';
-import { cpSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { cpSync, mkdtempSync, readdirSync, readFileSync, readlinkSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -23,6 +23,8 @@ export function cleanEnv(extra: Record<string, string> = {}): NodeJS.ProcessEnv 
 export interface RunOptions {
   cwd: string;
   env?: NodeJS.ProcessEnv;
+  /** For exec and run: SIGKILL to the command and what it started after this long (the code is then null). */
+  timeoutMs?: number;
 }
 
 export interface Output {
@@ -32,15 +34,35 @@ export interface Output {
 }
 
 /** Runs a command to its end and answers its exit code and output, whatever the code. */
-export function exec(command: string, args: string[], { cwd, env = cleanEnv() }: RunOptions): Promise<Output> {
+export function exec(
+  command: string,
+  args: string[],
+  { cwd, env = cleanEnv(), timeoutMs }: RunOptions,
+): Promise<Output> {
   return new Promise((resolve, reject) => {
-    const child = spawn(command, args, { cwd, env, stdio: ['ignore', 'pipe', 'pipe'] });
+    // In a process group of its own when it may be killed: what it started goes with it.
+    const detached = timeoutMs !== undefined;
+    const child = spawn(command, args, { cwd, env, detached, stdio: ['ignore', 'pipe', 'pipe'] });
     let stdout = '';
     let stderr = '';
+    const timer =
+      timeoutMs === undefined
+        ? undefined
+        : setTimeout(() => {
+            stderr += `\n(killed after ${timeoutMs} ms)`;
+            try {
+              if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
+            } catch {
+              // The group has already ended.
+            }
+          }, timeoutMs);
     child.stdout.on('data', (chunk) => (stdout += chunk));
     child.stderr.on('data', (chunk) => (stderr += chunk));
     child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
+    child.on('close', (code) => {
+      clearTimeout(timer);
+      resolve({ code, stdout, stderr });
+    });
   });
 }
 
@@ -113,6 +135,26 @@ export class Server {
   /** What the process printed so far, for failure messages. */
   get log(): string {
     return this.#log;
+  }
+
+  /**
+   * The binaries every process of the group runs, read from /proc (Linux): which runtime serves, whatever
+   * the processes call themselves (`bun --bun` starts next's bin as a process named node).
+   */
+  executables(): Set<string> {
+    const group = this.#child.pid;
+    const found = new Set<string>();
+    for (const pid of readdirSync('/proc').filter((name) => /^\d+$/.test(name))) {
+      try {
+        // pid (comm) state ppid pgrp ...: comm may hold spaces and parentheses, so read after the last ')'.
+        const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+        const pgrp = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[2]);
+        if (pgrp === group) found.add(realpathSync(readlinkSync(`/proc/${pid}/exe`)));
+      } catch {
+        // The process ended while it was read.
+      }
+    }
+    return found;
   }
 
   get exited(): boolean {

@@ -5,13 +5,16 @@
 // took is given back only to the window it took it from; on any other
 // RateLimitStore a fixed window is a hit, never given back.
 
-const { checkOptions, checkOption, typeError, rangeError } = require('./check.js');
+const { checkOptions, checkOption, typeError, rangeError, rejection } = require('./check.js');
 const { STYLES, limitHeaders } = require('./headers.js');
+const { BlockCache } = require('./block-cache.js');
+const { watch } = require('./watch.js');
+const { Operations } = require('./ops.js');
 
 const ALGORITHMS = ['fixed-window', 'sliding-window', 'token-bucket'];
 const WINDOW_OPTIONS = ['algorithm', 'name', 'limit', 'windowMs'];
 const BUCKET_OPTIONS = ['algorithm', 'name', 'capacity', 'refill', 'intervalMs'];
-const COMMON_OPTIONS = ['store', 'headers', 'failOpen'];
+const COMMON_OPTIONS = ['store', 'headers', 'failOpen', 'blockCache', 'fallback', 'onError'];
 /** The longest sliding window and bucket refill the stores accept (2^52 µs, so that Lua's doubles stay exact). */
 const MAX_SPAN_MS = 4_503_599_627_370;
 /** Policy names: sf-string characters (no quote, no backslash), and short. */
@@ -225,6 +228,72 @@ function remainingOf(rule, count) {
 }
 
 // ---------------------------------------------------------------------------
+// The block cache and the fallback's options
+
+/** Entries a block cache holds by default. */
+const CACHE_MAX_KEYS = 10_000;
+/** Milliseconds between probes of a failing main store, by default. */
+const PROBE_MS = 250;
+/** Errors that say a call was wrong, not that the store is failing: they never open the circuit. */
+const CALL_ERRORS = new Set(['ERR_INVALID_ARG_TYPE', 'ERR_OUT_OF_RANGE', 'ERR_COUNT_RANGE']);
+/** Errors of a call that was never sent, whatever its `sent` says. */
+const UNSENT = new Set(['ERR_CONFIG', 'ERR_AUTH', 'ERR_CLOSED']);
+
+/** `blockCache`: undefined (off) or its maxKeys. On by default for a shared store. */
+function readCache(blockCache, store) {
+  if (blockCache === undefined) return store.shared === true ? CACHE_MAX_KEYS : undefined;
+  if (blockCache === false) return undefined;
+  if (blockCache === true) return CACHE_MAX_KEYS;
+  if (blockCache === null || typeof blockCache !== 'object' || Array.isArray(blockCache)) {
+    throw fail(typeError, 'blockCache must be a boolean or { maxKeys }');
+  }
+  const { maxKeys = CACHE_MAX_KEYS } = checkOptions('createLimiter', blockCache, ['maxKeys'], 'blockCache');
+  checkInteger('blockCache', 'maxKeys', maxKeys, 1);
+  return maxKeys;
+}
+
+/** `fallback`: a store, or `{ store, scale, probeMs }`; answers undefined or the three. */
+function readFallback(fallback) {
+  if (fallback === undefined) return undefined;
+  const isStore = (s) => s !== null && typeof s === 'object' && typeof s.hit === 'function';
+  let options = { store: fallback };
+  if (!isStore(fallback)) {
+    if (fallback === null || typeof fallback !== 'object' || Array.isArray(fallback)) {
+      throw fail(typeError, 'fallback must be a RateLimitStore or { store, scale, probeMs }');
+    }
+    options = checkOptions('createLimiter', fallback, ['store', 'scale', 'probeMs'], 'fallback');
+    if (!isStore(options.store)) {
+      throw fail(typeError, 'fallback.store must be a RateLimitStore (an object with a hit method)');
+    }
+  }
+  const { store, scale = 1, probeMs = PROBE_MS } = options;
+  if (typeof scale !== 'number') throw fail(typeError, `fallback.scale must be a number, got ${typeof scale}`);
+  if (!(scale > 0 && scale <= 1)) throw fail(rangeError, `fallback.scale must be above 0 and at most 1, got ${scale}`);
+  checkInteger('fallback', 'probeMs', probeMs, 1);
+  return { store, scale, probeMs };
+}
+
+/** A limit's options with its quota scaled for the fallback, under the main limit's name. */
+function scaled(limit, rule, scale) {
+  const out = { ...limit, name: rule.name };
+  if (rule.algorithm === 'token-bucket') {
+    out.capacity = Math.max(1, Math.floor(limit.capacity * scale));
+    out.refill = Math.max(1, Math.floor(limit.refill * scale));
+  } else {
+    out.limit = Math.floor(limit.limit * scale);
+  }
+  return out;
+}
+
+function isUnsent(error) {
+  return error !== null && typeof error === 'object' && (error.sent === false || UNSENT.has(error.code));
+}
+
+function isOutage(error) {
+  return !(error !== null && typeof error === 'object' && CALL_ERRORS.has(error.code));
+}
+
+// ---------------------------------------------------------------------------
 // The limiter
 
 function createLimiter(options) {
@@ -233,6 +302,9 @@ function createLimiter(options) {
     store,
     headers = 'draft-6',
     failOpen = false,
+    blockCache,
+    fallback,
+    onError,
     limits,
     tiers,
     ...single
@@ -241,6 +313,7 @@ function createLimiter(options) {
     throw typeError('createLimiter(options): store must be a RateLimitStore (an object with a hit method)');
   }
   checkOption('createLimiter', 'failOpen', failOpen, 'boolean');
+  checkOption('createLimiter', 'onError', onError, 'function');
   if (headers !== false && typeof headers !== 'string') {
     throw typeError(`createLimiter(options): headers must be a string or false, got ${typeof headers}`);
   }
@@ -253,19 +326,96 @@ function createLimiter(options) {
       'createLimiter(options): give exactly one of: a limit (limit and windowMs, or a token bucket), limits, or tiers',
     );
   }
+  const maxKeys = readCache(blockCache, store);
+  const backup = readFallback(fallback);
 
-  let sets;
+  /** Each set's limits as given, by tier (undefined: every key). */
+  let given;
   if (tiers !== undefined) {
     if (tiers === null || typeof tiers !== 'object' || Array.isArray(tiers)) {
       throw typeError('createLimiter(options): tiers must be an object of limits by tier name');
     }
-    sets = new Map(Object.entries(tiers).map(([tier, set]) => [tier, readSet(`tiers.${tier}`, set, store)]));
-    if (sets.size === 0) throw rangeError('createLimiter(options): tiers must name at least one tier');
+    given = new Map(Object.entries(tiers).map(([tier, set]) => [tier, [`tiers.${tier}`, set]]));
+    if (given.size === 0) throw rangeError('createLimiter(options): tiers must name at least one tier');
   } else {
-    const set = readSet(limits !== undefined ? 'limits' : '', limits ?? single, store);
-    sets = new Map([[undefined, set]]);
+    given = new Map([[undefined, [limits !== undefined ? 'limits' : '', limits ?? single]]]);
   }
+  const sets = new Map([...given].map(([tier, [path, value]]) => [tier, readSet(path, value, store)]));
   const tierNames = tiers === undefined ? [] : [...sets.keys()];
+  const rules = [...sets.values()].flatMap((set) => set.rules);
+  rules.forEach((rule, i) => {
+    rule.tag = `${i} `;
+    if (rule.algorithm === 'token-bucket') rule.params = `${rule.capacity}/${rule.refill}/${rule.intervalMs}`;
+  });
+
+  // The fallback's sets: the same limits, named alike, scaled, over the fallback store.
+  if (backup !== undefined) {
+    for (const [tier, [path, value]] of given) {
+      const set = sets.get(tier);
+      const list = Array.isArray(value) ? value : [value];
+      const scaledList = list.map((limit, i) => scaled(limit, set.rules[i], backup.scale));
+      set.fallback = readSet(`fallback (${path || 'the limit'})`, scaledList, backup.store);
+    }
+  }
+
+  const cache = maxKeys === undefined ? undefined : new BlockCache(maxKeys, rules);
+  if (cache !== undefined) watch(store, cache);
+  /** Whether the limiter tells its cache of its own calls that may change a count: the store does not. */
+  const selfTold = cache !== undefined && !(store instanceof Operations);
+  const counts = { checks: 0, fallbackChecks: 0 };
+
+  /** Tells onError of a failure of the main store; a listener that throws is reported as uncaught. */
+  function tell(error, fellBack) {
+    if (onError === undefined) return;
+    try {
+      onError(error, { fallback: fellBack });
+    } catch (thrown) {
+      process.nextTick(() => {
+        throw thrown;
+      });
+    }
+  }
+
+  /**
+   * The circuit over the main store: closed (checks go to it) until a call fails; then open, and
+   * checks go straight to the fallback while one probe at a time asks the main store, every
+   * `probeMs`; the first probe it answers closes it.
+   */
+  const circuit = backup && {
+    open: false,
+    error: undefined,
+    probing: false,
+    nextProbe: 0,
+    fail(error) {
+      if (this.open) return;
+      this.open = true;
+      this.error = error;
+      this.nextProbe = performance.now() + backup.probeMs;
+    },
+    probe() {
+      if (this.probing || performance.now() < this.nextProbe) return;
+      this.probing = true;
+      let probe;
+      try {
+        probe = typeof store.ping === 'function' ? store.ping() : store.hit('ratestore:probe', 1_000, 0);
+      } catch (error) {
+        probe = Promise.reject(error);
+      }
+      Promise.resolve(probe).then(
+        () => {
+          this.probing = false;
+          this.open = false;
+          this.error = undefined;
+        },
+        (error) => {
+          this.probing = false;
+          this.error = error;
+          this.nextProbe = performance.now() + backup.probeMs;
+          tell(error, true);
+        },
+      );
+    },
+  };
 
   /** The set of limits a check asks for, and its cost; throws for bad arguments. */
   function request(key, how) {
@@ -288,54 +438,184 @@ function createLimiter(options) {
     return { set: sets.get(tier), cost, tier };
   }
 
-  async function check(key, how) {
-    const { set, cost, tier } = request(key, how);
+  /** Answers a check: from the block cache, the fallback while the circuit is open, else the store. */
+  function check(key, how) {
+    let asked;
+    try {
+      asked = request(key, how);
+    } catch (error) {
+      return rejection(error);
+    }
+    const { set, cost, tier } = asked;
+    if (cache !== undefined) {
+      const proven = cache.refusing(set, key, cost, performance.now());
+      if (proven !== undefined) {
+        cache.refusals++;
+        counts.checks++;
+        return Promise.resolve(cachedResult(set, proven, tier));
+      }
+    }
+    if (circuit !== undefined && circuit.open) {
+      circuit.probe();
+      return run(set.fallback, key, cost, tier, circuit.error);
+    }
+    return run(set, key, cost, tier, undefined);
+  }
+
+  /**
+   * Runs a check's takes and answers it: on the main store (`cause` undefined), or on the fallback,
+   * sent there by the main store's error `cause`. On the main store, a request whose calls all failed
+   * unsent is run on the fallback instead. Rejects with the store's error (after giving back what the
+   * other limits took).
+   */
+  async function run(set, key, cost, tier, cause) {
+    const main = cause === undefined;
+    const started = main && cache !== undefined ? ++cache.seq : 0;
+    const sentAt = main && cache !== undefined ? performance.now() : 0;
     const taken = new Map();
     const errors = [];
     const settle = (rule, outcome) => {
       if (outcome.status === 'rejected') return errors.push(outcome.reason);
       taken.set(rule, outcome.value);
-      if (outcome.value.error !== undefined) errors.push(outcome.value.error);
+    };
+    /** After a round of calls on the main store: whether the fallback counts the request instead. */
+    let told = 0;
+    const fellBack = () => {
+      if (!main || errors.length === told) return false;
+      const outage = circuit === undefined ? undefined : errors.find(isOutage);
+      const whole = outage !== undefined && taken.size === 0 && errors.every(isUnsent);
+      if (outage !== undefined) circuit.fail(outage);
+      for (; told < errors.length; told++) tell(errors[told], whole);
+      return whole;
     };
     // Every window limit at once (one round trip on Redis: the calls share a pipeline), then the
     // bucket, whose tokens cannot be given back, only once every window allowed.
+    let dones = main && selfTold ? paramsTold(set, key) : undefined;
+    const endTold = () => {
+      if (dones !== undefined) for (const done of dones) done();
+      dones = undefined;
+    };
     const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
     outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
+    if (fellBack()) {
+      endTold();
+      return run(set.fallback, key, cost, tier, errors[0]);
+    }
     const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
     if (set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
       const [outcome] = await Promise.allSettled([set.bucket.take(key + set.bucket.suffix, set.bucket, cost)]);
       settle(set.bucket, outcome);
     }
+    endTold();
+    if (fellBack()) return run(set.fallback, key, cost, tier, errors[0]);
+    // With the main store known to fail, what it took stays counted (on the safe side) rather than
+    // waiting for a give-back that would likely fail too.
+    const giveBacks = !(main && circuit !== undefined && circuit.open);
     if (errors.length > 0 && !failOpen) {
       // check rejects: what the other limits took for this request is given back first.
-      await giveBack(taken);
+      if (giveBacks) await giveBack(taken, key);
       throw errors[0];
     }
     // A limit whose store failed (failOpen) lets the request through; the others decide.
     const allowed = allAllow();
-    if (!allowed) {
-      const failures = await giveBack(taken);
+    if (!allowed && giveBacks) {
+      const failures = await giveBack(taken, key);
+      if (main) {
+        const outage = circuit === undefined ? undefined : failures.find(isOutage);
+        if (outage !== undefined) circuit.fail(outage);
+        for (const error of failures) tell(error, false);
+      }
       if (failures.length > 0 && !failOpen) throw failures[0];
       errors.push(...failures);
+    }
+    counts.checks++;
+    if (!main) {
+      counts.fallbackChecks++;
+      const answer = result(set, taken, allowed, tier, errors[0] ?? cause);
+      answer.fallback = true;
+      return answer;
+    }
+    if (cache !== undefined) {
+      if (allowed) cache.forget(set, key);
+      else cache.remember(set, key, cost, taken, started, sentAt);
     }
     return result(set, taken, allowed, tier, errors[0]);
   }
 
+  /**
+   * On a store that does not tell the cache: tells it of this check's sliding-window and bucket calls,
+   * which may read a state written under other parameters as fresh; answers the functions to call once
+   * they settled.
+   */
+  function paramsTold(set, key) {
+    const dones = [];
+    for (const rule of set.rules) {
+      const done =
+        rule.algorithm === 'sliding-window'
+          ? cache.changing('sliding-params', key + rule.suffix, rule.windowMs)
+          : rule.algorithm === 'token-bucket'
+            ? cache.changing('bucket-params', key + rule.suffix, rule.params)
+            : undefined;
+      if (done !== undefined) dones.push(done);
+    }
+    return dones.length === 0 ? undefined : dones;
+  }
+
   /** Gives back what the limits that allowed took, for a request that does not proceed; answers the errors. */
-  async function giveBack(taken) {
+  async function giveBack(taken, key) {
     const failures = [];
     const backs = [...taken].filter(([, answer]) => answer.allowed && answer.giveBack !== undefined);
     await Promise.all(
       backs.map(async ([rule, answer]) => {
+        // A store that does not tell the cache of its calls: the limiter tells it of its own.
+        const kind = rule.algorithm === 'sliding-window' ? 'sliding' : 'fixed';
+        const done = selfTold ? cache.changing(kind, key + rule.suffix) : undefined;
         try {
           const count = await answer.giveBack();
           if (count !== undefined) answer.remaining = remainingOf(rule, count);
         } catch (error) {
           failures.push(error);
+        } finally {
+          done?.();
         }
       }),
     );
     return failures;
+  }
+
+  /**
+   * A refusal from the block cache: each limit whose entry proves it refuses, as that refusal
+   * answered it, the others as the store last answered them in it; times count down.
+   */
+  function cachedResult(set, proven, tier) {
+    const now = performance.now();
+    let longest;
+    for (const entry of proven.values()) if (longest === undefined || entry.until > longest.until) longest = entry;
+    const taken = new Map();
+    set.rules.forEach((rule, i) => {
+      const entry = proven.get(rule);
+      if (entry !== undefined) {
+        taken.set(rule, {
+          allowed: false,
+          remaining: entry.remaining,
+          resetMs: Math.max(0, Math.ceil(entry.resetEnd - now)),
+          retryMs: Math.max(1, Math.ceil(entry.retryEnd - now)),
+        });
+        return;
+      }
+      const seen = longest.snapshot[i];
+      if (seen !== undefined) {
+        taken.set(rule, {
+          allowed: true,
+          remaining: seen.remaining,
+          resetMs: Math.max(0, Math.ceil(seen.resetEnd - now)),
+          retryMs: 0,
+        });
+      }
+    });
+    const answer = result(set, taken, false, tier, undefined);
+    answer.cached = true;
+    return answer;
   }
 
   function result(set, taken, allowed, tier, error) {
@@ -379,7 +659,54 @@ function createLimiter(options) {
     return answer;
   }
 
-  const limiter = { check };
+  /** Every key a check of `key` counts under, in the main store. */
+  function storeKeys(key) {
+    return [...new Set(rules.map((rule) => key + rule.suffix))];
+  }
+
+  /**
+   * Resets `key` under every limit (and tier): its counters in the store (and in the fallback) and
+   * what the block cache holds for it.
+   */
+  async function reset(key) {
+    if (typeof key !== 'string') throw typeError(`reset(key): key must be a string, got ${typeof key}`);
+    const keys = storeKeys(key);
+    const stores = backup === undefined ? [store] : [store, backup.store];
+    const calls = [];
+    for (const s of stores) {
+      if (typeof s.reset !== 'function') continue;
+      for (const k of keys) {
+        // A store ratestore made tells the cache itself; any other is told of here.
+        const done =
+          s === store && cache !== undefined && !(s instanceof Operations) ? cache.changing('reset', k) : undefined;
+        let call;
+        try {
+          call = Promise.resolve(s.reset(k));
+        } catch (error) {
+          call = Promise.reject(error);
+        }
+        if (done !== undefined) call.then(done, done);
+        calls.push(call);
+      }
+    }
+    if (cache !== undefined && typeof store.reset !== 'function') {
+      for (const k of keys) cache.changing('reset', k)?.();
+    }
+    await Promise.all(calls);
+  }
+
+  function stats() {
+    return {
+      checks: counts.checks,
+      cacheRefusals: cache?.refusals ?? 0,
+      cacheEntries: cache?.size ?? 0,
+      cacheEvictions: cache?.evictions ?? 0,
+      fallbackChecks: counts.fallbackChecks,
+      fallbackActive: circuit?.open ?? false,
+    };
+  }
+
+  const limiter = { check, reset, stats };
   if (tiers !== undefined) limiter.tiers = tierNames;
   return limiter;
 }

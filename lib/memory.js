@@ -15,7 +15,8 @@ const {
 } = require('./check.js');
 const { Failures } = require('./stats.js');
 
-const { Operations, decode } = require('./ops.js');
+const { Operations, decode, WATCHERS } = require('./ops.js');
+const { told } = require('./watch.js');
 
 const DEFAULT_MAX_KEYS = 1_000_000;
 const OPTIONS = ['maxKeys', 'name', 'onError'];
@@ -105,6 +106,14 @@ class MemoryStore extends Operations {
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
     if (invalid !== undefined) return rejection(invalid);
+    if (amount < 0 && this[WATCHERS] !== undefined) {
+      return told(this, 'fixed', key, undefined, () => this.#hitChecked(key, windowMs, amount));
+    }
+    return this.#hitChecked(key, windowMs, amount);
+  }
+
+  /** A hit whose arguments were checked. */
+  #hitChecked(key, windowMs, amount) {
     if (this.#closed) return this.#fail(closedError('memoryStore'));
     const io = this.#io;
     io[0] = windowMs;
@@ -142,6 +151,11 @@ class MemoryStore extends Operations {
 
   /** Drops every counter, at once. */
   resetAll() {
+    if (this[WATCHERS] !== undefined) return told(this, 'all', '', undefined, () => this.#resetAll());
+    return this.#resetAll();
+  }
+
+  #resetAll() {
     if (this.#closed) return this.#fail(closedError('memoryStore'));
     try {
       this.#clear();

@@ -5,6 +5,7 @@
 // its answer (up to five integers) becomes the result object.
 
 const { typeError, rangeError, typeName, rejection, invalidHit, MAX_KEY_LENGTH } = require('./check.js');
+const { WATCHERS, told } = require('./watch.js');
 
 const OP = {
   hit: 0,
@@ -158,7 +159,10 @@ class Operations {
 
   refund(key, amount, options) {
     const [error, a, b, c, d] = refundArgs(key, amount, options);
-    return error ? rejection(error) : this._call(OP.refund, key, a, b, c, d);
+    if (error) return rejection(error);
+    if (this[WATCHERS] !== undefined)
+      return told(this, 'fixed', key, undefined, () => this._call(OP.refund, key, a, b, c, d));
+    return this._call(OP.refund, key, a, b, c, d);
   }
 
   /** The sliding window over this store, made once per store: it is read on every sliding call. */
@@ -167,28 +171,46 @@ class Operations {
     return (this[SLIDING] ??= {
       increment(key, windowMs, amount = 1) {
         const [error, a, b, c, d] = amountArgs('slidingWindow.increment(key, windowMs, amount)', key, windowMs, amount);
-        return error ? rejection(error) : store._call(OP.slidingIncrement, key, a, b, c, d);
+        if (error) return rejection(error);
+        if (store[WATCHERS] !== undefined) {
+          return told(store, 'sliding-params', key, a, () => store._call(OP.slidingIncrement, key, a, b, c, d));
+        }
+        return store._call(OP.slidingIncrement, key, a, b, c, d);
       },
       decrement(key, windowMs, amount = 1, options = undefined) {
         const [error, a, b, c, d] = decrementArgs(key, windowMs, amount, options);
-        return error ? rejection(error) : store._call(OP.slidingDecrement, key, a, b, c, d);
+        if (error) return rejection(error);
+        if (store[WATCHERS] !== undefined) {
+          return told(store, 'sliding', key, undefined, () => store._call(OP.slidingDecrement, key, a, b, c, d));
+        }
+        return store._call(OP.slidingDecrement, key, a, b, c, d);
       },
       consume(key, options) {
         const [error, a, b, c, d] = consumeArgs('slidingWindow.consume(key, options)', key, options);
-        return error ? rejection(error) : store._call(OP.slidingConsume, key, a, b, c, d);
+        if (error) return rejection(error);
+        if (store[WATCHERS] !== undefined) {
+          return told(store, 'sliding-params', key, a, () => store._call(OP.slidingConsume, key, a, b, c, d));
+        }
+        return store._call(OP.slidingConsume, key, a, b, c, d);
       },
     });
   }
 
   tokenBucket(key, options) {
     const [error, a, b, c, d] = bucketArgs(key, options);
-    return error ? rejection(error) : this._call(OP.tokenBucket, key, a, b, c, d);
+    if (error) return rejection(error);
+    if (this[WATCHERS] !== undefined) {
+      return told(this, 'bucket-params', key, `${a}/${b}/${c}`, () => this._call(OP.tokenBucket, key, a, b, c, d));
+    }
+    return this._call(OP.tokenBucket, key, a, b, c, d);
   }
 
   reset(key) {
     const error = checkKey('reset(key)', key);
     if (error) return rejection(error);
-    return Promise.all(STATES.map((state) => this._call(OP.unlink, key, state, 0, 0, 0))).then(() => undefined);
+    const unlink = () =>
+      Promise.all(STATES.map((state) => this._call(OP.unlink, key, state, 0, 0, 0))).then(() => undefined);
+    return this[WATCHERS] !== undefined ? told(this, 'reset', key, undefined, unlink) : unlink();
   }
 }
 
@@ -202,6 +224,9 @@ class ServerOperations extends Operations {
   hit(key, windowMs, amount) {
     const invalid = invalidHit(key, windowMs, amount);
     if (invalid !== undefined) return rejection(invalid);
+    if (amount < 0 && this[WATCHERS] !== undefined) {
+      return told(this, 'fixed', key, undefined, () => this._call(OP.hit, key, windowMs, amount, 0, 0));
+    }
     return this._call(OP.hit, key, windowMs, amount, 0, 0);
   }
 
@@ -216,4 +241,4 @@ class ServerOperations extends Operations {
   }
 }
 
-module.exports = { OP, Operations, ServerOperations, decode };
+module.exports = { OP, Operations, ServerOperations, decode, WATCHERS };

@@ -11,7 +11,8 @@ const {
   rangeError,
   rejection,
 } = require('./check.js');
-const { ServerOperations, decode } = require('./ops.js');
+const { ServerOperations, decode, WATCHERS } = require('./ops.js');
+const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
 const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'sslmode', 'tls', 'sweepIntervalMs', 'onError'];
@@ -81,7 +82,8 @@ class PostgresStore extends ServerOperations {
 
   /** Deletes every counter of the table. */
   resetAll() {
-    return this.#track(() => this.#native.resetAll()).then(() => undefined);
+    const reset = () => this.#track(() => this.#native.resetAll()).then(() => undefined);
+    return this[WATCHERS] !== undefined ? told(this, 'all', '', undefined, reset) : reset();
   }
 
   _call(op, key, a, b, c, d) {

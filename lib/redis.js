@@ -14,7 +14,8 @@ const {
   rejection,
 } = require('./check.js');
 
-const { OP, ServerOperations, decode } = require('./ops.js');
+const { OP, ServerOperations, decode, WATCHERS } = require('./ops.js');
+const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
 const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'onError'];
@@ -135,6 +136,10 @@ class RedisStore extends ServerOperations {
    * the calls made after it are sent once it is done.
    */
   resetAll() {
+    return this[WATCHERS] !== undefined ? told(this, 'all', '', undefined, () => this.#resetAll()) : this.#resetAll();
+  }
+
+  #resetAll() {
     if (this.#behindReset !== null) return this.#wait(null);
     this.#behindReset = [];
     const reset = () => {
@@ -167,7 +172,7 @@ class RedisStore extends ServerOperations {
     const waiting = this.#behindReset;
     this.#behindReset = null;
     for (const { args, resolve, reject } of waiting) {
-      (args === null ? this.resetAll() : this._call(...args)).then(resolve, reject);
+      (args === null ? this.#resetAll() : this._call(...args)).then(resolve, reject);
     }
   }
 

@@ -235,6 +235,18 @@ function launch(settings) {
   });
 }
 
+/**
+ * Sends `signal` to the endpoint's process through process.kill, not child.kill: Deno's child.kill
+ * takes the first signal sent (a SIGCONT too) for the child's end, and sends none after it.
+ */
+function send(child, signal) {
+  try {
+    process.kill(child.pid, signal);
+  } catch (error) {
+    if (error.code !== 'ESRCH') throw error; // it has already ended
+  }
+}
+
 function exited(child) {
   return child.exitCode !== null || child.signalCode !== null
     ? Promise.resolve()
@@ -255,7 +267,7 @@ async function startRest({ redisPort, token, tls }) {
       return child.pid;
     },
     signal(signal) {
-      child.kill(signal);
+      send(child, signal);
     },
     async restart() {
       await exited(child);
@@ -275,8 +287,8 @@ async function startRest({ redisPort, token, tls }) {
       });
     },
     async stop() {
-      child.kill('SIGCONT');
-      child.kill('SIGKILL');
+      send(child, 'SIGCONT');
+      send(child, 'SIGKILL');
       await exited(child);
     },
   };

@@ -1,7 +1,8 @@
 'use strict';
 // The runtimes ratestore is tested on, pinned in runtimes/package-lock.json and installed from the
 // npm registry: `node scripts/runtimes.js` installs them (npm ci --prefix runtimes) and prints
-// their paths; `node scripts/runtimes.js --path node24` prints one bin directory.
+// their paths; `node scripts/runtimes.js --path node24` prints one bin directory; `--ensure` installs
+// them only when one is missing (npm run test:e2e, whose Next.js and benchmark runs need Bun and Deno).
 
 const { execFileSync } = require('node:child_process');
 const { existsSync } = require('node:fs');
@@ -25,6 +26,27 @@ function runtimes() {
   ];
 }
 
+/**
+ * The runtime named `name`, which must be installed: a missing one is an error that says how to install
+ * it, so that a suite needing it fails rather than skips.
+ */
+function installed(name) {
+  const found = runtimes().find((r) => r.name === name);
+  if (!found)
+    throw new Error(
+      `no runtime named ${name}: ${runtimes()
+        .map((r) => r.name)
+        .join(', ')}`,
+    );
+  if (!existsSync(found.path)) {
+    throw new Error(
+      `${name} is not installed (no ${found.path}): install the runtimes pinned in runtimes/package-lock.json ` +
+        'with `npm ci --prefix runtimes`',
+    );
+  }
+  return found;
+}
+
 function install() {
   execFileSync('npm', ['ci', '--prefix', join(__dirname, '..', 'runtimes'), '--no-audit', '--no-fund'], {
     stdio: 'inherit',
@@ -33,10 +55,14 @@ function install() {
 
 if (require.main === module) {
   const [flag, name] = process.argv.slice(2);
-  if (flag === '--path') {
-    const found = runtimes().find((r) => r.name === name);
-    if (!found || !existsSync(found.path)) throw new Error(`no installed runtime ${name}`);
-    console.log(dirname(found.path));
+  if (flag === '--ensure') {
+    const missing = runtimes().filter((r) => !existsSync(r.path));
+    if (missing.length > 0) {
+      console.error(`ratestore: installing the runtimes (${missing.map((r) => r.name).join(', ')} missing)...`);
+      install();
+    }
+  } else if (flag === '--path') {
+    console.log(dirname(installed(name).path));
   } else {
     install();
     for (const r of runtimes()) {
@@ -46,4 +72,4 @@ if (require.main === module) {
   }
 }
 
-module.exports = { runtimes };
+module.exports = { runtimes, installed };

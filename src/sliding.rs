@@ -165,10 +165,13 @@ impl View {
         })
     }
 
-    /// A read changes nothing, but may let go of a state that counts nothing.
-    fn unchanged(&self, stored: Option<Sliding>) -> Change<Sliding> {
+    /// A read changes nothing, but lets go of a state that has ended. One
+    /// that only counts nothing under this `windowMs` is kept: written under
+    /// another, it may still count under that one (as on Redis, where a read
+    /// never deletes).
+    fn unchanged(&self, stored: Option<Sliding>, now: u64) -> Change<Sliding> {
         match stored {
-            Some(_) if self.previous == 0 && self.current == 0 => Change::Drop,
+            Some(s) if s.ends_at <= now => Change::Drop,
             _ => Change::Keep,
         }
     }
@@ -183,7 +186,7 @@ pub fn increment(stored: Option<Sliding>, now: u64, window_ms: u64, amount: i64)
         return Err(Error::CountOutOfRange);
     }
     let change = if amount == 0 {
-        view.unchanged(stored)
+        view.unchanged(stored, now)
     } else {
         view.current += amount;
         view.change()
@@ -220,7 +223,7 @@ pub fn decrement(
         Some(_) => (0, 0),
     };
     let change = if from_current + from_previous == 0 {
-        view.unchanged(stored)
+        view.unchanged(stored, now)
     } else {
         view.current -= from_current;
         view.previous -= from_previous;
@@ -248,7 +251,7 @@ pub fn consume(
     let reset_ms = view.reset_ms();
     if estimate + cost <= limit {
         let change = if cost == 0 {
-            view.unchanged(stored)
+            view.unchanged(stored, now)
         } else {
             view.current += cost;
             view.change()
@@ -292,7 +295,7 @@ pub fn consume(
         reset_ms,
         retry_ms,
         window: view.end(),
-        change: view.unchanged(stored),
+        change: view.unchanged(stored, now),
     }
 }
 
@@ -372,6 +375,21 @@ mod tests {
         assert_eq!((o.count, o.change), (0, Change::Drop));
         let o = increment(state(10_000, 5, 8), 30_000 * MS, W, 1).unwrap();
         assert_eq!(put(o.change), state(30_000, 0, 1).unwrap());
+    }
+
+    #[test]
+    fn a_read_under_another_window_keeps_a_state_that_still_counts_under_its_own() {
+        // Written under W (10 s), read under 1 s: it counts nothing there, yet
+        // still counts under W until its end.
+        let o = increment(state(20_000, 0, 3), 25_000 * MS, 1_000, 0).unwrap();
+        assert_eq!((o.count, o.change), (0, Change::Keep));
+        let o = decrement(state(20_000, 0, 3), 25_000 * MS, 1_000, 1, None);
+        assert_eq!((o.count, o.change), (0, Change::Keep));
+        let o = consume(state(20_000, 0, 3), 25_000 * MS, 1_000, 5, 0);
+        assert_eq!((o.count, o.change), (0, Change::Keep));
+        // Once it has ended, a read lets it go.
+        let o = increment(state(20_000, 0, 3), 40_000 * MS, 1_000, 0).unwrap();
+        assert_eq!((o.count, o.change), (0, Change::Drop));
     }
 
     #[test]

@@ -28,21 +28,19 @@ export const KNOWN_DEFAULT = {
   /** The limiter's give-backs name no window (delayed past an edge they take another window's count), and over a hit-only store it gives back (3). */
   giveBackWindow: false,
   /**
-   * Calls retried after NOSCRIPT, and REST calls behind one still in flight, run out of order (4). Still
-   * seen over REST: after SCRIPT FLUSH, a consume and a hit on one key sent in one tick can run out of
-   * order. While true, REST runs a parallel group one call at a time.
+   * Calls retried after NOSCRIPT, and REST calls behind one still in flight, ran out of order (4); after
+   * SCRIPT FLUSH, a script's first use on a connection ran before an older call's retry. While true, REST
+   * runs a parallel group one call at a time.
    */
-  callOrder: true,
+  callOrder: false,
   /** redisStore's resetAll runs out of order with the store's other calls (5). */
   resetAllOrder: false,
   /**
-   * A sliding state read with another windowMs (6): memoryStore counts it in full; redisStore counts a
-   * state whose start falls inside the current window as current (sliding.lua: `s >= start`), where the
-   * rule counts only a start equal to the current one. Still seen on memoryStore: a state written under
-   * one windowMs and read under another (a shorter and a longer one in turn) can answer less than the
-   * model. While true, a sequence uses one sliding windowMs per key.
+   * A sliding state read with another windowMs (6): memoryStore counted it in full; a read that found
+   * nothing under its windowMs dropped a state still counting under its own, and the model kept states
+   * past their end. While true, a sequence uses one sliding windowMs per key.
    */
-  slidingWindowMs: true,
+  slidingWindowMs: false,
   /** A full memoryStore evicts half of a sliding state (7). */
   memoryEviction: false,
   /** memoryStore's fixed windows count about 1 ms less than windowMs (8: windowMs 1 and 2 on memory). */

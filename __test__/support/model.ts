@@ -14,6 +14,8 @@ export interface SlidingState {
   start: number;
   previous: number;
   current: number;
+  /** When it stops counting, in µs: one window after `start` (of the windowMs it was last written with), two while `current` counts. */
+  ends: number;
 }
 export interface BucketState {
   tokens: number;
@@ -106,12 +108,17 @@ export class Model {
   /** The state as read under `windowMs` at `nowUs`: its previous and current counts, and the geometry. */
   private slide(key: string, windowMs: number, nowUs: number) {
     const window = windowMs * US;
-    const start = nowUs - (nowUs % window);
+    let start = nowUs - (nowUs % window);
     const left = start + window - nowUs; // 1..=window
-    const stored = this.sliding.get(key);
+    let stored = this.sliding.get(key);
+    // A state written under a shorter windowMs may have stopped counting before this one's grid says.
+    if (stored !== undefined && nowUs >= stored.ends) stored = undefined;
     let previous = 0;
     let current = 0;
-    if (stored !== undefined && stored.start === start) {
+    if (stored !== undefined && stored.start >= start) {
+      // The current window's state, or one written under another windowMs that starts inside this
+      // window (or ahead of the clock): it counts in full, and keeps its start.
+      start = stored.start;
       previous = stored.previous;
       current = stored.current;
     } else if (stored !== undefined && stored.start === start - window) {
@@ -125,9 +132,12 @@ export class Model {
     return (this.rounding === 'ceil' ? ceilDiv(share, s.window) : Math.floor(share / s.window)) + s.current;
   }
 
-  private store(key: string, s: { start: number; previous: number; current: number }) {
+  private store(key: string, s: { start: number; window: number; previous: number; current: number }) {
     if (s.previous === 0 && s.current === 0) this.sliding.delete(key);
-    else this.sliding.set(key, { start: s.start, previous: s.previous, current: s.current });
+    else {
+      const ends = s.start + (s.current > 0 ? 2 : 1) * s.window;
+      this.sliding.set(key, { start: s.start, previous: s.previous, current: s.current, ends });
+    }
   }
 
   slidingIncrement(key: string, windowMs: number, amount: number, nowUs: number): { count: number; resetMs: number } {
@@ -143,8 +153,10 @@ export class Model {
     const s = this.slide(key, windowMs, nowUs);
     const fromCurrent = Math.min(amount, s.current);
     s.current -= fromCurrent;
-    s.previous -= Math.min(amount - fromCurrent, s.previous);
-    if (this.sliding.has(key)) this.store(key, s);
+    const fromPrevious = Math.min(amount - fromCurrent, s.previous);
+    s.previous -= fromPrevious;
+    // Nothing taken, nothing written: a state that counts nothing under this windowMs may still count under its own.
+    if (fromCurrent + fromPrevious > 0) this.store(key, s);
     return { count: this.estimate(s), resetMs: s.resetMs };
   }
 

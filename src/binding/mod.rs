@@ -7,6 +7,7 @@ mod postgres;
 mod raw;
 mod redis;
 mod redis_loop;
+mod settle;
 mod uv;
 
 use napi::bindgen_prelude::*;

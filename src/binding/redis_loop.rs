@@ -24,19 +24,16 @@ use std::time::{Duration, Instant};
 use napi::sys;
 
 use super::raw;
-use super::redis::settle_args;
+use super::settle::{settle_args, BATCH};
 use super::uv::{self, Handle, Uv};
 use crate::errors::Error;
 use crate::ops::{Args, Op};
-use crate::redis::health::{Backoff, Gate};
-use crate::redis::pipe::{Done, Pipe, Request};
+use crate::redis::conn::{self, Io};
+use crate::redis::pipe::Request;
 use crate::redis::socket::{Socket, Target};
 use crate::redis::stats::{self, Event};
 use crate::redis::{Completion, Config};
 use crate::wtf8;
-
-/// Hits one call of `settle` hands over at most.
-const BATCH: usize = 1024;
 
 /// Where a connect thread leaves its socket, and how it wakes the loop.
 struct Connecting {
@@ -50,68 +47,125 @@ struct WakeHandle(*mut Handle);
 // from any thread, and only while the slot's lock shows it is still open.
 unsafe impl Send for WakeHandle {}
 
-enum Link {
-    Down,
-    Connecting,
-    Up {
-        socket: Box<Socket>,
-        poll: *mut Handle,
-        /// What the poll handle watches for: None before it is started,
-        /// then whether it watches for room to write too.
-        writing: Option<bool>,
-    },
-}
-
-/// One store's side of a shared connection: where its results go.
-struct Sink {
+/// Where one store's results go: its `settle` and its numbers array.
+struct To {
     settle: sys::napi_ref,
     results: Arc<raw::Numbers>,
-    done: Vec<Completion>,
-    /// Connection events not yet handed to this store's `settle`.
-    events: Vec<Event>,
-    /// Hits of this store whose promise has not settled.
-    in_flight: usize,
-    closed: bool,
 }
 
-/// One connection to one server, shared by the stores of a JS thread that
-/// name the same server and credentials.
-pub struct Conn {
+/// The connection's host on Node's event loop: libuv handles for the
+/// socket, the deadline and the connect thread's wake-up.
+struct UvIo {
     env: sys::napi_env,
     uv: &'static Uv,
     lp: *mut uv::Loop,
-    target: Arc<Target>,
-    /// What stores must match to share this connection.
-    key: Config,
-    connect_timeout: Duration,
     async_context: sys::napi_async_context,
-    link: Link,
-    pipe: Pipe,
-    /// Hits waiting for the connection.
-    waiting: VecDeque<Request>,
     connecting: Arc<Mutex<Connecting>>,
     timer: *mut Handle,
     wakeup: *mut Handle,
-    /// Spaces out connects after failures.
-    backoff: Backoff,
-    /// The connection has answered something since it was opened.
-    answered: bool,
-    /// A connection has been open (so the next is a reconnect).
-    was_up: bool,
-    /// Results not yet routed to their store.
-    done: Vec<Done>,
-    /// Indexed by the high half of a request's id.
-    sinks: Vec<Option<Sink>>,
-    torn_down: bool,
-    /// The address of the RefCell this connection lives in: every handle's data.
+    /// The socket's poll handle while a connection is up.
+    poll: *mut Handle,
+    /// The address of the RefCell the connection lives in: every handle's data.
     cell: *mut c_void,
 }
 
+type Conn = conn::Conn<UvIo, To>;
 type SharedConn = Rc<RefCell<Conn>>;
 
 thread_local! {
     /// This thread's connections, by what they connect to.
     static CONNS: RefCell<Vec<Weak<RefCell<Conn>>>> = const { RefCell::new(Vec::new()) };
+}
+
+impl Io for UvIo {
+    /// Connects on a thread of its own, which wakes the loop when done.
+    fn connect(&mut self, target: Arc<Target>, timeout: Duration) -> Result<(), Error> {
+        let slot = Arc::clone(&self.connecting);
+        std::thread::Builder::new()
+            .name("ratestore-redis-connect".into())
+            .spawn(move || {
+                let result = target.connect(timeout);
+                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
+                slot.result = Some(result);
+                if let (Some(wake), Ok(uv)) = (&slot.wake, uv::uv()) {
+                    // SAFETY: the handle is open while the slot holds it
+                    // (teardown takes it out under this lock before closing).
+                    unsafe { uv.wake(wake.0) };
+                }
+            })
+            .map(|_| ())
+            .map_err(|_| Error::Internal("could not start a connect thread"))
+    }
+
+    fn open(&mut self, socket: &Socket) -> Result<(), Error> {
+        // SAFETY: on the loop's thread; the socket stays open as long as the
+        // handle (the connection closes the handle before dropping it).
+        let poll = unsafe {
+            self.uv
+                .poll(self.lp, socket.raw() as uv::Socket, self.cell)?
+        };
+        self.poll = poll.0;
+        Ok(())
+    }
+
+    fn watch(&mut self, writing: bool) -> bool {
+        if self.poll.is_null() {
+            return false;
+        }
+        let events = uv::READABLE | if writing { uv::WRITABLE } else { 0 };
+        // SAFETY: on the loop's thread; `poll` is the live handle of this connection.
+        unsafe { self.uv.poll_start(self.poll, events, on_ready) == 0 }
+    }
+
+    fn close(&mut self) {
+        let poll = std::mem::replace(&mut self.poll, ptr::null_mut());
+        if !poll.is_null() {
+            // SAFETY: on the loop's thread; the handle is not used after.
+            // libuv allows closing the socket right after uv_close.
+            unsafe { self.uv.close(poll) };
+        }
+    }
+
+    fn arm(&mut self, at: Option<Instant>) {
+        if self.timer.is_null() {
+            return;
+        }
+        // SAFETY: on the loop's thread; the timer is live until teardown.
+        unsafe {
+            match at {
+                Some(at) => {
+                    let ms = at.saturating_duration_since(Instant::now()).as_millis() as u64 + 1;
+                    self.uv.timer_start(self.timer, on_timer, ms);
+                }
+                None => self.uv.timer_stop(self.timer),
+            }
+        }
+    }
+
+    fn teardown(&mut self) {
+        self.close();
+        self.connecting
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .wake = None;
+        let handles = [
+            std::mem::replace(&mut self.timer, ptr::null_mut()),
+            std::mem::replace(&mut self.wakeup, ptr::null_mut()),
+        ];
+        for handle in handles.into_iter().filter(|h| !h.is_null()) {
+            // SAFETY: on the loop's thread; the handles are live and not used after.
+            unsafe { self.uv.close(handle) };
+        }
+    }
+}
+
+impl Drop for UvIo {
+    fn drop(&mut self) {
+        self.teardown();
+        // SAFETY: the async context was made on this env's thread, where the
+        // last store of the connection lets it go.
+        unsafe { sys::napi_async_destroy(self.env, self.async_context) };
+    }
 }
 
 /// One store on a (possibly shared) connection.
@@ -146,38 +200,18 @@ impl LoopStore {
             conns
                 .iter()
                 .filter_map(Weak::upgrade)
-                .find(|c| c.borrow().key == key && !c.borrow().torn_down)
+                .find(|c| c.borrow().key == key && !c.borrow().torn_down())
         });
         let conn = match found {
             Some(conn) => conn,
             None => {
                 // SAFETY: as the caller promises.
-                let conn = unsafe { Conn::open(env, config, key)? };
+                let conn = unsafe { open_conn(env, config, key)? };
                 CONNS.with(|conns| conns.borrow_mut().push(Rc::downgrade(&conn)));
                 conn
             }
         };
-        let sink = {
-            let mut c = conn.borrow_mut();
-            let sink = Sink {
-                settle,
-                results,
-                done: Vec::new(),
-                events: Vec::new(),
-                in_flight: 0,
-                closed: false,
-            };
-            match c.sinks.iter().position(Option::is_none) {
-                Some(free) => {
-                    c.sinks[free] = Some(sink);
-                    free
-                }
-                None => {
-                    c.sinks.push(Some(sink));
-                    c.sinks.len() - 1
-                }
-            }
-        };
+        let sink = conn.borrow_mut().join(To { settle, results });
         Ok(LoopStore {
             conn,
             sink,
@@ -219,11 +253,7 @@ impl LoopStore {
     /// Refuses later hits; the store lets go of the connection once its hits
     /// in flight settle.
     pub fn close(&self) {
-        let mut conn = self.conn.borrow_mut();
-        if let Some(sink) = conn.sinks[self.sink].as_mut() {
-            sink.closed = true;
-        }
-        conn.release_idle();
+        self.conn.borrow_mut().close(self.sink);
     }
 }
 
@@ -231,422 +261,59 @@ impl Drop for LoopStore {
     fn drop(&mut self) {
         // Nobody waits for this store's results any more: the connection
         // (if no other store uses it) ends with the store.
-        let mut conn = self.conn.borrow_mut();
-        conn.sinks[self.sink] = None;
-        conn.release_idle();
+        self.conn.borrow_mut().leave(self.sink);
     }
 }
 
-impl Conn {
-    /// # Safety
-    /// On the JS thread inside a callback of `env`.
-    unsafe fn open(env: sys::napi_env, config: &Config, key: Config) -> Result<SharedConn, Error> {
-        let uv = uv::uv()?;
-        let target = Arc::new(Target::new(config)?);
-        let mut lp = ptr::null_mut();
-        // SAFETY: as the caller promises.
-        raw::check(env, unsafe { sys::napi_get_uv_event_loop(env, &mut lp) })?;
-        let mut async_context = ptr::null_mut();
-        // SAFETY: as the caller promises; the name is a string of this scope.
-        unsafe {
-            let name = raw::js_string(env, "ratestore.redisStore")?;
-            raw::check(
-                env,
-                sys::napi_async_init(env, ptr::null_mut(), name, &mut async_context),
-            )?;
-        }
-        let conn = Rc::new(RefCell::new(Conn {
+/// A connection on the loop of `env`, with its timer and wake-up handles.
+///
+/// # Safety
+/// On the JS thread inside a callback of `env`.
+unsafe fn open_conn(env: sys::napi_env, config: &Config, key: Config) -> Result<SharedConn, Error> {
+    let uv = uv::uv()?;
+    let mut lp = ptr::null_mut();
+    // SAFETY: as the caller promises.
+    raw::check(env, unsafe { sys::napi_get_uv_event_loop(env, &mut lp) })?;
+    let mut async_context = ptr::null_mut();
+    // SAFETY: as the caller promises; the name is a string of this scope.
+    unsafe {
+        let name = raw::js_string(env, "ratestore.redisStore")?;
+        raw::check(
             env,
-            uv,
-            lp,
-            target,
-            key,
-            connect_timeout: Duration::from_millis(config.timeout_ms),
-            async_context,
-            link: Link::Down,
-            pipe: Pipe::new(config.secrets()),
-            waiting: VecDeque::new(),
-            connecting: Arc::new(Mutex::new(Connecting {
-                result: None,
-                wake: None,
-            })),
-            timer: ptr::null_mut(),
-            wakeup: ptr::null_mut(),
-            backoff: Backoff::new(rand::random()),
-            answered: false,
-            was_up: false,
-            done: Vec::new(),
-            sinks: Vec::new(),
-            torn_down: false,
-            cell: ptr::null_mut(),
-        }));
-        let data = Rc::as_ptr(&conn).cast_mut().cast::<c_void>();
-        conn.borrow_mut().cell = data;
-        // SAFETY: on the loop's thread; each handle's data is the connection,
-        // which outlives them: `teardown` closes them before it is dropped.
-        unsafe {
-            let timer = uv.timer(lp, data)?;
-            let wakeup = uv
-                .wakeup(lp, data, on_connected)
-                .inspect_err(|_| uv.close(timer.0))?;
-            let mut c = conn.borrow_mut();
-            c.timer = timer.0;
-            c.wakeup = wakeup.0;
-            c.connecting.lock().unwrap_or_else(|e| e.into_inner()).wake =
-                Some(WakeHandle(wakeup.0));
-        }
-        Ok(conn)
+            sys::napi_async_init(env, ptr::null_mut(), name, &mut async_context),
+        )?;
     }
-
-    fn send(&mut self, sink: usize, request: Request) -> Result<(), Error> {
-        match self.sinks[sink].as_ref() {
-            Some(s) if !s.closed && !self.torn_down => {}
-            _ => return Err(Error::Closed),
-        }
-        let idle = self.in_flight() == 0;
-        match self.link {
-            Link::Up { .. } => self.pipe.send(request),
-            Link::Connecting => self.waiting.push_back(request),
-            Link::Down => match self.backoff.gate(request.sent_at) {
-                // Refused at once, unsent, while connects back off.
-                Gate::Refuse(error) => return Err(error),
-                Gate::Open | Gate::Probe => {
-                    self.waiting.push_back(request);
-                    self.connect();
-                }
-            },
-        }
-        if let Some(s) = self.sinks[sink].as_mut() {
-            s.in_flight += 1;
-        }
-        if idle {
-            self.arm();
-        }
-        Ok(())
+    let io = UvIo {
+        env,
+        uv,
+        lp,
+        async_context,
+        connecting: Arc::new(Mutex::new(Connecting {
+            result: None,
+            wake: None,
+        })),
+        timer: ptr::null_mut(),
+        wakeup: ptr::null_mut(),
+        poll: ptr::null_mut(),
+        cell: ptr::null_mut(),
+    };
+    let conn = Rc::new(RefCell::new(conn::Conn::new(config, key, io)?));
+    let data = Rc::as_ptr(&conn).cast_mut().cast::<c_void>();
+    // SAFETY: on the loop's thread; each handle's data is the connection,
+    // which outlives them: its teardown closes them before it is dropped.
+    unsafe {
+        let timer = uv.timer(lp, data)?;
+        let wakeup = uv
+            .wakeup(lp, data, on_connected)
+            .inspect_err(|_| uv.close(timer.0))?;
+        let mut c = conn.borrow_mut();
+        let io = &mut c.io;
+        io.cell = data;
+        io.timer = timer.0;
+        io.wakeup = wakeup.0;
+        io.connecting.lock().unwrap_or_else(|e| e.into_inner()).wake = Some(WakeHandle(wakeup.0));
     }
-
-    /// Hits whose promise has not settled yet.
-    fn in_flight(&self) -> usize {
-        self.pipe.unsettled() + self.waiting.len()
-    }
-
-    /// Starts a connect on a thread of its own.
-    fn connect(&mut self) {
-        self.link = Link::Connecting;
-        let (target, slot, timeout) = (
-            Arc::clone(&self.target),
-            Arc::clone(&self.connecting),
-            self.connect_timeout,
-        );
-        let started = std::thread::Builder::new()
-            .name("ratestore-redis-connect".into())
-            .spawn(move || {
-                let result = target.connect(timeout);
-                let mut slot = slot.lock().unwrap_or_else(|e| e.into_inner());
-                slot.result = Some(result);
-                if let (Some(wake), Ok(uv)) = (&slot.wake, uv::uv()) {
-                    // SAFETY: the handle is open while the slot holds it
-                    // (teardown takes it out under this lock before closing).
-                    unsafe { uv.wake(wake.0) };
-                }
-            });
-        if started.is_err() {
-            self.connected(Err(Error::Internal("could not start a connect thread")));
-        }
-    }
-
-    /// A connect finished.
-    fn connected(&mut self, result: Result<Socket, Error>) {
-        if self.torn_down {
-            return;
-        }
-        let data = self.cell;
-        match result.and_then(|socket| {
-            // SAFETY: on the loop's thread; the socket stays open as long
-            // as the handle (both go together in `drop_link`).
-            let poll = unsafe { self.uv.poll(self.lp, socket.raw() as uv::Socket, data)? };
-            Ok((socket, poll.0))
-        }) {
-            Ok((socket, poll)) => {
-                let tally = &mut self.pipe.tally;
-                tally.connects += 1;
-                let event = match std::mem::replace(&mut self.was_up, true) {
-                    false => Event::Connected,
-                    true => {
-                        tally.reconnects += 1;
-                        Event::Reconnected
-                    }
-                };
-                self.tell(event);
-                // The backoff ends with the first answer, not the connect: an
-                // endpoint that accepts and closes must not be hammered.
-                self.answered = false;
-                self.link = Link::Up {
-                    socket: Box::new(socket),
-                    poll,
-                    writing: None,
-                };
-                while let Some(request) = self.waiting.pop_front() {
-                    self.pipe.send(request);
-                }
-                self.watch(false);
-                self.flush();
-            }
-            Err(error) => {
-                self.link = Link::Down;
-                self.pipe.tally.connect_failures += 1;
-                self.backoff.failed(Instant::now(), error.clone());
-                // Never sent, so never counted.
-                for request in self.waiting.drain(..) {
-                    self.done.push(Done {
-                        id: request.id,
-                        result: Err(error.clone()),
-                    });
-                }
-            }
-        }
-    }
-
-    /// Writes what is queued, as far as the socket takes it now.
-    fn flush(&mut self) {
-        let Link::Up { socket, .. } = &mut self.link else {
-            return;
-        };
-        if self.pipe.out.is_empty() {
-            return;
-        }
-        match socket.write(&mut self.pipe.out) {
-            Ok(all) => self.watch(!all),
-            Err(e) => self.lost(&e.to_string()),
-        }
-    }
-
-    /// Watches the socket for answers, and for room to write if `writing`.
-    /// libuv restarts a poll handle with a system call or two, so only a
-    /// change is passed on.
-    fn watch(&mut self, writing: bool) {
-        let Link::Up {
-            poll, writing: was, ..
-        } = &mut self.link
-        else {
-            return;
-        };
-        if *was == Some(writing) {
-            return;
-        }
-        *was = Some(writing);
-        let events = uv::READABLE | if writing { uv::WRITABLE } else { 0 };
-        // SAFETY: on the loop's thread; `poll` is this link's live handle.
-        if unsafe { self.uv.poll_start(*poll, events, on_ready) } != 0 {
-            self.lost("the event loop could not watch the socket");
-        }
-    }
-
-    /// The socket is ready.
-    fn ready(&mut self, status: i32, events: i32) {
-        if status < 0 {
-            return self.lost(&format!("libuv error {status}"));
-        }
-        if events & uv::WRITABLE != 0 {
-            self.flush();
-        }
-        if events & uv::READABLE != 0 {
-            let Link::Up { socket, .. } = &mut self.link else {
-                return;
-            };
-            let open = socket.read(self.pipe.parser());
-            match self.pipe.answers(&mut self.done) {
-                Err(_) => return self.lost("Redis answered out of protocol"),
-                Ok(health) => {
-                    if health.unusable {
-                        // A demoted primary (or one still loading): a new
-                        // connection finds the server the name points to now,
-                        // after a backoff, as for a failed connect.
-                        let why = "the server can no longer take writes (READONLY, MASTERDOWN or LOADING)";
-                        self.end(why);
-                        self.backoff.failed(
-                            Instant::now(),
-                            Error::Redis(format!("{why}: it was demoted or is loading")),
-                        );
-                        return;
-                    }
-                    if health.answered && !self.answered {
-                        self.answered = true;
-                        self.backoff.succeeded();
-                    }
-                }
-            }
-            match open {
-                Ok(true) => {}
-                Ok(false) => return self.lost("the server closed the connection"),
-                Err(e) => return self.lost(&e.to_string()),
-            }
-            // NOSCRIPT retries go out at once.
-            self.flush();
-        }
-    }
-
-    /// The connection failed: every hit on it rejects; the next hit connects
-    /// anew. One that ends before it answered anything counts as a failed
-    /// connect for the backoff.
-    fn lost(&mut self, why: &str) {
-        if !self.answered {
-            return self.failed(why);
-        }
-        self.end(why);
-    }
-
-    /// The connection is unusable: ends it, and backs off before the next.
-    fn failed(&mut self, why: &str) {
-        let error = self.end(why);
-        self.backoff.failed(Instant::now(), error);
-    }
-
-    fn end(&mut self, why: &str) -> Error {
-        let error = Error::Connection {
-            text: format!(
-                "the connection to Redis failed ({why}); the hit was not sent again and may or may not have counted"
-            ),
-            sent: true,
-        };
-        self.pipe.fail(&error, &mut self.done);
-        self.drop_link();
-        self.pipe.tally.losses += 1;
-        self.tell(Event::Lost(error.code()));
-        error
-    }
-
-    /// Queues a connection event for every store on the connection.
-    fn tell(&mut self, event: Event) {
-        for sink in self.sinks.iter_mut().flatten() {
-            sink.events.push(event);
-        }
-    }
-
-    fn drop_link(&mut self) {
-        if let Link::Up { poll, .. } = std::mem::replace(&mut self.link, Link::Down) {
-            // SAFETY: on the loop's thread; the handle is not used after.
-            // libuv allows closing the socket (dropped with the old link)
-            // right after uv_close.
-            unsafe { self.uv.close(poll) };
-        }
-    }
-
-    /// Arms the timer for the earliest deadline, or stops it when idle (an
-    /// armed timer is what keeps the process alive while hits are in flight).
-    fn arm(&mut self) {
-        if self.timer.is_null() {
-            return;
-        }
-        let next = [
-            self.pipe.next_deadline(),
-            self.waiting.front().map(|r| r.deadline),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
-        // SAFETY: on the loop's thread; the timer is live until teardown.
-        unsafe {
-            match next {
-                Some(at) => {
-                    let ms = at.saturating_duration_since(Instant::now()).as_millis() as u64 + 1;
-                    self.uv.timer_start(self.timer, on_timer, ms);
-                }
-                // Idle, or only hits already settled by a timeout remain
-                // (a stuck connection must not keep the process alive).
-                None => self.uv.timer_stop(self.timer),
-            }
-        }
-    }
-
-    /// Deadlines passed: those hits reject.
-    fn expired(&mut self) {
-        let now = Instant::now();
-        // Hits wait in the order they were sent, but each store has its own timeout.
-        while let Some(i) = self.waiting.iter().position(|r| r.deadline <= now) {
-            if let Some(request) = self.waiting.remove(i) {
-                self.pipe.tally.timeouts += 1;
-                self.done.push(Done {
-                    id: request.id,
-                    result: Err(Error::Timeout {
-                        ms: request
-                            .deadline
-                            .saturating_duration_since(request.sent_at)
-                            .as_millis() as u64,
-                        sent: false,
-                    }),
-                });
-            }
-        }
-        // A stuck connection (a paused server, a half-open socket, or one
-        // whose hits time out in a row) is replaced.
-        if self.pipe.expire(now, &mut self.done) {
-            self.lost("no answer within timeoutMs");
-        }
-    }
-
-    /// Routes results to their stores' sinks.
-    fn route(&mut self) {
-        for done in self.done.drain(..) {
-            let (sink, id) = ((done.id >> 32) as usize, done.id as u32);
-            if let Some(Some(sink)) = self.sinks.get_mut(sink) {
-                sink.in_flight = sink.in_flight.saturating_sub(1);
-                sink.done.push(Completion {
-                    id,
-                    result: done.result,
-                });
-            }
-        }
-    }
-
-    /// Frees the sinks of closed stores with nothing in flight, and ends
-    /// the connection once no store uses it.
-    fn release_idle(&mut self) {
-        for slot in self.sinks.iter_mut() {
-            if slot
-                .as_ref()
-                .is_some_and(|s| s.closed && s.in_flight == 0 && s.done.is_empty())
-            {
-                *slot = None;
-            }
-        }
-        if self.sinks.iter().all(Option::is_none) {
-            self.teardown();
-        }
-    }
-
-    /// Closes every handle. The connection's memory goes with its last store.
-    fn teardown(&mut self) {
-        if self.torn_down {
-            return;
-        }
-        self.torn_down = true;
-        let mut done = Vec::new();
-        self.pipe.fail(&Error::Closed, &mut done);
-        self.waiting.clear();
-        self.drop_link();
-        self.connecting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .wake = None;
-        let handles = [
-            std::mem::replace(&mut self.timer, ptr::null_mut()),
-            std::mem::replace(&mut self.wakeup, ptr::null_mut()),
-        ];
-        for handle in handles.into_iter().filter(|h| !h.is_null()) {
-            // SAFETY: on the loop's thread; the handles are live and not used after.
-            unsafe { self.uv.close(handle) };
-        }
-    }
-}
-
-impl Drop for Conn {
-    fn drop(&mut self) {
-        self.teardown();
-        // SAFETY: the async context was made on this env's thread, where the
-        // last store of the connection lets it go.
-        unsafe { sys::napi_async_destroy(self.env, self.async_context) };
-    }
+    Ok(conn)
 }
 
 /// Runs `f` on the connection behind a handle, then hands what finished to
@@ -654,11 +321,11 @@ impl Drop for Conn {
 /// or close stores).
 ///
 /// # Safety
-/// `handle` is a live handle made by `Conn::open` or `Conn::connected`.
+/// `handle` is a live handle made by `open_conn` or `UvIo::open`.
 unsafe fn with_conn(handle: *mut Handle, f: impl FnOnce(&mut Conn)) {
     let Ok(uv) = uv::uv() else { return };
     // SAFETY: the data is the RefCell's address inside the connection's Rc,
-    // which outlives its handles (`teardown` closes them first, and runs
+    // which outlives its handles (teardown closes them first, and runs
     // before the Rc's memory goes); libuv calls back on the JS thread.
     let cell = unsafe { &*uv.data(handle).cast::<RefCell<Conn>>() };
     {
@@ -674,25 +341,30 @@ unsafe fn with_conn(handle: *mut Handle, f: impl FnOnce(&mut Conn)) {
 }
 
 unsafe extern "C" fn on_ready(handle: *mut Handle, status: i32, events: i32) {
-    // SAFETY: libuv passes the poll handle made in `connected`.
-    unsafe { with_conn(handle, |c| c.ready(status, events)) }
+    // SAFETY: libuv passes the poll handle made in `UvIo::open`.
+    unsafe {
+        with_conn(handle, |c| match status < 0 {
+            true => c.lost(&format!("libuv error {status}")),
+            false => c.ready(events & uv::READABLE != 0, events & uv::WRITABLE != 0),
+        })
+    }
 }
 
 unsafe extern "C" fn on_timer(handle: *mut Handle) {
-    // SAFETY: libuv passes the timer made in `open`.
+    // SAFETY: libuv passes the timer made in `open_conn`.
     unsafe { with_conn(handle, Conn::expired) }
 }
 
 unsafe extern "C" fn on_connected(handle: *mut Handle) {
-    // SAFETY: libuv passes the async handle made in `open`.
+    // SAFETY: libuv passes the async handle made in `open_conn`.
     unsafe {
         with_conn(handle, |c| {
-            let result = c
-                .connecting
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .result
-                .take();
+            let result =
+                c.io.connecting
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .result
+                    .take();
             if let Some(result) = result {
                 c.connected(result);
             }
@@ -722,8 +394,8 @@ fn deliver(cell: &RefCell<Conn>) {
             let count = sink.done.len().min(BATCH);
             let done: VecDeque<Completion> = sink.done.drain(..count).collect();
             let events = std::mem::take(&mut sink.events);
-            let (settle, results) = (sink.settle, Arc::clone(&sink.results));
-            (c.env, c.async_context, settle, results, done, events)
+            let (settle, results) = (sink.to.settle, Arc::clone(&sink.to.results));
+            (c.io.env, c.io.async_context, settle, results, done, events)
         };
         // SAFETY: on the JS thread, outside any other Node-API call (a libuv
         // callback, or the tail of a store function's call); the sink's

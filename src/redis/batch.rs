@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, Notify};
 
+use super::calls::Query;
 use super::config::{Config, Options};
 use super::runtime;
 use super::stats::{self, Event, Listener, Monitor, Tally};
-use super::store::{Query, Store};
+use super::store::Store;
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 use crate::wtf8;

@@ -12,8 +12,9 @@ use redis::Value;
 use tokio::time::{timeout, Instant};
 
 use super::config::{Addr, Config};
-use super::link::{classify, Link, Stage};
+use super::link::{classify, Link};
 use super::order::KeyOrder;
+use super::reply::Stage;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
 

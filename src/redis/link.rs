@@ -32,9 +32,10 @@ use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 use tokio_rustls::TlsConnector;
 
+use super::calls::Loaded;
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Mark, Stall};
-use super::pipe::Loaded;
+use super::reply::{server_error, Stage};
 use super::socket;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
@@ -88,13 +89,6 @@ pub struct Link {
     monitor: Arc<Monitor>,
     /// The scripts the connection of this generation has sent as EVAL.
     loaded: Mutex<(u64, Loaded)>,
-}
-
-/// Where a Redis client error happened: a failed connect sent no hit.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub enum Stage {
-    Connect,
-    Sent,
 }
 
 impl Link {
@@ -416,50 +410,9 @@ pub fn classify(error: &RedisError, stage: Stage) -> Error {
     }
 }
 
-/// An error answered by the server, by its code.
-pub fn server_error(code: &str, detail: Option<&str>, stage: Stage) -> Error {
-    let text = || match detail {
-        Some(detail) => format!("{code} {detail}"),
-        None => code.to_string(),
-    };
-    match code {
-        "COUNTRANGE" => Error::CountOutOfRange,
-        "NOAUTH" | "WRONGPASS" | "NOPERM" => Error::Auth(text()),
-        // AUTH with a password to a server that has none answers a plain ERR.
-        "ERR" if stage == Stage::Connect && detail.is_some_and(|d| d.contains("AUTH")) => {
-            Error::Auth(text())
-        }
-        _ => Error::Redis(text()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn server_errors_by_code() {
-        assert_eq!(
-            server_error("COUNTRANGE", Some("x"), Stage::Sent),
-            Error::CountOutOfRange
-        );
-        assert_eq!(
-            server_error("WRONGPASS", Some("invalid pair"), Stage::Connect).code(),
-            "ERR_AUTH"
-        );
-        assert_eq!(server_error("NOAUTH", None, Stage::Sent).code(), "ERR_AUTH");
-        let no_password = Some("AUTH <password> called without any password configured");
-        assert_eq!(
-            server_error("ERR", no_password, Stage::Connect).code(),
-            "ERR_AUTH"
-        );
-        assert_eq!(
-            server_error("ERR", no_password, Stage::Sent).code(),
-            "ERR_REDIS"
-        );
-        let oom = server_error("OOM", Some("command not allowed"), Stage::Sent);
-        assert_eq!(oom, Error::Redis("OOM command not allowed".into()));
-    }
 
     #[test]
     fn client_errors_by_kind_and_stage() {

@@ -1,19 +1,26 @@
 //! redisStore: counters in Redis, shared by every instance of an app.
 //!
-//! `config` turns options and environment into a target, `link` keeps one
-//! multiplexed connection (per node of a Redis Cluster, whose slot map
-//! `cluster` keeps), `rest` speaks Upstash's REST API instead, `health`
-//! judges a connection (backoff, stalls, demotions), `store` runs a hit (the
-//! window script), and `batch` is the queue JavaScript drives, on the
-//! `runtime` thread.
+//! `config` turns options and environment into a target. What every
+//! transport shares: `calls` (an op on a key, the scripts cache, where a
+//! pipeline ends so that nothing overtakes an EVALSHA), `reply` (a reply
+//! to an answer or an error), `health` (backoff, stalls, demotions),
+//! `order` (per-key turns) and `stats`. The transports: `pipe` + `resp` +
+//! `socket`, sans-I/O, driven on Node's event loop by the binding; `link`
+//! (one multiplexed connection per server, or per node of a Redis Cluster,
+//! whose slot map `cluster` keeps) and `rest` (Upstash's REST API), run by
+//! `store` on the `runtime` thread, fed by `batch`, the queue JavaScript
+//! drives.
 
 pub mod batch;
+pub mod calls;
 mod cluster;
 pub mod config;
+pub mod conn;
 pub mod health;
 mod link;
 mod order;
 pub mod pipe;
+pub mod reply;
 pub mod reset_all;
 pub mod resp;
 pub mod rest;
@@ -23,5 +30,6 @@ pub mod stats;
 pub mod store;
 
 pub use batch::{Batched, Completion};
+pub use calls::Query;
 pub use config::{Config, Options};
-pub use store::{Query, Store};
+pub use store::Store;

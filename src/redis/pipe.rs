@@ -17,11 +17,13 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
+use super::calls::Loaded;
 use super::health::{self, Mark, Stall};
+use super::reply;
 use super::resp::{self, Malformed, Parser, Reply};
 use super::stats::Tally;
 use crate::errors::{Error, Result};
-use crate::ops::{Answer, Args, Op, Script};
+use crate::ops::{Answer, Args, Op};
 
 /// An op to send: its id, its state's key (prefix and suffix included) and
 /// numbers.
@@ -58,44 +60,6 @@ pub struct Health {
     /// The server can't take writes here (READONLY, MASTERDOWN, LOADING):
     /// the connection should be replaced.
     pub unusable: bool,
-}
-
-/// The scripts a connection has sent as EVAL since its server last
-/// answered NOSCRIPT: the server has them cached. Scripts are told apart by
-/// address (each is one static).
-#[derive(Default)]
-pub struct Loaded(Vec<usize>);
-
-impl Loaded {
-    /// Whether `script` must go as EVAL, noting that it will.
-    pub fn first_use(&mut self, script: &'static Script) -> bool {
-        let at = script as *const Script as usize;
-        if self.0.contains(&at) {
-            return false;
-        }
-        self.0.push(at);
-        true
-    }
-
-    /// The server answered NOSCRIPT: its cache was flushed.
-    pub fn forget(&mut self) {
-        self.0.clear();
-    }
-
-    /// For each op about to go: whether it goes as EVAL (its script's first use).
-    pub fn first_uses(&mut self, ops: impl Iterator<Item = Op>) -> Vec<bool> {
-        ops.map(|op| op.script().is_some_and(|s| self.first_use(s)))
-            .collect()
-    }
-
-    /// The cache was flushed, and these ops go again as EVAL, which loads
-    /// their scripts.
-    pub fn reloaded(&mut self, ops: impl Iterator<Item = Op>) {
-        self.forget();
-        for script in ops.filter_map(Op::script) {
-            self.first_use(script);
-        }
-    }
 }
 
 pub struct Pipe {
@@ -179,7 +143,13 @@ impl Pipe {
             }
         }
         while let Some(next) = self.held.front() {
-            if next.request.op == Op::Unlink && self.evalsha > 0 {
+            // Neither an UNLINK nor an EVAL can meet NOSCRIPT: written after an
+            // EVALSHA that does, it would run before that one's retry.
+            let cannot_fail = match next.request.op.script() {
+                None => next.request.op == Op::Unlink,
+                Some(script) => !self.loaded.has(script),
+            };
+            if cannot_fail && self.evalsha > 0 {
                 return;
             }
             if let Some(sent) = self.held.pop_front() {
@@ -348,29 +318,23 @@ impl Pipe {
 
 /// The op's answer, or the error its script raised.
 fn outcome(op: Op, reply: Reply) -> Result<Answer> {
-    let ints = |items: &[Reply]| -> Option<Vec<i64>> {
-        items
-            .iter()
-            .map(|r| match r {
-                Reply::Int(n) => Some(*n),
-                _ => None,
-            })
-            .collect()
+    let read = match &reply {
+        Reply::Array(Some(items)) => reply::Reply::Array(
+            items
+                .iter()
+                .map(|r| match r {
+                    Reply::Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Reply::Int(n) => reply::Reply::Int(*n),
+        Reply::Error(code, detail) => {
+            reply::Reply::Error(code, (!detail.is_empty()).then_some(detail.as_str()))
+        }
+        _ => reply::Reply::Other,
     };
-    match reply {
-        Reply::Array(Some(items)) => match ints(&items) {
-            Some(values) => op.answer(&values),
-            None => op.answer(&[]),
-        },
-        Reply::Int(n) if op == Op::Unlink => op.answer(&[n]),
-        Reply::Error(code, detail) => Err(super::link::server_error(
-            &code,
-            (!detail.is_empty()).then_some(detail.as_str()),
-            super::link::Stage::Sent,
-        )),
-        _ if op == Op::Ping => op.answer(&[1]),
-        _ => op.answer(&[]),
-    }
+    reply::outcome(op, read)
 }
 
 #[cfg(test)]
@@ -486,6 +450,35 @@ mod tests {
         assert_eq!(done.len(), 2);
         assert_eq!(done[1].id, 2);
         assert_eq!(done[1].result, Ok(Answer::new(&[7, 5])));
+    }
+
+    #[test]
+    fn a_first_use_waits_for_the_evalshas_written_before_it() {
+        // After a SCRIPT FLUSH, a consume goes as EVALSHA (its script was
+        // loaded) and a hit on the same key as EVAL (its script's first use):
+        // written together, the hit would run before the consume's retry.
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        let mut done = Vec::new();
+        let consume = |id| {
+            let mut r = request(id, "a", far);
+            r.op = Op::Consume;
+            r.args = [5, 60_000, 1, 0];
+            r
+        };
+        p.send(consume(1));
+        p.feed(b"*5\r\n:1\r\n:1\r\n:4\r\n:60000\r\n:1\r\n");
+        p.answers(&mut done).unwrap();
+        written(&mut p);
+        p.send(consume(2));
+        p.send(request(3, "a", far));
+        assert_eq!(written(&mut p), [cmd("EVALSHA", "a")], "the hit waits");
+        p.feed(b"-NOSCRIPT No matching script\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(written(&mut p), [cmd("EVAL", "a"), cmd("EVAL", "a")]);
+        p.feed(b"*5\r\n:1\r\n:1\r\n:4\r\n:60000\r\n:1\r\n*2\r\n:4\r\n:60000\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2, 3]);
     }
 
     #[test]

@@ -40,14 +40,14 @@ use rustls::ClientConfig;
 use serde_json::Value;
 use tokio::time::{timeout_at, Duration, Instant};
 
+use super::calls::Loaded;
+use super::calls::{part_end, Query};
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Stall};
-use super::link::{server_error, Stage};
 use super::order::KeyOrder;
-use super::pipe::Loaded;
+use super::reply::{self, server_error, Reply, Stage};
 use super::socket::tls_config;
 use super::stats::Monitor;
-use super::store::{part_end, Query};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Op};
 use crate::reset::{Command, ResetAll};
@@ -656,15 +656,12 @@ fn json_command(out: &mut Vec<u8>, parts: &[&str]) {
 
 /// The op's answer from a command's JSON result.
 fn outcome(op: Op, value: Value) -> Result<Answer> {
-    match value {
-        Value::Array(items) => {
-            let ints: Option<Vec<i64>> = items.iter().map(Value::as_i64).collect();
-            op.answer(&ints.unwrap_or_default())
-        }
-        Value::Number(n) if op == Op::Unlink => op.answer(&[n.as_i64().unwrap_or(-1)]),
-        _ if op == Op::Ping => op.answer(&[1]),
-        _ => op.answer(&[]),
-    }
+    let read = match &value {
+        Value::Array(items) => Reply::Array(items.iter().map(Value::as_i64).collect()),
+        Value::Number(n) => Reply::Int(n.as_i64().unwrap_or(-1)),
+        _ => Reply::Other,
+    };
+    reply::outcome(op, read)
 }
 
 /// A SCAN result: the next cursor and the page's keys.

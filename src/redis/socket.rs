@@ -257,10 +257,10 @@ impl Socket {
                 .map_err(|_| GreetError::Refused(unsent("Redis answered out of protocol".into())))?
             {
                 Some(Reply::Error(code, detail)) => {
-                    return Err(GreetError::Refused(super::link::server_error(
+                    return Err(GreetError::Refused(super::reply::server_error(
                         &code,
                         Some(&detail),
-                        super::link::Stage::Connect,
+                        super::reply::Stage::Connect,
                     )))
                 }
                 Some(_) => expected -= 1,
@@ -301,10 +301,10 @@ impl Socket {
             match parser.next() {
                 Err(_) => return Err(failed(io::ErrorKind::InvalidData.into())),
                 Ok(Some(Reply::Error(code, detail))) => {
-                    return Err(super::link::server_error(
+                    return Err(super::reply::server_error(
                         &code,
                         Some(&detail),
-                        super::link::Stage::Sent,
+                        super::reply::Stage::Sent,
                     ))
                 }
                 Ok(Some(reply)) => return Ok(reply),

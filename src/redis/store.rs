@@ -20,22 +20,16 @@ use tokio::time::{timeout_at, Instant};
 
 use futures_util::future::join_all;
 
+use super::calls::{part_end, Query};
 use super::cluster::Cluster;
 use super::config::Config;
 use super::health;
-use super::link::{classify, server_error, Link, Stage};
+use super::link::{classify, Link};
+use super::reply::{self, server_error, Reply, Stage};
 use super::rest::Rest;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
-use crate::ops::{Answer as Values, Args, Op};
-
-/// One op to run: on the state at `key` (prefix and suffix included).
-#[derive(Clone, Copy, Debug)]
-pub struct Query<'a> {
-    pub key: &'a [u8],
-    pub op: Op,
-    pub args: Args,
-}
+use crate::ops::{Answer as Values, Op};
 
 /// Where hits go: the one server, each key's node in a Redis Cluster, or
 /// Upstash's REST API.
@@ -412,29 +406,6 @@ async fn routed(
         .collect()
 }
 
-/// Where the pipeline of the chosen ops from `start` ends: an UNLINK can't
-/// meet NOSCRIPT, so it goes only once the EVALSHAs before it have answered
-/// (and their retries run), in a pipeline of its own, never overtaking one.
-/// `evals` says which ops go as EVAL (which can't meet NOSCRIPT either).
-pub(super) fn part_end(
-    queries: &[Query<'_>],
-    chosen: &[usize],
-    evals: &[bool],
-    start: usize,
-) -> usize {
-    let mut end = start;
-    let mut evalsha = false;
-    while end < chosen.len() {
-        let op = queries[chosen[end]].op;
-        if op == Op::Unlink && evalsha {
-            break;
-        }
-        evalsha |= op.script().is_some() && !evals[end];
-        end += 1;
-    }
-    end
-}
-
 /// Sends the chosen ops, each as EVALSHA (as EVAL on its script's first use
 /// on this connection), then those that met NOSCRIPT as EVAL, in order: one
 /// answer per chosen op, in order, with when it came in. An UNLINK can't
@@ -546,22 +517,21 @@ async fn pipeline(
 
 /// The op's answer, or the error its script raised.
 fn outcome(op: Op, answer: Value) -> Result<Values> {
-    match answer {
-        Value::Array(items) => {
-            let ints: Option<Vec<i64>> = items
+    let read = match &answer {
+        Value::Array(items) => Reply::Array(
+            items
                 .iter()
                 .map(|v| match v {
                     Value::Int(n) => Some(*n),
                     _ => None,
                 })
-                .collect();
-            op.answer(&ints.unwrap_or_default())
-        }
-        Value::Int(n) if op == Op::Unlink => op.answer(&[n]),
-        Value::ServerError(e) => Err(server_error(e.code(), e.details(), Stage::Sent)),
-        _ if op == Op::Ping => op.answer(&[1]),
-        _ => op.answer(&[]),
-    }
+                .collect(),
+        ),
+        Value::Int(n) => Reply::Int(*n),
+        Value::ServerError(e) => Reply::Error(e.code(), e.details()),
+        _ => Reply::Other,
+    };
+    reply::outcome(op, read)
 }
 
 #[cfg(test)]

@@ -1,0 +1,170 @@
+'use strict';
+// The block cache of a limiter: what a shared store refused, kept in this process until the time the
+// refusal named, so that the same key's checks are refused without a store call meanwhile.
+//
+// The rule (docs/algorithms.md, "The block cache"): a limit's counts on a key only grow until its
+// refusal's time has come, but for a refund, a decrement, a reset (which this process tells the cache
+// of, see watch.js) or a write under other parameters. So a refusal proves, until then:
+// - a fixed window that answered `remaining` r: every cost above r is refused until the window ends;
+// - a sliding window or a token bucket that refused cost c: every cost of c or more is refused until
+//   the retry time it answered (its state only moves towards refusing c, but for time passing, which
+//   that time accounts for).
+// Times are counted from when the check was sent, which is no later than the store's own clock read,
+// less 1 ms for the store's rounding up: an entry ends no later than the refusal it repeats.
+
+/** Cache entries' keys: the limit's tag (its number and a space) and the key its counter is kept under. */
+const FAMILY = { 'fixed-window': 'fixed', 'sliding-window': 'sliding', 'token-bucket': 'bucket' };
+
+class BlockCache {
+  /** tag + storeKey → entry { minCost, until, remaining, resetEnd, retryEnd, snapshot, set }. */
+  entries = new Map();
+  /** tag + storeKey → { inFlight, settled }: calls that may lower that count, in flight or lately settled. */
+  #changes = new Map();
+  /** A resetAll() in flight or settled: { inFlight, settled }. */
+  #all = { inFlight: 0, settled: 0 };
+  /** A change record dropped to stay bounded: checks started before it keep no refusal. */
+  #forgotten = 0;
+  /** Ticks at each check's start and each change's end: an order of events. */
+  seq = 0;
+  refusals = 0;
+  evictions = 0;
+  #max;
+  /** Every limit of the limiter, with its family and parameters. */
+  #rules;
+
+  constructor(maxKeys, rules) {
+    this.#max = maxKeys;
+    this.#rules = rules;
+  }
+
+  get size() {
+    return this.entries.size;
+  }
+
+  /**
+   * The entries that prove a check of `cost` on `key` under `set` refused now: a Map of rule → entry,
+   * or undefined (then the check goes to the store).
+   */
+  refusing(set, key, cost, now) {
+    const entries = this.entries;
+    if (entries.size === 0) return undefined;
+    let proven;
+    for (const rule of set.rules) {
+      const id = rule.tag + key + rule.suffix;
+      const entry = entries.get(id);
+      if (entry === undefined) continue;
+      if (now >= entry.until) {
+        entries.delete(id);
+        continue;
+      }
+      if (cost >= entry.minCost) (proven ??= new Map()).set(rule, entry);
+    }
+    return proven;
+  }
+
+  /** Forgets what the store answered the set's limits for `key`: a check went to the store and was allowed. */
+  forget(set, key) {
+    if (this.entries.size === 0) return;
+    for (const rule of set.rules) this.entries.delete(rule.tag + key + rule.suffix);
+  }
+
+  /**
+   * Keeps a refusal of `cost`: `taken` is each limit's answer (after the give-backs), `started` the
+   * tick at the check's start and `sentAt` the time (performance.now()) its store calls were made.
+   */
+  remember(set, key, cost, taken, started, sentAt) {
+    if (this.#forgotten > started || this.#all.inFlight > 0 || this.#all.settled > started) return;
+    let snapshot;
+    for (const rule of set.rules) {
+      const answer = taken.get(rule);
+      if (answer === undefined || answer.allowed) continue;
+      const storeKey = key + rule.suffix;
+      const id = rule.tag + storeKey;
+      const change = this.#changes.get(id);
+      if (change !== undefined && (change.inFlight > 0 || change.settled > started)) continue;
+      const retryEnd = sentAt + answer.retryMs;
+      const until = retryEnd - 1;
+      if (!(until > performance.now())) continue;
+      snapshot ??= set.rules.map((r) => {
+        const a = taken.get(r);
+        return a === undefined ? undefined : { remaining: a.remaining, resetEnd: sentAt + a.resetMs };
+      });
+      const minCost = rule.algorithm === 'fixed-window' ? answer.remaining + 1 : cost;
+      const entry = {
+        minCost,
+        until,
+        remaining: answer.remaining,
+        resetEnd: sentAt + answer.resetMs,
+        retryEnd,
+        snapshot,
+      };
+      const entries = this.entries;
+      entries.delete(id);
+      entries.set(id, entry);
+      if (entries.size > this.#max) {
+        entries.delete(entries.keys().next().value);
+        this.evictions++;
+      }
+    }
+  }
+
+  /**
+   * A call that may lower a count of `storeKey` is about to run (see watch.js): forgets the entries it
+   * may change, and answers the function to call once it settles (or undefined: it changes none).
+   */
+  changing(kind, storeKey, params) {
+    if (kind === 'all') {
+      this.entries.clear();
+      const all = this.#all;
+      all.inFlight++;
+      return () => {
+        all.inFlight--;
+        all.settled = ++this.seq;
+      };
+    }
+    let records;
+    for (const rule of this.#rules) {
+      const family = FAMILY[rule.algorithm];
+      const affected =
+        kind === 'reset' ||
+        kind === family ||
+        (kind === 'sliding-params' && family === 'sliding' && rule.windowMs !== params) ||
+        (kind === 'bucket-params' && family === 'bucket' && rule.params !== params);
+      if (!affected) continue;
+      const id = rule.tag + storeKey;
+      this.entries.delete(id);
+      const changes = this.#changes;
+      let change = changes.get(id);
+      if (change === undefined) change = { inFlight: 0, settled: 0 };
+      else changes.delete(id);
+      changes.set(id, change);
+      change.inFlight++;
+      (records ??= []).push(change);
+    }
+    if (records === undefined) return undefined;
+    while (this.#changes.size > this.#max) if (!this.#drop()) break;
+    return () => {
+      const tick = ++this.seq;
+      for (const change of records) {
+        change.inFlight--;
+        change.settled = tick;
+      }
+    };
+  }
+
+  /** Drops the oldest settled change record (checks that started before it keep nothing); false if none is settled. */
+  #drop() {
+    let scanned = 0;
+    for (const [id, change] of this.#changes) {
+      if (change.inFlight === 0) {
+        this.#changes.delete(id);
+        if (change.settled > this.#forgotten) this.#forgotten = change.settled;
+        return true;
+      }
+      if (++scanned > 64) return false;
+    }
+    return false;
+  }
+}
+
+module.exports = { BlockCache };

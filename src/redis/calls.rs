@@ -1,0 +1,111 @@
+//! What every transport writes, and in what order: one op on one key (a
+//! [`Query`]), which scripts a connection's server has cached ([`Loaded`]:
+//! a script goes as EVAL on its first use, and again after NOSCRIPT), and
+//! where a pipeline must end so that nothing overtakes an EVALSHA that may
+//! meet NOSCRIPT ([`part_end`]). The event loop's `pipe`, the I/O thread's
+//! `store` and `rest` all follow these rules.
+
+use crate::ops::{Args, Op, Script};
+
+/// One op to run: on the state at `key` (prefix and suffix included).
+#[derive(Clone, Copy, Debug)]
+pub struct Query<'a> {
+    pub key: &'a [u8],
+    pub op: Op,
+    pub args: Args,
+}
+
+/// The scripts a connection has sent as EVAL since its server last
+/// answered NOSCRIPT: the server has them cached. Scripts are told apart by
+/// address (each is one static).
+#[derive(Default)]
+pub struct Loaded(Vec<usize>);
+
+impl Loaded {
+    /// Whether `script` must go as EVAL, noting that it will.
+    pub fn first_use(&mut self, script: &'static Script) -> bool {
+        if self.has(script) {
+            return false;
+        }
+        self.0.push(script as *const Script as usize);
+        true
+    }
+
+    /// Whether `script` went as EVAL since the last NOSCRIPT.
+    pub fn has(&self, script: &'static Script) -> bool {
+        self.0.contains(&(script as *const Script as usize))
+    }
+
+    /// The server answered NOSCRIPT: its cache was flushed.
+    pub fn forget(&mut self) {
+        self.0.clear();
+    }
+
+    /// For each op about to go: whether it goes as EVAL (its script's first use).
+    pub fn first_uses(&mut self, ops: impl Iterator<Item = Op>) -> Vec<bool> {
+        ops.map(|op| op.script().is_some_and(|s| self.first_use(s)))
+            .collect()
+    }
+
+    /// The cache was flushed, and these ops go again as EVAL, which loads
+    /// their scripts.
+    pub fn reloaded(&mut self, ops: impl Iterator<Item = Op>) {
+        self.forget();
+        for script in ops.filter_map(Op::script) {
+            self.first_use(script);
+        }
+    }
+}
+
+/// Where the pipeline of the chosen ops from `start` ends: an UNLINK or an
+/// EVAL (`evals` says which ops go as EVAL) can't meet NOSCRIPT, so it goes
+/// only once the EVALSHAs before it have answered (and their retries run),
+/// never overtaking one: after a SCRIPT FLUSH, a script's first use on this
+/// connection would otherwise run before an older EVALSHA's retry.
+pub fn part_end(queries: &[Query<'_>], chosen: &[usize], evals: &[bool], start: usize) -> usize {
+    let mut end = start;
+    let mut evalsha = false;
+    while end < chosen.len() {
+        let op = queries[chosen[end]].op;
+        if (op == Op::Unlink || evals[end]) && evalsha {
+            break;
+        }
+        evalsha |= op.script().is_some() && !evals[end];
+        end += 1;
+    }
+    end
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn neither_an_eval_nor_an_unlink_shares_a_pipeline_behind_an_evalsha() {
+        let q = |op| Query {
+            key: b"p:a",
+            op,
+            args: [60_000, 1, 0, 0],
+        };
+        let queries = [q(Op::Consume), q(Op::Hit), q(Op::Unlink), q(Op::Hit)];
+        let chosen = [0, 1, 2, 3];
+        // The consume's script was loaded (EVALSHA); the hit's goes as EVAL.
+        assert_eq!(
+            part_end(&queries, &chosen, &[false, true, false, false], 0),
+            1
+        );
+        assert_eq!(
+            part_end(&queries, &chosen, &[false, true, false, false], 1),
+            4
+        );
+        assert_eq!(
+            part_end(&queries, &chosen, &[false, false, false, false], 0),
+            2
+        );
+        // EVALs first, then EVALSHAs: nothing waits.
+        assert_eq!(
+            part_end(&queries, &chosen, &[true, true, false, false], 0),
+            4
+        );
+    }
+}

@@ -1,0 +1,611 @@
+//! One connection to one server as the event-loop transport runs it, with
+//! no I/O of its own: its state (down, connecting, up), the hits waiting
+//! for it, its pipeline (`pipe`), timeouts, backoff, replacing a bad
+//! connection, and the routing of results to the stores that share it. A
+//! host ([`Io`]) moves the bytes and the time: the binding does it with
+//! libuv's poll and timer handles on Node's event loop, and calls back into
+//! [`Conn::ready`], [`Conn::connected`] and [`Conn::expired`].
+//!
+//! Stores of one JS thread with the same server and credentials share one
+//! connection: each has a [`Sink`] of its own (indexed by the high half of
+//! a request's id), where its results wait for the host to deliver them.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::health::{Backoff, Gate};
+use super::pipe::{Done, Pipe, Request};
+use super::socket::{Socket, Target};
+use super::stats::Event;
+use super::{Completion, Config};
+use crate::errors::Error;
+
+/// What a connection asks of the host that runs it.
+pub trait Io {
+    /// Starts connecting to `target` off this thread; the host hands the
+    /// result to [`Conn::connected`]. An error means it could not start.
+    fn connect(&mut self, target: Arc<Target>, timeout: Duration) -> Result<(), Error>;
+    /// Starts watching a new connection's socket.
+    fn open(&mut self, socket: &Socket) -> Result<(), Error>;
+    /// Watches the socket for answers, and for room to write if `writing`;
+    /// false if it could not.
+    fn watch(&mut self, writing: bool) -> bool;
+    /// Stops watching the socket (it is closed right after).
+    fn close(&mut self);
+    /// Calls [`Conn::expired`] at `at`, or never (`None`): an armed timer
+    /// is what keeps the process alive while hits are in flight.
+    fn arm(&mut self, at: Option<Instant>);
+    /// The connection ends: no callback may come after this.
+    fn teardown(&mut self);
+}
+
+enum Link {
+    Down,
+    Connecting,
+    Up {
+        socket: Box<Socket>,
+        /// What the socket is watched for: None before it is, then
+        /// whether for room to write too.
+        writing: Option<bool>,
+    },
+}
+
+/// One store's side of a shared connection: its results and events, for
+/// the host to deliver, and what the host keeps to deliver them (`to`).
+pub struct Sink<T> {
+    pub to: T,
+    pub done: Vec<Completion>,
+    /// Connection events not yet handed to this store.
+    pub events: Vec<Event>,
+    /// Hits of this store whose promise has not settled.
+    in_flight: usize,
+    closed: bool,
+}
+
+pub struct Conn<I: Io, T> {
+    pub io: I,
+    target: Arc<Target>,
+    /// What stores must match to share this connection.
+    pub key: Config,
+    connect_timeout: Duration,
+    link: Link,
+    pub pipe: Pipe,
+    /// Hits waiting for the connection.
+    waiting: VecDeque<Request>,
+    /// Spaces out connects after failures.
+    backoff: Backoff,
+    /// The connection has answered something since it was opened.
+    answered: bool,
+    /// A connection has been open (so the next is a reconnect).
+    was_up: bool,
+    /// Results not yet routed to their store.
+    done: Vec<Done>,
+    pub sinks: Vec<Option<Sink<T>>>,
+    torn_down: bool,
+}
+
+impl<I: Io, T> Conn<I, T> {
+    pub fn new(config: &Config, key: Config, io: I) -> Result<Self, Error> {
+        Ok(Conn {
+            io,
+            target: Arc::new(Target::new(config)?),
+            key,
+            connect_timeout: Duration::from_millis(config.timeout_ms),
+            link: Link::Down,
+            pipe: Pipe::new(config.secrets()),
+            waiting: VecDeque::new(),
+            backoff: Backoff::new(rand::random()),
+            answered: false,
+            was_up: false,
+            done: Vec::new(),
+            sinks: Vec::new(),
+            torn_down: false,
+        })
+    }
+
+    pub fn torn_down(&self) -> bool {
+        self.torn_down
+    }
+
+    /// A store joins: its sink's index.
+    pub fn join(&mut self, to: T) -> usize {
+        let sink = Sink {
+            to,
+            done: Vec::new(),
+            events: Vec::new(),
+            in_flight: 0,
+            closed: false,
+        };
+        match self.sinks.iter().position(Option::is_none) {
+            Some(free) => {
+                self.sinks[free] = Some(sink);
+                free
+            }
+            None => {
+                self.sinks.push(Some(sink));
+                self.sinks.len() - 1
+            }
+        }
+    }
+
+    /// Refuses the store's later hits; it lets go once its hits settle.
+    pub fn close(&mut self, sink: usize) {
+        if let Some(s) = self.sinks[sink].as_mut() {
+            s.closed = true;
+        }
+        self.release_idle();
+    }
+
+    /// The store is gone: nobody waits for its results.
+    pub fn leave(&mut self, sink: usize) {
+        self.sinks[sink] = None;
+        self.release_idle();
+    }
+
+    /// Queues a store's hit: on the pipeline, or until the connection is up.
+    pub fn send(&mut self, sink: usize, request: Request) -> Result<(), Error> {
+        match self.sinks[sink].as_ref() {
+            Some(s) if !s.closed && !self.torn_down => {}
+            _ => return Err(Error::Closed),
+        }
+        let idle = self.in_flight() == 0;
+        match self.link {
+            Link::Up { .. } => self.pipe.send(request),
+            Link::Connecting => self.waiting.push_back(request),
+            Link::Down => match self.backoff.gate(request.sent_at) {
+                // Refused at once, unsent, while connects back off.
+                Gate::Refuse(error) => return Err(error),
+                Gate::Open | Gate::Probe => {
+                    self.waiting.push_back(request);
+                    self.connect();
+                }
+            },
+        }
+        if let Some(s) = self.sinks[sink].as_mut() {
+            s.in_flight += 1;
+        }
+        if idle {
+            self.arm();
+        }
+        Ok(())
+    }
+
+    /// Hits whose promise has not settled yet.
+    fn in_flight(&self) -> usize {
+        self.pipe.unsettled() + self.waiting.len()
+    }
+
+    fn connect(&mut self) {
+        self.link = Link::Connecting;
+        if let Err(error) = self
+            .io
+            .connect(Arc::clone(&self.target), self.connect_timeout)
+        {
+            self.connected(Err(error));
+        }
+    }
+
+    /// A connect finished.
+    pub fn connected(&mut self, result: Result<Socket, Error>) {
+        if self.torn_down {
+            return;
+        }
+        match result.and_then(|socket| self.io.open(&socket).map(|()| socket)) {
+            Ok(socket) => {
+                let tally = &mut self.pipe.tally;
+                tally.connects += 1;
+                let event = match std::mem::replace(&mut self.was_up, true) {
+                    false => Event::Connected,
+                    true => {
+                        tally.reconnects += 1;
+                        Event::Reconnected
+                    }
+                };
+                self.tell(event);
+                // The backoff ends with the first answer, not the connect: an
+                // endpoint that accepts and closes must not be hammered.
+                self.answered = false;
+                self.link = Link::Up {
+                    socket: Box::new(socket),
+                    writing: None,
+                };
+                while let Some(request) = self.waiting.pop_front() {
+                    self.pipe.send(request);
+                }
+                self.watch(false);
+                self.flush();
+            }
+            Err(error) => {
+                self.link = Link::Down;
+                self.pipe.tally.connect_failures += 1;
+                self.backoff.failed(Instant::now(), error.clone());
+                // Never sent, so never counted.
+                for request in self.waiting.drain(..) {
+                    self.done.push(Done {
+                        id: request.id,
+                        result: Err(error.clone()),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Writes what is queued, as far as the socket takes it now.
+    pub fn flush(&mut self) {
+        let Link::Up { socket, .. } = &mut self.link else {
+            return;
+        };
+        if self.pipe.out.is_empty() {
+            return;
+        }
+        match socket.write(&mut self.pipe.out) {
+            Ok(all) => self.watch(!all),
+            Err(e) => self.lost(&e.to_string()),
+        }
+    }
+
+    /// Watches for answers, and for room to write if `writing`; only a
+    /// change goes to the host (restarting a watch costs system calls).
+    fn watch(&mut self, writing: bool) {
+        let Link::Up { writing: was, .. } = &mut self.link else {
+            return;
+        };
+        if *was == Some(writing) {
+            return;
+        }
+        *was = Some(writing);
+        if !self.io.watch(writing) {
+            self.lost("the event loop could not watch the socket");
+        }
+    }
+
+    /// The socket is ready to be read and/or written.
+    pub fn ready(&mut self, readable: bool, writable: bool) {
+        if writable {
+            self.flush();
+        }
+        if !readable {
+            return;
+        }
+        let Link::Up { socket, .. } = &mut self.link else {
+            return;
+        };
+        let open = socket.read(self.pipe.parser());
+        match self.pipe.answers(&mut self.done) {
+            Err(_) => return self.lost("Redis answered out of protocol"),
+            Ok(health) => {
+                if health.unusable {
+                    // A demoted primary (or one still loading): a new
+                    // connection finds the server the name points to now,
+                    // after a backoff, as for a failed connect.
+                    let why =
+                        "the server can no longer take writes (READONLY, MASTERDOWN or LOADING)";
+                    self.end(why);
+                    self.backoff.failed(
+                        Instant::now(),
+                        Error::Redis(format!("{why}: it was demoted or is loading")),
+                    );
+                    return;
+                }
+                if health.answered && !self.answered {
+                    self.answered = true;
+                    self.backoff.succeeded();
+                }
+            }
+        }
+        match open {
+            Ok(true) => {}
+            Ok(false) => return self.lost("the server closed the connection"),
+            Err(e) => return self.lost(&e.to_string()),
+        }
+        // NOSCRIPT retries go out at once.
+        self.flush();
+    }
+
+    /// The connection failed: every hit on it rejects; the next hit connects
+    /// anew. One that ends before it answered anything counts as a failed
+    /// connect for the backoff.
+    pub fn lost(&mut self, why: &str) {
+        if !self.answered {
+            let error = self.end(why);
+            self.backoff.failed(Instant::now(), error);
+            return;
+        }
+        self.end(why);
+    }
+
+    fn end(&mut self, why: &str) -> Error {
+        let error = Error::Connection {
+            text: format!(
+                "the connection to Redis failed ({why}); the hit was not sent again and may or may not have counted"
+            ),
+            sent: true,
+        };
+        self.pipe.fail(&error, &mut self.done);
+        self.drop_link();
+        self.pipe.tally.losses += 1;
+        self.tell(Event::Lost(error.code()));
+        error
+    }
+
+    /// Queues a connection event for every store on the connection.
+    fn tell(&mut self, event: Event) {
+        for sink in self.sinks.iter_mut().flatten() {
+            sink.events.push(event);
+        }
+    }
+
+    fn drop_link(&mut self) {
+        if let Link::Up { .. } = std::mem::replace(&mut self.link, Link::Down) {
+            // The host stops watching; the socket closes with the old link.
+            self.io.close();
+        }
+    }
+
+    /// Asks for [`Conn::expired`] at the earliest deadline, or for nothing
+    /// when idle (or when only hits settled by a timeout remain: a stuck
+    /// connection must not keep the process alive).
+    pub fn arm(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        let next = [
+            self.pipe.next_deadline(),
+            self.waiting.front().map(|r| r.deadline),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        self.io.arm(next);
+    }
+
+    /// Deadlines passed: those hits reject.
+    pub fn expired(&mut self) {
+        let now = Instant::now();
+        // Hits wait in the order they were sent, but each store has its own timeout.
+        while let Some(i) = self.waiting.iter().position(|r| r.deadline <= now) {
+            if let Some(request) = self.waiting.remove(i) {
+                self.pipe.tally.timeouts += 1;
+                self.done.push(Done {
+                    id: request.id,
+                    result: Err(Error::Timeout {
+                        ms: request
+                            .deadline
+                            .saturating_duration_since(request.sent_at)
+                            .as_millis() as u64,
+                        sent: false,
+                    }),
+                });
+            }
+        }
+        // A stuck connection (a paused server, a half-open socket, or one
+        // whose hits time out in a row) is replaced.
+        if self.pipe.expire(now, &mut self.done) {
+            self.lost("no answer within timeoutMs");
+        }
+    }
+
+    /// Routes results to their stores' sinks.
+    pub fn route(&mut self) {
+        for done in self.done.drain(..) {
+            let (sink, id) = ((done.id >> 32) as usize, done.id as u32);
+            if let Some(Some(sink)) = self.sinks.get_mut(sink) {
+                sink.in_flight = sink.in_flight.saturating_sub(1);
+                sink.done.push(Completion {
+                    id,
+                    result: done.result,
+                });
+            }
+        }
+    }
+
+    /// Frees the sinks of closed stores with nothing in flight, and ends
+    /// the connection once no store uses it.
+    pub fn release_idle(&mut self) {
+        for slot in self.sinks.iter_mut() {
+            if slot
+                .as_ref()
+                .is_some_and(|s| s.closed && s.in_flight == 0 && s.done.is_empty())
+            {
+                *slot = None;
+            }
+        }
+        if self.sinks.iter().all(Option::is_none) {
+            self.teardown();
+        }
+    }
+
+    /// Ends the connection: nothing is sent, and no callback comes, after.
+    pub fn teardown(&mut self) {
+        if self.torn_down {
+            return;
+        }
+        self.torn_down = true;
+        let mut done = Vec::new();
+        self.pipe.fail(&Error::Closed, &mut done);
+        self.waiting.clear();
+        self.drop_link();
+        self.io.teardown();
+    }
+}
+
+impl<I: Io, T> Drop for Conn<I, T> {
+    fn drop(&mut self) {
+        self.teardown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::{Answer, Op};
+    use crate::redis::config::Options;
+    use crate::redis::resp::{Parser, Reply};
+    use std::io::{Read, Write};
+    use std::net::TcpListener;
+
+    /// A host that only records what it was asked.
+    #[derive(Default)]
+    struct Fake {
+        connects: Vec<(Arc<Target>, Duration)>,
+        opened: usize,
+        watching: Vec<bool>,
+        closed: usize,
+        armed: Vec<Option<Instant>>,
+        torn_down: usize,
+    }
+
+    impl Io for Fake {
+        fn connect(&mut self, target: Arc<Target>, timeout: Duration) -> Result<(), Error> {
+            self.connects.push((target, timeout));
+            Ok(())
+        }
+        fn open(&mut self, _: &Socket) -> Result<(), Error> {
+            self.opened += 1;
+            Ok(())
+        }
+        fn watch(&mut self, writing: bool) -> bool {
+            self.watching.push(writing);
+            true
+        }
+        fn close(&mut self) {
+            self.closed += 1;
+        }
+        fn arm(&mut self, at: Option<Instant>) {
+            self.armed.push(at);
+        }
+        fn teardown(&mut self) {
+            self.torn_down += 1;
+        }
+    }
+
+    fn conn(url: &str) -> Conn<Fake, ()> {
+        let options = Options {
+            url: Some(url.into()),
+            timeout_ms: Some(1_000),
+            ..Options::default()
+        };
+        let config = Config::resolve(&options, |_| None).unwrap();
+        Conn::new(&config, config.clone(), Fake::default()).unwrap()
+    }
+
+    fn request(id: u64, timeout: Duration) -> Request {
+        let now = Instant::now();
+        Request {
+            id,
+            op: Op::Hit,
+            args: [60_000, 1, 0, 0],
+            key: b"p:k".to_vec().into_boxed_slice(),
+            sent_at: now,
+            deadline: now + timeout,
+        }
+    }
+
+    fn results(c: &mut Conn<Fake, ()>, sink: usize) -> Vec<Completion> {
+        c.route();
+        std::mem::take(&mut c.sinks[sink].as_mut().unwrap().done)
+    }
+
+    #[test]
+    fn a_failed_connect_rejects_the_waiting_hits_unsent_and_backs_off() {
+        let mut c = conn("redis://127.0.0.1:1");
+        let sink = c.join(());
+        c.send(sink, request(1, Duration::from_secs(1))).unwrap();
+        assert_eq!(c.io.connects.len(), 1, "the first hit connects");
+        assert!(c.io.armed[0].is_some(), "a hit in flight arms the timer");
+        let refused = Error::Connection {
+            text: "refused".into(),
+            sent: false,
+        };
+        c.connected(Err(refused.clone()));
+        let done = results(&mut c, sink);
+        assert_eq!((done.len(), done[0].id), (1, 1));
+        assert_eq!(done[0].result.as_ref().unwrap_err().sent(), Some(false));
+        // Backing off: the next hit is refused at once, with no connect.
+        let again = c.send(sink, request(2, Duration::from_secs(1)));
+        assert_eq!(again.unwrap_err().code(), "ERR_CONNECTION");
+        assert_eq!(c.io.connects.len(), 1);
+        assert_eq!(c.pipe.tally.connect_failures, 1);
+    }
+
+    #[test]
+    fn a_hit_waiting_for_the_connection_times_out_unsent() {
+        let mut c = conn("redis://127.0.0.1:1");
+        let sink = c.join(());
+        c.send(sink, request(7, Duration::ZERO)).unwrap();
+        c.expired();
+        let done = results(&mut c, sink);
+        assert_eq!(done[0].result, Err(Error::Timeout { ms: 0, sent: false }));
+        assert_eq!(c.pipe.tally.timeouts, 1);
+    }
+
+    #[test]
+    fn the_connection_ends_with_its_last_store() {
+        let mut c = conn("redis://127.0.0.1:1");
+        let (a, b) = (c.join(()), c.join(()));
+        c.close(a);
+        assert_eq!(
+            c.send(a, request(1, Duration::from_secs(1))),
+            Err(Error::Closed)
+        );
+        assert_eq!(c.io.torn_down, 0, "b still uses it");
+        c.leave(b);
+        assert!(c.torn_down());
+        assert_eq!(c.io.torn_down, 1);
+        assert_eq!(c.join(()), 0, "a freed sink is used again");
+    }
+
+    #[test]
+    fn a_hit_goes_out_and_its_answer_comes_back_through_a_real_socket() {
+        // A server that answers PING with PONG and any other command with [1, 60000].
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut parser = Parser::default();
+            let mut buf = [0u8; 4096];
+            for _ in 0..2 {
+                let parts = loop {
+                    if let Some(Reply::Array(Some(parts))) = parser.next().unwrap() {
+                        break parts;
+                    }
+                    let n = stream.read(&mut buf).unwrap();
+                    parser.feed(&buf[..n]);
+                };
+                let ping = matches!(parts.first(), Some(Reply::Bulk(Some(w))) if w == b"PING");
+                let reply: &[u8] = if ping {
+                    b"+PONG\r\n"
+                } else {
+                    b"*2\r\n:1\r\n:60000\r\n"
+                };
+                stream.write_all(reply).unwrap();
+            }
+        });
+        let mut c = conn(&format!("redis://127.0.0.1:{port}"));
+        let sink = c.join(());
+        c.send(sink, request(3, Duration::from_secs(5))).unwrap();
+        let (target, timeout) = c.io.connects.pop().unwrap();
+        c.connected(target.connect(timeout));
+        assert_eq!((c.io.opened, c.io.watching[0]), (1, false));
+        assert_eq!(c.pipe.tally.connects, 1);
+        let mut done = Vec::new();
+        for _ in 0..500 {
+            c.ready(true, false);
+            done = results(&mut c, sink);
+            if !done.is_empty() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert_eq!(done[0].id, 3);
+        assert_eq!(done[0].result, Ok(Answer::new(&[1, 60_000])));
+        assert_eq!(c.sinks[sink].as_ref().unwrap().events, [Event::Connected]);
+        server.join().unwrap();
+        // The server closes: the connection is lost, and the next hit connects anew.
+        c.ready(true, false);
+        assert_eq!((c.io.closed, c.pipe.tally.losses), (1, 1));
+        c.send(sink, request(4, Duration::from_secs(5))).unwrap();
+        assert_eq!(c.io.connects.len(), 1);
+    }
+}

@@ -1,0 +1,105 @@
+//! What a reply means, on every transport: the one mapping from a server's
+//! reply (read from RESP on the event loop, from the `redis` crate's values
+//! on the I/O thread, from JSON over REST) to an op's answer, and of a
+//! server's error, by its code, to ratestore's error. Each transport only
+//! turns its own reply type into a [`Reply`].
+
+use crate::errors::{Error, Result};
+use crate::ops::{Answer, Op};
+
+/// Where a Redis client error happened: a failed connect sent no hit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Stage {
+    Connect,
+    Sent,
+}
+
+/// A reply as every transport reads it.
+pub enum Reply<'a> {
+    /// An array: its integers, or `None` if any item is not one.
+    Array(Option<Vec<i64>>),
+    Int(i64),
+    /// A server error: its code and the text after it, if any.
+    Error(&'a str, Option<&'a str>),
+    /// Anything else (a status, a string, nil).
+    Other,
+}
+
+/// The op's answer to `reply`, or the error the server answered.
+pub fn outcome(op: Op, reply: Reply<'_>) -> Result<Answer> {
+    match reply {
+        Reply::Array(Some(values)) => op.answer(&values),
+        Reply::Int(n) if op == Op::Unlink => op.answer(&[n]),
+        Reply::Error(code, detail) => Err(server_error(code, detail, Stage::Sent)),
+        _ if op == Op::Ping => op.answer(&[1]),
+        _ => op.answer(&[]),
+    }
+}
+
+/// An error answered by the server, by its code.
+pub fn server_error(code: &str, detail: Option<&str>, stage: Stage) -> Error {
+    let text = || match detail {
+        Some(detail) => format!("{code} {detail}"),
+        None => code.to_string(),
+    };
+    match code {
+        "COUNTRANGE" => Error::CountOutOfRange,
+        "NOAUTH" | "WRONGPASS" | "NOPERM" => Error::Auth(text()),
+        // AUTH with a password to a server that has none answers a plain ERR.
+        "ERR" if stage == Stage::Connect && detail.is_some_and(|d| d.contains("AUTH")) => {
+            Error::Auth(text())
+        }
+        _ => Error::Redis(text()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn server_errors_by_code() {
+        assert_eq!(
+            server_error("COUNTRANGE", Some("x"), Stage::Sent),
+            Error::CountOutOfRange
+        );
+        assert_eq!(
+            server_error("WRONGPASS", Some("invalid pair"), Stage::Connect).code(),
+            "ERR_AUTH"
+        );
+        assert_eq!(server_error("NOAUTH", None, Stage::Sent).code(), "ERR_AUTH");
+        let no_password = Some("AUTH <password> called without any password configured");
+        assert_eq!(
+            server_error("ERR", no_password, Stage::Connect).code(),
+            "ERR_AUTH"
+        );
+        assert_eq!(
+            server_error("ERR", no_password, Stage::Sent).code(),
+            "ERR_REDIS"
+        );
+        let oom = server_error("OOM", Some("command not allowed"), Stage::Sent);
+        assert_eq!(oom, Error::Redis("OOM command not allowed".into()));
+    }
+
+    #[test]
+    fn replies_to_answers() {
+        assert_eq!(
+            outcome(Op::Hit, Reply::Array(Some(vec![3, 10]))),
+            Ok(Answer::new(&[3, 10]))
+        );
+        assert_eq!(
+            outcome(Op::Hit, Reply::Array(None)).unwrap_err().code(),
+            "ERR_REDIS"
+        );
+        assert_eq!(outcome(Op::Unlink, Reply::Int(2)), Ok(Answer::new(&[2])));
+        assert_eq!(outcome(Op::Ping, Reply::Other), Ok(Answer::new(&[1])));
+        assert_eq!(
+            outcome(Op::Hit, Reply::Error("COUNTRANGE", None)),
+            Err(Error::CountOutOfRange)
+        );
+        assert_eq!(
+            outcome(Op::Hit, Reply::Other).unwrap_err().code(),
+            "ERR_REDIS"
+        );
+    }
+}
