@@ -354,18 +354,46 @@ export declare function redisStore(options?: RedisStoreOptions): RedisStore;
 
 export interface PostgresStoreOptions {
   /**
-   * `postgres://user:password@host:port/database[?sslmode=disable|prefer]`. Default: the `DATABASE_URL`
-   * environment variable, then `POSTGRES_URL`, read on the first call, never at import or construction.
+   * `postgres://user:password@host:port/database[?sslmode=…]`. Default: the `DATABASE_URL` environment
+   * variable, then `POSTGRES_URL`, read on the first call, never at import or construction. `sslmode`
+   * is libpq's (see `sslmode` below); `sslrootcert=system` means the public roots (with `verify-full`
+   * or `verify-ca`); a file in `sslrootcert` is not read (pass its PEM as `tls.ca`).
    */
   url?: string;
-  /** The fixed window's table, in seed 000's layout (`key text PRIMARY KEY, total bigint, reset_at timestamptz`). Default `'askdare_counters'`. */
+  /**
+   * TLS, overriding the URL's `sslmode`. `'disable'`: never; `'prefer'` (the default, as libpq's): TLS
+   * when the server offers it; `'require'`: always; with neither of these two is the certificate checked
+   * unless `tls.ca` is given (then its chain, not the host name). `'verify-ca'`: always, the chain checked
+   * against `tls.ca` or the public roots; `'verify-full'`: the chain and the host name. TLS is rustls (ring).
+   */
+  sslmode?: 'disable' | 'prefer' | 'require' | 'verify-ca' | 'verify-full';
+  /** `ca`: PEM certificates to trust instead of the public roots (a private CA). */
+  tls?: { ca?: string };
+  /**
+   * The fixed window's table, in seed 000's layout (`key text PRIMARY KEY, total bigint, reset_at
+   * timestamptz`). Default `'askdare_counters'`. The sliding window's and the token bucket's states are
+   * kept in `TABLE_sw` and `TABLE_tb`; the algorithms run as the functions `TABLE_fw_v1`, `TABLE_sw_v1`
+   * and `TABLE_tb_v1` (at most 57 bytes, so that no name made from it is cut).
+   */
   table?: string;
   /** The table's schema. Default: the connection's search_path. */
   schema?: string;
-  /** Bound on one call in milliseconds, connecting included; past it the call rejects with `ERR_TIMEOUT`. Default 2,000. */
+  /**
+   * Bound on one call in milliseconds, connecting included; past it the call rejects with `ERR_TIMEOUT`,
+   * whose `sent` says whether the call had been sent (then it may or may not have counted). Default 2,000.
+   */
   timeoutMs?: number;
-  /** Create the table (`CREATE TABLE IF NOT EXISTS`, under an advisory lock) on first use. Default true; false: docs/postgres.sql. */
+  /**
+   * Create the tables and functions (`CREATE TABLE IF NOT EXISTS`, a function only where it is missing,
+   * under an advisory lock) on each connection's first use. Default true; false: run docs/postgres.sql.
+   */
   createTable?: boolean;
+  /**
+   * How often, in ms, the store deletes the rows that count nothing (ended windows, expired states),
+   * 500 per statement, skipping rows a call holds, while it is open and connected. Default 60,000; 0:
+   * never (then delete them from cron, docs/postgres.sql).
+   */
+  sweepIntervalMs?: number;
   /** Called with the error of each failed call (the one its promise rejects with). */
   onError?: (error: RatestoreError) => void;
 }
@@ -375,6 +403,8 @@ export interface PostgresStoreStats {
   readonly calls: number;
   readonly errors: Readonly<Record<string, number>>;
   readonly inFlight: number;
+  /** Rows the store's sweeper deleted (see `sweepIntervalMs`). */
+  readonly swept: number;
 }
 
 /** The store `postgresStore()` returns. */
@@ -389,10 +419,13 @@ export interface PostgresStore extends RatestoreStore {
 }
 
 /**
- * Counters in PostgreSQL, in seed 000's table, on the database's clock: one statement per hit on one
- * pipelined connection. Rejects with `ERR_CONFIG`, `ERR_CONNECTION`, `ERR_TIMEOUT`, `ERR_AUTH`,
- * `ERR_POSTGRES` (another server error, with its SQLSTATE) or `ERR_CLOSED`; no message holds a key, the
- * URL or its password. The sliding window and the token bucket reject with `ERR_UNSUPPORTED` for now.
+ * Counters in PostgreSQL, on the database's clock: the fixed window in seed 000's table, the sliding
+ * window and the token bucket in two more tables, each call one statement on one pipelined connection,
+ * answering as memoryStore and redisStore do. Rejects with `ERR_CONFIG`, `ERR_CONNECTION`, `ERR_TIMEOUT`,
+ * `ERR_AUTH`, `ERR_POSTGRES` (another server error, with its SQLSTATE) or `ERR_CLOSED`, and a count past
+ * the safe-integer range with a `RangeError` (`ERR_COUNT_RANGE`). `ERR_TIMEOUT` and `ERR_CONNECTION` carry
+ * `sent`: false while connecting (the call did not count), true once it was handed to the connection (it
+ * may or may not have counted; it is never sent again). No message holds a key, the URL or its password.
  */
 export declare function postgresStore(options?: PostgresStoreOptions): PostgresStore;
 

@@ -1,24 +1,33 @@
 // Every store answers as the model does: the same seeded random sequences of every operation run
-// against memoryStore, a memoryStore small enough to evict, redisStore over TCP, a Redis Cluster and
-// the REST transport at once, under the real clock, each checked against the model of
+// against memoryStore, a memoryStore small enough to evict, redisStore over TCP, a Redis Cluster, the
+// REST transport and postgresStore at once, under the real clock, each checked against the model of
 // docs/algorithms.md (support/model.ts) within the slack stated in support/differential.ts.
 //
 // A run: the seeds of differential-seeds.json (every seed that ever diverged), then DIFF_SEEDS new
 // ones (default 12) from DIFF_SEED (default: the time), DIFF_STEPS steps each (default 40); with
 // DIFF_DURATION_S, new seeds until that many seconds have passed (`npm run soak`). Each step is one
 // call, a parallel group of 2-4, a sleep or a wait for a window edge; a run of 12 seeds makes about
-// about 2,100 calls on the five stores (the closing line counts them) and takes 30-50 s. A divergence prints its seed, the
-// store, the call, what the store answered and what the model allowed, and a reproduction shrunk by
+// 3,000 calls on the six stores (the closing line counts them) and takes 20-50 s. A divergence prints
+// its seed, the store, the call, what the store answered and what the model allowed, and a reproduction shrunk by
 // dropping steps; the seed is added to differential-seeds.json (outside CI) to be committed.
 import { readFileSync, writeFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createLimiter, expressStore, memoryStore, redisStore, universalStore, type RateLimitStore } from '../index.js';
+import {
+  createLimiter,
+  expressStore,
+  memoryStore,
+  postgresStore,
+  redisStore,
+  universalStore,
+  type RateLimitStore,
+} from '../index.js';
 import { Model } from './support/model.js';
 import { startRedis, type RedisServer } from './support/redis.js';
 import { startCluster, type Cluster } from './support/cluster.js';
 import { startRest, type RestEndpoint } from './support/rest.js';
+import { plainPostgres } from './support/postgres.js';
 import {
   SLACK_US,
   applyCall,
@@ -52,11 +61,16 @@ interface Target {
 let redis: RedisServer;
 let cluster: Cluster;
 let rest: RestEndpoint;
+let postgres: Awaited<ReturnType<typeof plainPostgres>>;
 let targets: Target[];
 
 beforeAll(async () => {
   redis = await startRedis();
-  [cluster, rest] = await Promise.all([startCluster(), startRest({ redisPort: redis.port, token: TOKEN })]);
+  [cluster, rest, postgres] = await Promise.all([
+    startCluster(),
+    startRest({ redisPort: redis.port, token: TOKEN }),
+    plainPostgres(),
+  ]);
   const traits = (name: string, t: Partial<StoreTraits>): StoreTraits => ({
     name,
     memory: false,
@@ -105,6 +119,16 @@ beforeAll(async () => {
       open: () => closing(redisStore({ url: rest.url, token: TOKEN, prefix: prefix(), timeoutMs: 5_000 })),
       flushScripts: flushOne,
     },
+    {
+      // The database's clock, on this machine: the same epoch µs as nowUs. Tables of its own per run.
+      clock: nowUs,
+      traits: traits('postgresStore', {}),
+      open: () =>
+        closing(
+          postgresStore({ url: postgres.url, table: `diff_${randomUUID().replace(/-/g, '')}`, timeoutMs: 5_000 }),
+        ),
+      flushScripts: async () => {},
+    },
   ];
   // A script's first use on a server retries after NOSCRIPT, which today reorders the calls behind
   // it (KNOWN.callOrder): load every script once first, so that only the flushScripts steps meet it.
@@ -124,7 +148,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  await Promise.all([rest?.stop(), cluster?.stop()]);
+  await Promise.all([rest?.stop(), cluster?.stop(), postgres?.stop()]);
   await redis?.stop();
 });
 
@@ -514,7 +538,7 @@ describe('differential: every store agrees with the model', () => {
         if (durationS > 0 && Date.now() - started > durationS * 1000) break;
       }
       console.log(
-        `differential: ${seeds.length} seeds, ${calls} steps per store, ${callCount} calls on 5 stores, in ${Date.now() - started} ms`,
+        `differential: ${seeds.length} seeds, ${calls} steps per store, ${callCount} calls on ${targets.length} stores, in ${Date.now() - started} ms`,
       );
       expect(reports.join('\n\n')).toBe('');
     },

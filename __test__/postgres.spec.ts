@@ -1,8 +1,18 @@
 import { randomUUID } from 'node:crypto';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresStore, type PostgresStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
+import { expressSuite } from './express-suite.js';
+import { limiterSuite } from './limiter-suite.js';
+import { operationsSuite } from './operations-suite.js';
+import { universalSuite } from './universal-suite.js';
 import { PASSWORD, plainPostgres, startPostgres, type PostgresServer } from './support/postgres.js';
+import { makeCertificates } from './support/redis.js';
+import { freePort } from '../scripts/free-port.js';
 
 let server: Awaited<ReturnType<typeof plainPostgres>>;
 beforeAll(async () => {
@@ -10,9 +20,19 @@ beforeAll(async () => {
 }, 120_000);
 afterAll(() => server?.stop());
 
-const make = (options: PostgresStoreOptions = {}) => postgresStore({ url: server.url, timeoutMs: 5_000, ...options });
+// The shared suites' stores use tables of this file's own, so that their resetAll() empties only
+// what they wrote (as redisStore's suites use a prefix of their own).
+const table = `suites_${randomUUID().replace(/-/g, '')}`;
+const make = (options: PostgresStoreOptions = {}) =>
+  postgresStore({ url: server.url, table, timeoutMs: 5_000, ...options });
 
 rateLimitStoreContract('postgresStore', () => make());
+limiterSuite('postgresStore', () => make());
+operationsSuite('postgresStore', () => make());
+// The adapters' suites count on fixed keys (the client's address) in each test: a table per store.
+const isolated = () => make({ table: `adapter_${randomUUID().replace(/-/g, '')}` });
+universalSuite('postgresStore', isolated);
+expressSuite('postgresStore', isolated);
 
 const KEY_MARKER = '203.0.113.77-pg-key-marker';
 
@@ -84,22 +104,21 @@ describe('postgresStore', () => {
     expect(error.message).not.toContain('wrong-secret-7d1f');
   });
 
-  it('rejects sslmode=require with ERR_CONFIG (TLS is not supported yet)', async () => {
-    const error = await rejection(ownStore({ url: `${own.url}?sslmode=require` }).hit(KEY_MARKER, 60_000, 1));
-    expect(error.code).toBe('ERR_CONFIG');
-  });
-
   it('refuses bad options with a TypeError or RangeError', () => {
     expect(() => postgresStore({ url: 1 as unknown as string })).toThrow(TypeError);
     expect(() => postgresStore({ timeoutMs: 0 })).toThrow(RangeError);
     expect(() => postgresStore({ nope: 1 } as unknown as PostgresStoreOptions)).toThrow(TypeError);
+    expect(() => postgresStore({ sslmode: 'allow' as 'disable' })).toThrow(RangeError);
+    expect(() => postgresStore({ sslmode: 1 as unknown as 'disable' })).toThrow(TypeError);
+    expect(() => postgresStore({ tls: { ca: 1 as unknown as string } })).toThrow(TypeError);
+    expect(() => postgresStore({ tls: { cert: 'x' } as unknown as { ca: string } })).toThrow(TypeError);
   });
 
-  it('with createTable false, a missing table rejects with ERR_POSTGRES (42P01) and nothing is created', async () => {
+  it('with createTable false, nothing created rejects with ERR_POSTGRES (42883, the missing function) and creates nothing', async () => {
     const table = `missing_${randomUUID().replace(/-/g, '')}`;
     const error = await rejection(ownStore({ table, createTable: false }).hit(KEY_MARKER, 60_000, 1));
     expect(error.code).toBe('ERR_POSTGRES');
-    expect(error.message).toContain('42P01');
+    expect(error.message).toContain('42883');
     expect(await own.sql(`SELECT count(*) FROM pg_tables WHERE tablename = '${table}'`)).toBe('0');
   });
 
@@ -200,17 +219,448 @@ describe('postgresStore', () => {
     await store.close();
   }, 30_000);
 
-  it('rejects the sliding window and the token bucket with ERR_UNSUPPORTED, for now', async () => {
-    const store = ownStore();
-    expect((await rejection(store.slidingWindow.increment(KEY_MARKER, 60_000))).code).toBe('ERR_UNSUPPORTED');
-    const bucket = { capacity: 1, refill: 1, intervalMs: 1000 };
-    expect((await rejection(store.tokenBucket(KEY_MARKER, bucket))).code).toBe('ERR_UNSUPPORTED');
+  /** A store on tables of its own, created by a first ping, and SQL on its state tables. */
+  async function ownTables() {
+    const table = `t_${randomUUID().replace(/-/g, '')}`;
+    const store = ownStore({ table });
+    await store.ping();
+    const sql = own.sql;
+    /** Writes a sliding-window state: the window starting at startMs (epoch ms), counting until endsMs. */
+    const slidingState = (key: string, startMs: number, previous: number, current: number, endsMs: number) =>
+      sql(`INSERT INTO ${table}_sw VALUES ('${key}', ${startMs * 1000}, ${previous}, ${current},
+        'epoch'::timestamptz + interval '1 microsecond' * ${endsMs * 1000})`);
+    /** The sliding-window function at an explicit time (µs since the epoch), as {a,b,...}. */
+    const sliding = (op: number, key: string, windowMs: number, amount: number, arg: number, atUs: number) =>
+      sql(`SELECT ${table}_sw_v1(${op}, '${key}', ${windowMs}, ${amount}, ${arg}, ${atUs})`);
+    const bucket = (key: string, capacity: number, refill: number, intervalMs: number, cost: number, atUs: number) =>
+      sql(`SELECT ${table}_tb_v1('${key}', ${capacity}, ${refill}, ${intervalMs}, ${cost}, ${atUs})`);
+    return { table, store, sql, slidingState, sliding, bucket };
+  }
+
+  it('keeps the sliding window in TABLE_sw: increment, consume and decrement naming its window', async () => {
+    const { table, store, sql } = await ownTables();
+    const key = `sw:${randomUUID()}`;
+    const year = 365 * 24 * 3600 * 1000;
+    const first = await store.slidingWindow.increment(key, year);
+    expect(first.count).toBe(1);
+    expect(first.resetMs).toBeGreaterThan(0);
+    expect(first.resetMs).toBeLessThanOrEqual(year);
+    const second = await store.slidingWindow.increment(key, year, 2);
+    expect(second).toMatchObject({ count: 3, window: first.window });
+    expect(await sql(`SELECT current FROM ${table}_sw WHERE key = '${key}'`)).toBe('3');
+    // A decrement naming another window gives nothing back; naming its own, it does.
+    expect((await store.slidingWindow.decrement(key, year, 1, { window: first.window + 1 })).count).toBe(3);
+    expect((await store.slidingWindow.decrement(key, year, 1, { window: first.window })).count).toBe(2);
+    const results = await Promise.all(
+      Array.from({ length: 12 }, () => store.slidingWindow.consume(key, { limit: 7, windowMs: year })),
+    );
+    expect(results.filter((r) => r.allowed)).toHaveLength(5);
+    const refused = results.find((r) => !r.allowed)!;
+    expect(refused).toMatchObject({ count: 7, remaining: 0, window: first.window });
+    expect(refused.retryMs).toBeGreaterThan(0);
+    // Taken back to nothing, the state is removed.
+    await store.slidingWindow.decrement(key, year, 100);
+    expect(await sql(`SELECT count(*) FROM ${table}_sw WHERE key = '${key}'`)).toBe('0');
     await store.close();
   });
+
+  it('answers the sliding window exactly as src/sliding.rs, at the times its tests use', async () => {
+    const { store, slidingState, sliding } = await ownTables();
+    const W = 10_000;
+    const MS = 1000;
+    const MAX = Number.MAX_SAFE_INTEGER;
+    const cases: [string, () => Promise<string>, string][] = [];
+    let n = 0;
+    const at = (
+      state: [number, number, number] | null,
+      op: number,
+      amount: number,
+      arg: number,
+      atUs: number,
+      expected: string,
+    ) => {
+      const key = `case${n++}`;
+      cases.push([
+        key,
+        async () => {
+          if (state) await slidingState(key, state[0], state[1], state[2], state[0] + 2 * W);
+          return sliding(op, key, W, amount, arg, atUs);
+        },
+        expected,
+      ]);
+    };
+    // increment: [count, resetMs, window]
+    at(null, 0, 1, 0, 25_000 * MS, `{1,5000,${30_000 * MS}}`);
+    at([10_000, 0, 8], 0, 0, 0, 22_500 * MS, `{6,7500,${30_000 * MS}}`);
+    at([10_000, 0, 8], 0, 0, 0, 22_501 * MS, `{6,7499,${30_000 * MS}}`);
+    at([10_000, 0, 1], 0, 0, 0, 29_999_999, `{1,1,${30_000 * MS}}`);
+    at([10_000, 0, 8], 0, 0, 0, 20_000 * MS, `{8,10000,${30_000 * MS}}`);
+    at([10_000, 5, 8], 0, 0, 0, 30_000 * MS, `{0,10000,${40_000 * MS}}`);
+    at([20_000, 3, 4], 0, 1, 0, 15_000 * MS, `{7,5000,${30_000 * MS}}`);
+    // Exact at the top of the range: half of MAX_SAFE still weighs, rounded up.
+    at([0, 0, MAX], 0, 1, 0, 15_000 * MS, `{${(MAX + 1) / 2 + 1},5000,${20_000 * MS}}`);
+    // decrement: from current, then previous; naming a window, only from it.
+    at([20_000, 4, 2], 1, 3, 0, 25_000 * MS, `{2,5000,${30_000 * MS}}`);
+    at([20_000, 4, 2], 1, 1, 30_000 * MS, 30_000 * MS, `{1,10000,${40_000 * MS}}`);
+    at([40_000, 2, 5], 1, 1, 30_000 * MS, 45_000 * MS, `{6,5000,${50_000 * MS}}`);
+    // consume: [allowed, count, remaining, resetMs, retryMs, window]
+    at([10_000, 0, 8], 2, 4, 10, 22_500 * MS, `{1,10,0,7500,0,${30_000 * MS}}`);
+    at([10_000, 0, 8], 2, 6, 10, 22_500 * MS, `{0,6,4,7500,2500,${30_000 * MS}}`);
+    at([10_000, 0, 8], 2, 5, 10, 22_500 * MS, `{0,6,4,7500,1250,${30_000 * MS}}`);
+    at([10_000, 0, 8], 2, 6, 10, 25_000 * MS, `{1,10,0,5000,0,${30_000 * MS}}`);
+    at([10_000, 0, 8], 2, 6, 10, 25_000 * MS - 1, `{0,5,5,5001,1,${30_000 * MS}}`);
+    const retry = Math.ceil((7_500_000 + 10_000_000 - 7_142_857) / MS);
+    at([20_000, 0, 7], 2, 5, 10, 22_500 * MS, `{0,7,3,7500,${retry},${30_000 * MS}}`);
+    at(null, 2, 4, 3, 2_500 * MS, `{0,0,3,7500,7500,${10_000 * MS}}`);
+    at([0, 0, 2], 2, 4, 3, 2_500 * MS, `{0,2,1,7500,17500,${10_000 * MS}}`);
+    for (const [key, run, expected] of cases) expect([key, await run()]).toEqual([key, expected]);
+    // A count past the safe range rejects, changing nothing.
+    await slidingState('max', 0, 0, MAX, 2 * W);
+    await expect(sliding(0, 'max', W, 1, 0, 0)).rejects.toThrow(/safe-integer range/);
+    expect(await sliding(0, 'max', W, 0, 0, 0)).toBe(`{${MAX},10000,${W * MS}}`);
+    await store.close();
+  });
+
+  it('rejects a sliding count past the safe range with ERR_COUNT_RANGE, changing nothing', async () => {
+    const store = ownStore();
+    const key = `swmax:${randomUUID()}`;
+    await store.slidingWindow.increment(key, 3_600_000, Number.MAX_SAFE_INTEGER - 1);
+    const error = await rejection(store.slidingWindow.increment(key, 3_600_000, 2));
+    expect(error).toBeInstanceOf(RangeError);
+    expect(error.code).toBe('ERR_COUNT_RANGE');
+    expect((await store.slidingWindow.increment(key, 3_600_000, 0)).count).toBe(Number.MAX_SAFE_INTEGER - 1);
+    await store.close();
+  });
+
+  it('keeps the token bucket in TABLE_tb, and answers exactly as src/bucket.rs', async () => {
+    const { table, store, sql, bucket } = await ownTables();
+    const key = `tb:${randomUUID()}`;
+    const p = { capacity: 5, refill: 1, intervalMs: 3_600_000 };
+    const results = await Promise.all(Array.from({ length: 8 }, () => store.tokenBucket(key, p)));
+    expect(results.filter((r) => r.allowed)).toHaveLength(5);
+    expect(results.find((r) => !r.allowed)).toMatchObject({ remaining: 0, retryMs: expect.any(Number) });
+    expect(await sql(`SELECT tokens FROM ${table}_tb WHERE key = '${key}'`)).toBe('0');
+    expect(await store.tokenBucket(key, { ...p, cost: 0 })).toMatchObject({ allowed: true, remaining: 0 });
+    const MS = 1000;
+    // [allowed, remaining, retryMs, resetMs] at explicit times, from src/bucket.rs's tests.
+    expect(await bucket('a', 10, 1, 1_000, 3, 5 * MS)).toBe('{1,7,0,3000}');
+    expect(await bucket('b', 10, 3, 1_000, 10, 0)).toBe('{1,0,0,4000}');
+    expect(await bucket('b', 10, 3, 1_000, 0, 999_999)).toBe('{1,0,0,3001}');
+    expect(await bucket('b', 10, 3, 1_000, 0, 2_500 * MS)).toBe('{1,6,0,1500}');
+    expect(await bucket('b', 10, 3, 1_000, 6, 2_500 * MS)).toBe('{1,0,0,3500}');
+    expect(await sql(`SELECT at_us FROM ${table}_tb WHERE key = 'b'`)).toBe(String(2_000 * MS));
+    expect(await bucket('c', 10, 2, 500, 9, 0)).toBe('{1,1,0,2500}');
+    expect(await bucket('c', 10, 2, 500, 6, 100 * MS)).toBe('{0,1,1400,2400}');
+    expect(await bucket('c', 10, 2, 500, 6, 1_500 * MS - 1)).toBe('{0,5,1,1001}');
+    expect(await bucket('d', 3, 1, 1_000, 4, 0)).toBe('{0,3,1,0}');
+    expect(await bucket('e', 3, 1, 1_000, 2, 0)).toBe('{1,1,0,2000}');
+    expect(await bucket('e', 3, 1, 1_000, 4, 0)).toBe('{0,1,2000,2000}');
+    await store.close();
+  });
+
+  it('reset(key) removes every state of the key; resetAll() empties every table', async () => {
+    const { table, store, sql } = await ownTables();
+    const key = `all:${randomUUID()}`;
+    await store.hit(key, 60_000, 1);
+    await store.slidingWindow.increment(key, 60_000);
+    await store.tokenBucket(key, { capacity: 3, refill: 1, intervalMs: 60_000 });
+    const rows = () =>
+      sql(
+        `SELECT (SELECT count(*) FROM ${table}) + (SELECT count(*) FROM ${table}_sw) + (SELECT count(*) FROM ${table}_tb)`,
+      );
+    expect(await rows()).toBe('3');
+    await store.reset(key);
+    expect(await rows()).toBe('0');
+    await store.hit(key, 60_000, 1);
+    await store.slidingWindow.increment(`${key}:2`, 60_000);
+    await store.tokenBucket(`${key}:3`, { capacity: 3, refill: 1, intervalMs: 60_000 });
+    await store.resetAll();
+    expect(await rows()).toBe('0');
+    await store.close();
+  });
+
+  it("with createTable false, runs on what docs/postgres.sql makes (the store's own DDL)", async () => {
+    const table = `doc_${randomUUID().replace(/-/g, '')}`;
+    const ddl = readFileSync(join(process.cwd(), 'docs', 'postgres.sql'), 'utf8').replaceAll('askdare_counters', table);
+    await own.sql(ddl);
+    const store = ownStore({ table, createTable: false });
+    expect((await store.hit('k', 60_000, 2)).count).toBe(2);
+    expect((await store.slidingWindow.increment('k', 60_000, 3)).count).toBe(3);
+    expect((await store.tokenBucket('k', { capacity: 5, refill: 1, intervalMs: 1000, cost: 2 })).remaining).toBe(3);
+    await store.close();
+  });
+
+  it('with createTable false and only the seed table, calls reject naming the missing function; reset and resetAll work', async () => {
+    const table = `only_${randomUUID().replace(/-/g, '')}`;
+    await own.sql(`CREATE TABLE ${table} (key text PRIMARY KEY, total bigint NOT NULL, reset_at timestamptz NOT NULL)`);
+    const store = ownStore({ table, createTable: false });
+    for (const call of [store.hit(KEY_MARKER, 60_000, 2), store.slidingWindow.increment(KEY_MARKER, 60_000)]) {
+      const error = await rejection(call);
+      expect(error.code).toBe('ERR_POSTGRES');
+      expect(error.message).toContain('42883');
+      expect(error.message).toContain('docs/postgres.sql');
+    }
+    await store.reset('k');
+    await store.resetAll();
+    await store.close();
+  });
+
+  it('creates the state tables and functions once when many stores start at once', async () => {
+    const table = `race_${randomUUID().replace(/-/g, '')}`;
+    const stores = Array.from({ length: 8 }, () => ownStore({ table }));
+    const counts = await Promise.all(stores.map((store) => store.slidingWindow.increment('k', 3_600_000)));
+    expect(counts.map((c) => c.count).sort((a, b) => a - b)).toEqual([1, 2, 3, 4, 5, 6, 7, 8]);
+    const taken = await Promise.all(
+      stores.map((store) => store.tokenBucket('k', { capacity: 4, refill: 1, intervalMs: 3_600_000 })),
+    );
+    expect(taken.filter((t) => t.allowed)).toHaveLength(4);
+    await Promise.all(stores.map((store) => store.close()));
+  });
+
+  it('sweeps the rows that count nothing from every table, in batches, leaving the live ones (stats().swept)', async () => {
+    const table = `sweep_${randomUUID().replace(/-/g, '')}`;
+    const store = ownStore({ table, sweepIntervalMs: 200 });
+    await store.ping();
+    expect(
+      await own.sql(
+        `SELECT count(*) FROM pg_indexes WHERE indexname IN ('${table}_ix', '${table}_sw_ix', '${table}_tb_ix')`,
+      ),
+    ).toBe('3');
+    const past = "now() - interval '1 second'";
+    // More than two batches of ended windows, and expired states.
+    await own.sql(`INSERT INTO ${table} SELECT 'old' || i, 1, ${past} FROM generate_series(1, 1200) i`);
+    await own.sql(`INSERT INTO ${table}_sw SELECT 'old' || i, 0, 0, 1, ${past} FROM generate_series(1, 30) i`);
+    await own.sql(`INSERT INTO ${table}_tb SELECT 'old' || i, 0, 0, ${past} FROM generate_series(1, 40) i`);
+    await store.hit('live', 60_000, 1);
+    await store.slidingWindow.increment('live', 60_000);
+    await store.tokenBucket('live', { capacity: 2, refill: 1, intervalMs: 60_000 });
+    const deadline = Date.now() + 15_000;
+    while (store.stats().swept < 1270 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+    expect(store.stats().swept).toBe(1270);
+    const left = await own.sql(
+      `SELECT (SELECT count(*) FROM ${table}) || ',' || (SELECT count(*) FROM ${table}_sw) || ',' || (SELECT count(*) FROM ${table}_tb)`,
+    );
+    expect(left).toBe('1,1,1');
+    expect((await store.hit('live', 60_000, 0)).count).toBe(1);
+    await store.close();
+    expect(store.stats().swept).toBe(1270);
+  }, 30_000);
+
+  it('with sweepIntervalMs 0 sweeps nothing; a bad interval is a RangeError', async () => {
+    const table = `nosweep_${randomUUID().replace(/-/g, '')}`;
+    const store = ownStore({ table, sweepIntervalMs: 0 });
+    await store.ping();
+    await own.sql(`INSERT INTO ${table} VALUES ('old', 1, now() - interval '1 second')`);
+    await new Promise((r) => setTimeout(r, 400));
+    expect(store.stats().swept).toBe(0);
+    expect(await own.sql(`SELECT count(*) FROM ${table}`)).toBe('1');
+    await store.close();
+    expect(() => postgresStore({ sweepIntervalMs: -1 })).toThrow(RangeError);
+    expect(() => postgresStore({ sweepIntervalMs: 1.5 })).toThrow(RangeError);
+    expect(() => postgresStore({ sweepIntervalMs: '1' as unknown as number })).toThrow(TypeError);
+  });
+
+  it('says whether a failed call was sent: a refused connect was not (ERR_CONNECTION, sent false)', async () => {
+    const port = await freePort();
+    const store = postgresStore({
+      url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`,
+      timeoutMs: 3_000,
+    });
+    const error = (await rejection(store.hit(KEY_MARKER, 60_000, 1))) as Error & { code?: string; sent?: boolean };
+    expect([error.code, error.sent]).toEqual(['ERR_CONNECTION', false]);
+    expect(error.message).toContain('not sent');
+    await store.close();
+  });
+
+  it('a call sent to a paused backend times out with sent true; a connect to a paused server with sent false', async () => {
+    const store = ownStore({ url: `${own.url}?application_name=paused_backend`, timeoutMs: 500 });
+    const key = `paused:${randomUUID()}`;
+    expect((await store.hit(key, 60_000, 1)).count).toBe(1);
+    const pid = Number(
+      await own.sql("SELECT pid FROM pg_stat_activity WHERE application_name = 'paused_backend' LIMIT 1"),
+    );
+    expect(pid).toBeGreaterThan(0);
+    process.kill(pid, 'SIGSTOP');
+    try {
+      const error = (await rejection(store.hit(key, 60_000, 1))) as Error & { code?: string; sent?: boolean };
+      expect([error.code, error.sent]).toEqual(['ERR_TIMEOUT', true]);
+      expect(error.message).toContain('may or may not have counted');
+    } finally {
+      process.kill(pid, 'SIGCONT');
+    }
+    // The paused hit ran once the backend went on: sent, and not sent again.
+    expect((await store.hit(key, 60_000, 0)).count).toBe(2);
+    await store.close();
+    const postmaster = Number(readFileSync(join(own.dataDir, 'postmaster.pid'), 'utf8').split('\n')[0]);
+    const fresh = ownStore({ timeoutMs: 500 });
+    process.kill(postmaster, 'SIGSTOP');
+    try {
+      const error = (await rejection(fresh.hit(key, 60_000, 1))) as Error & { code?: string; sent?: boolean };
+      expect([error.code, error.sent]).toEqual(['ERR_TIMEOUT', false]);
+      expect(error.message).toContain('not sent');
+    } finally {
+      process.kill(postmaster, 'SIGCONT');
+    }
+    await fresh.close();
+    expect((await ownStore().hit(key, 60_000, 0)).count).toBe(2);
+  }, 30_000);
 
   it('refuses calls after close() with ERR_CLOSED', async () => {
     const store = ownStore();
     await store.close();
     expect((await rejection(store.hit('k', 60_000, 1))).code).toBe('ERR_CLOSED');
+  });
+});
+
+describe('postgresStore over TLS (a server with ssl=on that accepts TLS connections only)', () => {
+  let tlsServer: PostgresServer;
+  let certDir: string;
+  let ca: string;
+  beforeAll(async () => {
+    certDir = mkdtempSync(join(tmpdir(), 'ratestore-pg-tls-'));
+    const files = await makeCertificates(certDir);
+    ca = readFileSync(files.ca, 'utf8');
+    tlsServer = await startPostgres({ tls: files });
+  }, 120_000);
+  afterAll(async () => {
+    await tlsServer?.stop();
+    if (certDir) rmSync(certDir, { recursive: true, force: true });
+  });
+
+  /** The URL with these query parameters. */
+  const url = (query: string) => `${tlsServer.url}?${query}`;
+  /** Whether the server sees a TLS connection of this application name. */
+  const overTls = (name: string) =>
+    tlsServer.sql(
+      `SELECT count(*) FROM pg_stat_ssl s JOIN pg_stat_activity a USING (pid) WHERE s.ssl AND a.application_name = '${name}'`,
+    );
+
+  it('sslmode=require (from the URL) connects over TLS, checking no certificate', async () => {
+    const store = postgresStore({ url: url('sslmode=require&application_name=tls_require'), timeoutMs: 5_000 });
+    expect((await store.hit(`tls:${randomUUID()}`, 60_000, 2)).count).toBe(2);
+    expect(await overTls('tls_require')).toBe('1');
+    await store.close();
+  });
+
+  it('logs in with SCRAM channel binding over TLS (channel_binding=require), the certificate unchecked', async () => {
+    const store = postgresStore({ url: url('sslmode=require&channel_binding=require'), timeoutMs: 5_000 });
+    expect((await store.hit(`bound:${randomUUID()}`, 60_000, 1)).count).toBe(1);
+    await store.close();
+    // Over plain TCP there is nothing to bind to: refused before any password is sent.
+    const plain = postgresStore({ url: `${server.url}?channel_binding=require&sslmode=disable`, timeoutMs: 5_000 });
+    expect(['ERR_CONNECTION', 'ERR_AUTH']).toContain((await rejection(plain.ping())).code);
+    await plain.close();
+  });
+
+  it('the default (prefer, as libpq) uses TLS where the server offers it', async () => {
+    const store = postgresStore({ url: url('application_name=tls_prefer'), timeoutMs: 5_000 });
+    await store.ping();
+    expect(await overTls('tls_prefer')).toBe('1');
+    await store.close();
+  });
+
+  it('verify-full checks the certificate and the host name against tls.ca; the option overrides the URL', async () => {
+    const store = postgresStore({
+      url: url('sslmode=disable&application_name=tls_full'),
+      sslmode: 'verify-full',
+      tls: { ca },
+      timeoutMs: 5_000,
+    });
+    const key = `full:${randomUUID()}`;
+    expect((await store.slidingWindow.increment(key, 60_000, 3)).count).toBe(3);
+    expect(await overTls('tls_full')).toBe('1');
+    await store.close();
+    const ca_ = postgresStore({ url: url('sslmode=verify-ca'), tls: { ca }, timeoutMs: 5_000 });
+    await ca_.ping();
+    await ca_.close();
+  });
+
+  it('verify-full without the private CA rejects with ERR_CONNECTION, naming no secret', async () => {
+    const store = postgresStore({ url: url('sslmode=verify-full'), timeoutMs: 5_000 });
+    const error = await rejection(store.hit(KEY_MARKER, 60_000, 1));
+    expect(error.code).toBe('ERR_CONNECTION');
+    expect(error.message).toMatch(/certificate|UnknownIssuer/i);
+    await store.close();
+  });
+
+  it('require with tls.ca checks the chain: another CA is refused', async () => {
+    const otherDir = mkdtempSync(join(tmpdir(), 'ratestore-pg-other-'));
+    try {
+      const other = readFileSync((await makeCertificates(otherDir)).ca, 'utf8');
+      const store = postgresStore({ url: url('sslmode=require'), tls: { ca: other }, timeoutMs: 5_000 });
+      expect((await rejection(store.ping())).code).toBe('ERR_CONNECTION');
+      await store.close();
+    } finally {
+      rmSync(otherDir, { recursive: true, force: true });
+    }
+  });
+
+  it('verify-full refuses a certificate of the CA for another name; verify-ca and require with tls.ca accept it', async () => {
+    // A second server, whose certificate (from the same CA) names elsewhere.invalid only.
+    const openssl = (...args: string[]) =>
+      new Promise<void>((resolve, reject) =>
+        execFile('openssl', args, { cwd: certDir }, (error, _out, stderr) =>
+          error ? reject(new Error(`openssl ${args[0]} failed: ${stderr}`)) : resolve(),
+        ),
+      );
+    const ec = ['-newkey', 'ec', '-pkeyopt', 'ec_paramgen_curve:prime256v1', '-nodes'];
+    await openssl('req', ...ec, '-keyout', 'other.key', '-out', 'other.csr', '-subj', '/CN=elsewhere');
+    writeFileSync(join(certDir, 'other.cnf'), 'subjectAltName=DNS:elsewhere.invalid\n');
+    await openssl(
+      'x509',
+      '-req',
+      '-in',
+      'other.csr',
+      '-CA',
+      'ca.crt',
+      '-CAkey',
+      'ca.key',
+      '-CAcreateserial',
+      '-out',
+      'other.crt',
+      '-days',
+      '2',
+      '-extfile',
+      'other.cnf',
+    );
+    const other = await startPostgres({ tls: { cert: join(certDir, 'other.crt'), key: join(certDir, 'other.key') } });
+    try {
+      const full = postgresStore({ url: `${other.url}?sslmode=verify-full`, tls: { ca }, timeoutMs: 5_000 });
+      const error = await rejection(full.ping());
+      expect(error.code).toBe('ERR_CONNECTION');
+      expect(error.message).toMatch(/not valid for/i);
+      await full.close();
+      for (const sslmode of ['verify-ca', 'require'] as const) {
+        const store = postgresStore({ url: other.url, sslmode, tls: { ca }, timeoutMs: 5_000 });
+        await store.ping();
+        await store.close();
+      }
+    } finally {
+      await other.stop();
+    }
+  }, 60_000);
+
+  it('sslmode=disable is refused by a TLS-only server (ERR_AUTH), naming no secret', async () => {
+    const store = postgresStore({ url: url('sslmode=disable'), timeoutMs: 5_000 });
+    const error = await rejection(store.hit(KEY_MARKER, 60_000, 1));
+    expect(error.code).toBe('ERR_AUTH');
+    await store.close();
+  });
+
+  it('rejects settings it cannot use with ERR_CONFIG', async () => {
+    const cases: PostgresStoreOptions[] = [
+      { url: url('sslmode=allow') },
+      { url: url('sslmode=disable'), tls: { ca } },
+      { url: url('sslmode=require'), tls: { ca: 'not a certificate' } },
+      { url: url('sslmode=require&sslrootcert=/etc/ssl/ca.pem') },
+      { url: url('sslmode=require&sslrootcert=system') },
+    ];
+    for (const options of cases) {
+      const error = await rejection(postgresStore(options).hit(KEY_MARKER, 60_000, 1));
+      expect([JSON.stringify(options.url?.replace(tlsServer.url, '')), error.code]).toEqual([
+        JSON.stringify(options.url?.replace(tlsServer.url, '')),
+        'ERR_CONFIG',
+      ]);
+    }
   });
 });

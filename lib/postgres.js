@@ -3,12 +3,22 @@
 // native I/O thread; its promise resolves with the op's numbers, or with the error it rejects with.
 
 const native = require('./native.js');
-const { checkOptions, checkOption, checkWellFormed, checkPositiveInteger, rejection } = require('./check.js');
+const {
+  checkOptions,
+  checkOption,
+  checkWellFormed,
+  checkPositiveInteger,
+  rangeError,
+  rejection,
+} = require('./check.js');
 const { ServerOperations, decode, WATCHERS } = require('./ops.js');
 const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
-const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'onError'];
+const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'sslmode', 'tls', 'sweepIntervalMs', 'onError'];
+/** The longest sweep interval: what a native u32 of ms holds (about 49 days). */
+const MAX_SWEEP_MS = 2 ** 32 - 1;
+const SSLMODES = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full'];
 
 class PostgresStore extends ServerOperations {
   #native;
@@ -21,18 +31,45 @@ class PostgresStore extends ServerOperations {
 
   constructor(options) {
     super();
-    const { url, table, schema, timeoutMs, createTable, onError } = checkOptions('postgresStore', options, OPTIONS);
+    const { url, table, schema, timeoutMs, createTable, sslmode, tls, sweepIntervalMs, onError } = checkOptions(
+      'postgresStore',
+      options,
+      OPTIONS,
+    );
     this.#failures = new Failures('postgresStore', onError);
     checkOption('postgresStore', 'url', url, 'string');
     checkWellFormed('postgresStore', 'table', table);
     checkWellFormed('postgresStore', 'schema', schema);
     checkOption('postgresStore', 'createTable', createTable, 'boolean');
+    checkOption('postgresStore', 'sslmode', sslmode, 'string');
+    if (sslmode !== undefined && !SSLMODES.includes(sslmode)) {
+      throw rangeError(
+        `postgresStore(options): sslmode must be one of ${SSLMODES.join(', ')}, got ${JSON.stringify(sslmode)}`,
+      );
+    }
+    const { ca } = checkOptions('postgresStore', tls, ['ca'], 'tls');
+    checkOption('postgresStore', 'tls.ca', ca, 'string');
     if (timeoutMs !== undefined) checkPositiveInteger('postgresStore', 'timeoutMs', timeoutMs);
-    this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable);
+    checkOption('postgresStore', 'sweepIntervalMs', sweepIntervalMs, 'number');
+    if (
+      sweepIntervalMs !== undefined &&
+      !(Number.isInteger(sweepIntervalMs) && sweepIntervalMs >= 0 && sweepIntervalMs <= MAX_SWEEP_MS)
+    ) {
+      throw rangeError(
+        `postgresStore(options): sweepIntervalMs must be an integer from 0 (no sweeping) to ${MAX_SWEEP_MS}, got ${sweepIntervalMs}`,
+      );
+    }
+    this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable, sslmode, ca, sweepIntervalMs);
   }
 
   stats() {
-    return { kind: 'postgres', calls: this.#calls, errors: this.#failures.snapshot(), inFlight: this.#inFlight };
+    return {
+      kind: 'postgres',
+      calls: this.#calls,
+      errors: this.#failures.snapshot(),
+      inFlight: this.#inFlight,
+      swept: this.#native.swept(),
+    };
   }
 
   /** Reads the environment, on the first call, never at import or construction. */

@@ -60,8 +60,13 @@ pub enum Error {
     Redis(String),
     /// postgresStore's failures: `code` is the JS code (ERR_CONFIG,
     /// ERR_TIMEOUT, ERR_CONNECTION, ERR_AUTH or ERR_POSTGRES).
+    /// `sent` as for `Connection`, on `ERR_TIMEOUT` and `ERR_CONNECTION`.
     #[error("postgresStore: {text}")]
-    Postgres { code: &'static str, text: String },
+    Postgres {
+        code: &'static str,
+        text: String,
+        sent: Option<bool>,
+    },
     /// The store was closed by `close()`.
     #[error("the store is closed; calls after close() are refused")]
     Closed,
@@ -113,6 +118,7 @@ impl Error {
     pub fn sent(&self) -> Option<bool> {
         match self {
             Error::Timeout { sent, .. } | Error::Connection { sent, .. } => Some(*sent),
+            Error::Postgres { sent, .. } => *sent,
             // A refused hit was never sent, nor was the connect's that failed.
             Error::BackingOff { cause, .. } => cause.sent(),
             _ => None,
@@ -140,9 +146,10 @@ impl Error {
             },
             Error::Auth(t) => Error::Auth(clean(t)),
             Error::Redis(t) => Error::Redis(clean(t)),
-            Error::Postgres { code, text } => Error::Postgres {
+            Error::Postgres { code, text, sent } => Error::Postgres {
                 code,
                 text: clean(text),
+                sent,
             },
             other => other,
         }

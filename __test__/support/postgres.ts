@@ -2,7 +2,17 @@
 // port, password auth on 127.0.0.1 only, stopped (and removed) afterwards. TEST_DATABASE_URL, when set,
 // replaces it in the plain suites (never in the fault tests, which restart the server).
 import { execFile } from 'node:child_process';
-import { chmodSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  chownSync,
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readFileSync,
+  readdirSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../scripts/free-port.js';
@@ -34,6 +44,8 @@ function run(command: string, args: string[], env: NodeJS.ProcessEnv = process.e
 export interface PostgresServer {
   readonly url: string;
   readonly port: number;
+  /** The cluster's data directory (postmaster.pid names the server's process). */
+  readonly dataDir: string;
   /** Runs SQL through psql and answers its unaligned output, trimmed. */
   sql(statement: string): Promise<string>;
   /** `pg_ctl restart`, or only its stop / start halves. */
@@ -43,7 +55,12 @@ export interface PostgresServer {
   stop(): Promise<void>;
 }
 
-export async function startPostgres(): Promise<PostgresServer> {
+export interface PostgresOptions {
+  /** Serves TLS (ssl=on) with this certificate and key (PEM files), and accepts only TLS connections. */
+  tls?: { cert: string; key: string };
+}
+
+export async function startPostgres(settings: PostgresOptions = {}): Promise<PostgresServer> {
   const bin = binDir();
   const root = userInfo().uid === 0;
   // The server refuses to run as root: then its files belong to the postgres system user.
@@ -61,7 +78,24 @@ export async function startPostgres(): Promise<PostgresServer> {
   chmodSync(dir, 0o700);
   await as('initdb', ['-D', data, '-U', 'postgres', '--auth=scram-sha-256', `--pwfile=${pwfile}`, '-E', 'UTF8']);
   const port = await freePort();
-  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off`;
+  let options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off`;
+  if (settings.tls) {
+    // The server reads its key only when the key is its own and private to it.
+    const cert = join(dir, 'server.crt');
+    const key = join(dir, 'server.key');
+    copyFileSync(settings.tls.cert, cert);
+    copyFileSync(settings.tls.key, key);
+    chmodSync(key, 0o600);
+    if (root) {
+      const [uid, gid] = await ids();
+      chownSync(cert, uid, gid);
+      chownSync(key, uid, gid);
+    }
+    options += ` -c ssl=on -c ssl_cert_file=${cert} -c ssl_key_file=${key}`;
+    // TCP connections over TLS only: `host` lines become `hostssl`.
+    const hba = join(data, 'pg_hba.conf');
+    writeFileSync(hba, readFileSync(hba, 'utf8').replace(/^host(\s)/gm, 'hostssl$1'));
+  }
   const log = join(dir, 'log');
   const start = () => as('pg_ctl', ['start', '-D', data, '-w', '-l', log, '-o', options]).then(() => undefined);
   const halt = () => as('pg_ctl', ['stop', '-D', data, '-w', '-m', 'fast']).then(() => undefined);
@@ -70,6 +104,7 @@ export async function startPostgres(): Promise<PostgresServer> {
   return {
     url,
     port,
+    dataDir: data,
     sql: (statement) => psql(bin, port, statement),
     restart: () =>
       as('pg_ctl', ['restart', '-D', data, '-w', '-m', 'fast', '-l', log, '-o', options]).then(() => undefined),

@@ -3,6 +3,7 @@
 //! op's numbers, or with the error (lib/postgres.js rejects with it), so
 //! the error object is built by the same `raw::error` as every other store's.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
@@ -44,17 +45,23 @@ pub struct PostgresNative {
     options: Options,
     store: Option<std::result::Result<Arc<PgStore>, CoreError>>,
     closed: bool,
+    /// The store's count of swept rows, kept after close().
+    swept: Arc<AtomicU64>,
 }
 
 #[napi]
 impl PostgresNative {
     #[napi(constructor)]
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         url: Option<String>,
         table: Option<String>,
         schema: Option<String>,
         timeout_ms: Option<u32>,
         create_table: Option<bool>,
+        sslmode: Option<String>,
+        tls_ca: Option<String>,
+        sweep_interval_ms: Option<u32>,
     ) -> Self {
         PostgresNative {
             options: Options {
@@ -63,7 +70,11 @@ impl PostgresNative {
                 schema,
                 timeout_ms: timeout_ms.map(u64::from),
                 create_table,
+                sslmode,
+                tls_ca,
+                sweep_interval_ms: sweep_interval_ms.map(u64::from),
             },
+            swept: Arc::new(AtomicU64::new(0)),
             store: None,
             closed: false,
         }
@@ -79,7 +90,18 @@ impl PostgresNative {
             let value: Option<String> = vars.get(name).ok().flatten();
             value.filter(|s| !s.is_empty())
         };
-        self.store = Some(Config::resolve(&self.options, read).map(|c| Arc::new(PgStore::new(c))));
+        let swept = Arc::clone(&self.swept);
+        let store = Config::resolve(&self.options, read).map(|c| Arc::new(PgStore::new(c, swept)));
+        if let (Ok(store), Ok(handle)) = (&store, runtime::handle()) {
+            PgStore::start_sweeper(store, &handle);
+        }
+        self.store = Some(store);
+    }
+
+    /// Expired rows the store's sweeper removed.
+    #[napi]
+    pub fn swept(&self) -> f64 {
+        self.swept.load(Ordering::Relaxed) as f64
     }
 
     fn ready(&self) -> std::result::Result<Arc<PgStore>, CoreError> {

@@ -7,6 +7,8 @@
 //! session and the store works through PgBouncer's transaction mode.
 //! Concurrent calls share one connection: tokio-postgres pipelines them.
 
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +20,16 @@ use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 use crate::window::MAX_SAFE;
 
+pub mod schema;
+mod tls;
+use schema::Names;
+use tls::{SslMode, Tls};
+
 /// The environment variables read for the URL, in order.
 pub const URL_VARIABLES: [&str; 2] = ["DATABASE_URL", "POSTGRES_URL"];
 pub const DEFAULT_TABLE: &str = "askdare_counters";
 pub const DEFAULT_TIMEOUT_MS: u64 = 2000;
+pub const DEFAULT_SWEEP_INTERVAL_MS: u64 = 60_000;
 
 /// The options as JavaScript gave them (checked there).
 #[derive(Clone, Debug, Default)]
@@ -31,6 +39,12 @@ pub struct Options {
     pub schema: Option<String>,
     pub timeout_ms: Option<u64>,
     pub create_table: Option<bool>,
+    /// `sslmode`, overriding the URL's.
+    pub sslmode: Option<String>,
+    /// `tls.ca`: PEM certificates to trust instead of the public roots.
+    pub tls_ca: Option<String>,
+    /// `sweepIntervalMs`: 0 turns the sweeper off.
+    pub sweep_interval_ms: Option<u64>,
 }
 
 /// The settings, resolved against the environment.
@@ -40,25 +54,21 @@ pub struct Config {
     /// The password, kept to clean it out of any message.
     password: Vec<u8>,
     url: String,
-    /// The table's name, quoted (and schema-qualified when a schema is given).
-    table: String,
+    /// The tables' and functions' names, quoted.
+    names: Names,
     pub timeout_ms: u64,
     create_table: bool,
+    /// TLS, unless `sslmode` is `disable`.
+    tls: Option<Tls>,
+    sweep_interval_ms: u64,
 }
 
 fn config_error(text: impl Into<String>) -> Error {
     Error::Postgres {
         code: "ERR_CONFIG",
         text: text.into(),
+        sent: None,
     }
-}
-
-/// `name` quoted as an SQL identifier.
-fn quote(name: &str) -> Result<String> {
-    if name.is_empty() || name.contains('\0') {
-        return Err(config_error("table and schema must be non-empty names"));
-    }
-    Ok(format!("\"{}\"", name.replace('"', "\"\"")))
 }
 
 impl Config {
@@ -75,26 +85,65 @@ impl Config {
                     )
                 })?,
         };
-        let pg: tokio_postgres::Config = url.parse().map_err(|_| {
+        let (rest, url_mode, root) = tls::split_url(&url);
+        let mut pg: tokio_postgres::Config = rest.parse().map_err(|_| {
             config_error("the database URL can't be parsed (expected postgres://user:password@host:port/database)")
         })?;
         let password = pg.get_password().map(<[u8]>::to_vec).unwrap_or_default();
-        if pg.get_ssl_mode() == tokio_postgres::config::SslMode::Require {
+        let system_roots = match root.as_deref() {
+            None => false,
+            Some("system") => true,
+            Some(_) => {
+                return Err(config_error(
+                    "sslrootcert names a file, which postgresStore does not read: pass the CA's PEM as tls.ca \
+                     (sslrootcert=system uses the public roots)",
+                ))
+            }
+        };
+        let mode = match options.sslmode.as_deref().or(url_mode.as_deref()) {
+            Some(text) => SslMode::parse(text)?,
+            None if system_roots => SslMode::VerifyFull,
+            None => SslMode::Prefer,
+        };
+        if system_roots && !matches!(mode, SslMode::VerifyFull | SslMode::VerifyCa) {
             return Err(config_error(
-                "sslmode=require is not supported yet; use sslmode=disable on a trusted network",
+                "sslrootcert=system checks the server's certificate: use sslmode=verify-full (or verify-ca)",
             ));
         }
-        let mut table = quote(options.table.as_deref().unwrap_or(DEFAULT_TABLE))?;
-        if let Some(schema) = &options.schema {
-            table = format!("{}.{}", quote(schema)?, table);
-        }
+        let ca = options
+            .tls_ca
+            .as_deref()
+            .map(tls::certificates)
+            .transpose()?;
+        let tls = match mode {
+            SslMode::Disable if ca.is_some() => {
+                return Err(config_error(
+                    "tls.ca is set but sslmode is disable; TLS is used with the other modes",
+                ))
+            }
+            SslMode::Disable => None,
+            _ => Some(Tls::new(mode, ca.as_deref())?),
+        };
+        pg.ssl_mode(match mode {
+            SslMode::Disable => tokio_postgres::config::SslMode::Disable,
+            SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
+            _ => tokio_postgres::config::SslMode::Require,
+        });
+        let names = Names::new(
+            options.table.as_deref().unwrap_or(DEFAULT_TABLE),
+            options.schema.as_deref(),
+        )?;
         Ok(Config {
             pg,
             password,
             url,
-            table,
+            names,
             timeout_ms: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
             create_table: options.create_table.unwrap_or(true),
+            tls,
+            sweep_interval_ms: options
+                .sweep_interval_ms
+                .unwrap_or(DEFAULT_SWEEP_INTERVAL_MS),
         })
     }
 
@@ -103,59 +152,42 @@ impl Config {
     }
 }
 
-/// The statements, for one table. `ended` is the seed's rule with the other
-/// stores' edge: a window with under 1 ms left counts as ended.
+/// The statements, for one set of names. Each operation is one call of the
+/// algorithm's PL/pgSQL function (src/postgres/schema.rs), whose statements
+/// PostgreSQL plans once per session: the client sends one short statement.
 struct Sql {
     create: String,
-    hit: String,
-    read: String,
-    consume: String,
-    refund: String,
-    unlink: String,
-    reset_all: String,
+    fixed: String,
+    sliding: String,
+    bucket: String,
+    unlink: [String; 3],
+    reset_all: [String; 3],
+    sweep: [String; 3],
 }
 
-const ENDED: &str = "c.reset_at - now() < interval '1 millisecond'";
-const RESET_MS: &str = "ceil(extract(epoch FROM reset_at - now()) * 1000)::int8";
-
 impl Sql {
-    fn new(t: &str) -> Sql {
-        let upsert_set = format!(
-            "total = CASE WHEN {ENDED} THEN EXCLUDED.total ELSE c.total + EXCLUDED.total END, \
-             reset_at = CASE WHEN {ENDED} THEN EXCLUDED.reset_at ELSE c.reset_at END"
-        );
-        let opens = "now() + interval '1 millisecond' * $3::int8::float8";
+    fn new(n: &Names) -> Sql {
         Sql {
-            // The lock makes instances that start together create it one at a time.
-            create: format!(
-                "BEGIN; SELECT pg_advisory_xact_lock(hashtext('ratestore:' || '{lock}')); \
-                 CREATE TABLE IF NOT EXISTS {t} (key text PRIMARY KEY, total bigint NOT NULL, \
-                 reset_at timestamptz NOT NULL); COMMIT",
-                lock = t.replace('\'', "''"),
-            ),
-            // $1 key, $2 amount, $3 windowMs. No row back: the count would
-            // leave the safe-integer range, and nothing was changed.
-            hit: format!(
-                "INSERT INTO {t} AS c (key, total, reset_at) VALUES ($1, $2, {opens}) \
-                 ON CONFLICT (key) DO UPDATE SET {upsert_set} \
-                 WHERE {ENDED} OR abs(c.total + EXCLUDED.total) <= {MAX_SAFE} \
-                 RETURNING total, {RESET_MS}"
-            ),
-            read: format!("SELECT total, {RESET_MS} FROM {t} c WHERE key = $1 AND NOT ({ENDED})"),
-            // $1 key, $2 cost, $3 windowMs, $4 limit. No row back: refused.
-            consume: format!(
-                "INSERT INTO {t} AS c (key, total, reset_at) SELECT $1, $2, {opens} WHERE $2 <= $4 \
-                 ON CONFLICT (key) DO UPDATE SET {upsert_set} \
-                 WHERE {ENDED} OR c.total + EXCLUDED.total <= $4 \
-                 RETURNING total, {RESET_MS}"
-            ),
-            // $1 key, $2 amount: never below 0, only in an open window.
-            refund: format!(
-                "UPDATE {t} c SET total = total - LEAST($2, GREATEST(total, 0)) \
-                 WHERE key = $1 AND NOT ({ENDED}) RETURNING total, {RESET_MS}"
-            ),
-            unlink: format!("DELETE FROM {t} WHERE key = $1"),
-            reset_all: format!("DELETE FROM {t}"),
+            create: schema::create_batch(n),
+            fixed: format!("SELECT {}($1, $2, $3, $4, $5)", n.fixed_fn),
+            sliding: format!("SELECT {}($1, $2, $3, $4, $5)", n.sliding_fn),
+            bucket: format!("SELECT {}($1, $2, $3, $4, $5)", n.bucket_fn),
+            unlink: [&n.table, &n.sliding, &n.bucket]
+                .map(|t| format!("DELETE FROM {t} WHERE key = $1")),
+            reset_all: [&n.table, &n.sliding, &n.bucket].map(|t| format!("DELETE FROM {t}")),
+            // Rows that count nothing: an ended window, a sliding state past its
+            // end, a bucket full again. SKIP LOCKED: a row a call holds is left.
+            sweep: [
+                (&n.table, "reset_at"),
+                (&n.sliding, "expires_at"),
+                (&n.bucket, "expires_at"),
+            ]
+            .map(|(t, column)| {
+                format!(
+                    "DELETE FROM {t} WHERE ctid = ANY (ARRAY(SELECT ctid FROM {t} WHERE {column} < now() \
+                     LIMIT {SWEEP_BATCH} FOR UPDATE SKIP LOCKED))"
+                )
+            }),
         }
     }
 }
@@ -165,21 +197,32 @@ pub struct PgStore {
     config: Config,
     sql: Sql,
     client: Mutex<Option<Arc<Client>>>,
+    /// Expired rows the sweeper removed: `stats().swept`.
+    swept: Arc<AtomicU64>,
+    closed: AtomicBool,
 }
+
+/// Rows one sweep statement removes at most: each holds its rows' locks
+/// for one short statement, and skips rows a call has locked.
+const SWEEP_BATCH: u64 = 500;
+/// The pause between two batches of one sweep, so that hits pipelined on
+/// the connection go between them.
+const SWEEP_PAUSE: Duration = Duration::from_millis(20);
 
 /// A tokio-postgres error as a core error, its text cleaned of `secrets`.
 fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     let (code, text) = match e.as_db_error() {
+        Some(db) if db.code().code() == schema::COUNT_RANGE_STATE => return Error::CountOutOfRange,
         Some(db) => {
             let state = db.code().code();
             let code = match state {
                 "28P01" | "28000" => "ERR_AUTH",
                 _ => "ERR_POSTGRES",
             };
-            let hint = if state == "42P01" {
-                " (the table is missing: create it with docs/postgres.sql, or leave createTable on)"
-            } else {
-                ""
+            let hint = match state {
+                "42P01" => " (the table is missing: create it with docs/postgres.sql, or leave createTable on)",
+                "42883" => " (the store's function is missing: create it with docs/postgres.sql, or leave createTable on)",
+                _ => "",
             };
             (
                 code,
@@ -187,22 +230,93 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
             )
         }
         // No answer from the server: the connection failed or was lost.
-        None => (
-            "ERR_CONNECTION",
-            format!("the connection to PostgreSQL failed: {e}"),
-        ),
+        None => {
+            // tokio-postgres's text names the stage; its sources say why (a TLS check, a refused connect).
+            let mut text = format!("the connection to PostgreSQL failed: {e}");
+            let mut cause = std::error::Error::source(&e);
+            while let Some(c) = cause {
+                text.push_str(&format!(": {c}"));
+                cause = c.source();
+            }
+            ("ERR_CONNECTION", text)
+        }
     };
-    Error::Postgres { code, text }.redacted(secrets)
+    Error::Postgres {
+        code,
+        text,
+        sent: None,
+    }
+    .redacted(secrets)
+}
+
+/// Whether `e` is PostgreSQL's "relation does not exist".
+fn undefined_table(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|db| db.code().code() == "42P01")
 }
 
 impl PgStore {
-    pub fn new(config: Config) -> PgStore {
-        let sql = Sql::new(&config.table);
+    pub fn new(config: Config, swept: Arc<AtomicU64>) -> PgStore {
+        let sql = Sql::new(&config.names);
         PgStore {
             config,
             sql,
             client: Mutex::new(None),
+            swept,
+            closed: AtomicBool::new(false),
         }
+    }
+
+    /// Starts the sweeper (unless `sweepIntervalMs` is 0): every interval,
+    /// while the store is open and connected, it deletes expired rows in
+    /// batches. It never connects on its own, and ends with the store.
+    pub fn start_sweeper(store: &Arc<PgStore>, handle: &tokio::runtime::Handle) {
+        let every = store.config.sweep_interval_ms;
+        if every == 0 {
+            return;
+        }
+        let weak = Arc::downgrade(store);
+        handle.spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(every)).await;
+                let Some(store) = weak.upgrade() else { return };
+                if store.closed.load(Ordering::Relaxed) {
+                    return;
+                }
+                // A failed sweep (the connection lost, the server busy) waits for the next interval.
+                let _ = store.sweep().await;
+            }
+        });
+    }
+
+    /// One sweep of the three tables; answers the rows it removed.
+    pub async fn sweep(&self) -> Result<u64> {
+        let client = match &*self.client.lock().await {
+            Some(client) if !client.is_closed() => Arc::clone(client),
+            _ => return Ok(0),
+        };
+        let mut removed = 0;
+        for (state, sql) in self.sql.sweep.iter().enumerate() {
+            loop {
+                let work = client.execute_typed(sql, &[]);
+                let n =
+                    match tokio::time::timeout(Duration::from_millis(self.config.timeout_ms), work)
+                        .await
+                    {
+                        Ok(Ok(n)) => n,
+                        Ok(Err(e)) if state > 0 && undefined_table(&e) => break,
+                        Ok(Err(e)) => return Err(self.error(e)),
+                        Err(_) => return Ok(removed),
+                    };
+                removed += n;
+                self.swept.fetch_add(n, Ordering::Relaxed);
+                if n < SWEEP_BATCH || self.closed.load(Ordering::Relaxed) {
+                    break;
+                }
+                tokio::time::sleep(SWEEP_PAUSE).await;
+            }
+        }
+        Ok(removed)
     }
 
     pub fn timeout_ms(&self) -> u64 {
@@ -222,13 +336,28 @@ impl PgStore {
                 return Ok(Arc::clone(client));
             }
         }
-        let (client, connection) = self
-            .config
-            .pg
-            .connect(NoTls)
-            .await
-            .map_err(|e| self.error(e))?;
-        tokio::spawn(connection);
+        let client = match &self.config.tls {
+            None => {
+                let (client, connection) = self
+                    .config
+                    .pg
+                    .connect(NoTls)
+                    .await
+                    .map_err(|e| self.error(e))?;
+                tokio::spawn(connection);
+                client
+            }
+            Some(tls) => {
+                let (client, connection) = self
+                    .config
+                    .pg
+                    .connect(tls.clone())
+                    .await
+                    .map_err(|e| self.error(e))?;
+                tokio::spawn(connection);
+                client
+            }
+        };
         if self.config.create_table {
             client
                 .batch_execute(&self.sql.create)
@@ -240,100 +369,141 @@ impl PgStore {
         Ok(client)
     }
 
-    /// Runs one op within the store's timeout.
-    pub async fn run(&self, op: Op, args: Args, key: String) -> Result<Answer> {
+    /// Runs `work` on the connection (connecting first if need be) within the
+    /// store's timeout. A timeout or a lost connection says whether the call
+    /// had been sent (`sent`): not while connecting; once handed to the
+    /// connection it may have run, and is not sent again.
+    async fn bounded<T, F, Fut>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(Arc<Client>) -> Fut,
+        Fut: Future<Output = Result<T>>,
+    {
         let ms = self.config.timeout_ms;
-        match tokio::time::timeout(Duration::from_millis(ms), self.run_op(op, args, key)).await {
+        let sent = AtomicBool::new(false);
+        let go = async {
+            let client = self.client().await?;
+            sent.store(true, Ordering::Relaxed);
+            work(client).await
+        };
+        let result = match tokio::time::timeout(Duration::from_millis(ms), go).await {
             Ok(result) => result,
             Err(_) => Err(Error::Postgres {
                 code: "ERR_TIMEOUT",
-                text: format!("no answer from PostgreSQL within {ms} ms; the call may or may not have counted"),
+                text: format!("no answer from PostgreSQL within {ms} ms"),
+                sent: None,
             }),
-        }
+        };
+        result.map_err(|e| match e {
+            Error::Postgres { code, text, .. }
+                if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" =>
+            {
+                let sent = sent.load(Ordering::Relaxed);
+                let tail = if sent {
+                    "; the call was sent, is not sent again, and may or may not have counted"
+                } else {
+                    " while connecting; the call was not sent"
+                };
+                Error::Postgres {
+                    code,
+                    text: format!("{text}{tail}"),
+                    sent: Some(sent),
+                }
+            }
+            other => other,
+        })
     }
 
-    async fn row(
+    /// Runs one op within the store's timeout.
+    pub async fn run(&self, op: Op, args: Args, key: String) -> Result<Answer> {
+        self.bounded(|client| self.run_op(client, op, args, key))
+            .await
+    }
+
+    /// One call of an algorithm's function: the integers of its answer, `len` of them.
+    async fn function(
         &self,
         client: &Client,
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
-    ) -> Result<Option<(i64, i64)>> {
+        len: usize,
+    ) -> Result<Answer> {
         let rows = client
             .query_typed(sql, params)
             .await
             .map_err(|e| self.error(e))?;
-        Ok(rows.first().map(|row| (row.get(0), row.get(1))))
+        let values: Option<Vec<i64>> = rows.first().and_then(|row| row.try_get(0).ok());
+        match values {
+            Some(v) if v.len() == len && v.iter().all(|n| n.abs() <= MAX_SAFE) => {
+                Ok(Answer::new(&v))
+            }
+            _ => Err(Error::Postgres {
+                code: "ERR_POSTGRES",
+                sent: None,
+                text:
+                    "a function of the store answered in the wrong shape (is it another release's?)"
+                        .into(),
+            }),
+        }
     }
 
-    async fn run_op(&self, op: Op, args: Args, key: String) -> Result<Answer> {
-        let client = self.client().await?;
+    async fn run_op(&self, client: Arc<Client>, op: Op, args: Args, key: String) -> Result<Answer> {
         let key: &(dyn ToSql + Sync) = &key;
         let k = || (key, Type::TEXT);
         match op {
-            Op::Hit => {
-                let [window_ms, amount, ..] = args;
-                if amount == 0 {
-                    let row = self.row(&client, &self.sql.read, &[k()]).await?;
-                    let (count, reset) = row.unwrap_or((0, window_ms));
-                    return Ok(Answer::new(&[count, reset]));
-                }
-                let row = self
-                    .row(
-                        &client,
-                        &self.sql.hit,
-                        &[k(), (&amount, Type::INT8), (&window_ms, Type::INT8)],
-                    )
-                    .await?;
-                let (count, reset) = row.ok_or(Error::CountOutOfRange)?;
-                Ok(Answer::new(&[count, reset]))
-            }
-            Op::Consume => {
-                let [window_ms, limit, cost, _] = args;
-                let taken = if cost > 0 {
-                    self.row(
-                        &client,
-                        &self.sql.consume,
-                        &[
-                            k(),
-                            (&cost, Type::INT8),
-                            (&window_ms, Type::INT8),
-                            (&limit, Type::INT8),
-                        ],
-                    )
-                    .await?
-                } else {
-                    None
+            Op::Hit | Op::Consume | Op::Refund => {
+                // (op, windowMs, amount, arg): the consume's arg is its limit, the refund's the window it names.
+                let (code, window_ms, amount, arg) = match op {
+                    Op::Hit => (0i32, args[0], args[1], 0),
+                    Op::Consume => (1, args[0], args[2], args[1]),
+                    _ => (2, 1, args[0], args[1]),
                 };
-                let (allowed, (count, reset)) = match taken {
-                    Some(row) => (true, row),
-                    None => {
-                        // Refused (or cost 0): nothing was written; the count as it stands.
-                        let row = self.row(&client, &self.sql.read, &[k()]).await?;
-                        let row = row.unwrap_or((0, window_ms));
-                        (cost == 0 && row.0 <= limit, row)
-                    }
-                };
-                let remaining = (limit - count).clamp(0, limit);
-                Ok(Answer::new(&[allowed as i64, count, remaining, reset]))
+                let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                    (&code, Type::INT4),
+                    k(),
+                    (&window_ms, Type::INT8),
+                    (&amount, Type::INT8),
+                    (&arg, Type::INT8),
+                ];
+                self.function(&client, &self.sql.fixed, &params, op.answer_len())
+                    .await
             }
-            Op::Refund => {
-                let [amount, ..] = args;
-                let row = self
-                    .row(&client, &self.sql.refund, &[k(), (&amount, Type::INT8)])
-                    .await?;
-                let (count, reset) = row.unwrap_or((0, 0));
-                Ok(Answer::new(&[count, reset]))
+            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => {
+                // (op, amount, arg): the decrement's arg is the window it names, the consume's its limit.
+                let (code, amount, arg) = match op {
+                    Op::SlidingIncrement => (0i32, args[1], 0),
+                    Op::SlidingDecrement => (1, args[1], args[2]),
+                    _ => (2, args[2], args[1]),
+                };
+                let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                    (&code, Type::INT4),
+                    k(),
+                    (&args[0], Type::INT8),
+                    (&amount, Type::INT8),
+                    (&arg, Type::INT8),
+                ];
+                self.function(&client, &self.sql.sliding, &params, op.answer_len())
+                    .await
+            }
+            Op::Bucket => {
+                let [capacity, refill, interval_ms, cost] = args;
+                let params: [(&(dyn ToSql + Sync), Type); 5] = [
+                    k(),
+                    (&capacity, Type::INT8),
+                    (&refill, Type::INT8),
+                    (&interval_ms, Type::INT8),
+                    (&cost, Type::INT8),
+                ];
+                self.function(&client, &self.sql.bucket, &params, op.answer_len())
+                    .await
             }
             Op::Unlink => {
-                if args[0] != 0 {
-                    // No sliding-window or token-bucket state is kept here yet.
-                    return Ok(Answer::new(&[0]));
+                let state = args[0] as usize;
+                match client.execute_typed(&self.sql.unlink[state], &[k()]).await {
+                    Ok(n) => Ok(Answer::new(&[n as i64])),
+                    // A state's table that was never created (createTable: false) holds nothing.
+                    Err(e) if state > 0 && undefined_table(&e) => Ok(Answer::new(&[0])),
+                    Err(e) => Err(self.error(e)),
                 }
-                let n = client
-                    .execute_typed(&self.sql.unlink, &[k()])
-                    .await
-                    .map_err(|e| self.error(e))?;
-                Ok(Answer::new(&[n as i64]))
             }
             Op::Ping => {
                 client
@@ -342,35 +512,27 @@ impl PgStore {
                     .map_err(|e| self.error(e))?;
                 Ok(Answer::new(&[1]))
             }
-            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume | Op::Bucket => {
-                Err(Error::Unsupported(
-                    "postgresStore: the sliding window and the token bucket are not available yet",
-                ))
-            }
         }
     }
 
-    /// Deletes every counter of the table.
+    /// Deletes every counter and state of the store's tables.
     pub async fn reset_all(&self) -> Result<()> {
-        let ms = self.config.timeout_ms;
-        let work = async {
-            let client = self.client().await?;
-            client
-                .batch_execute(&self.sql.reset_all)
-                .await
-                .map_err(|e| self.error(e))
-        };
-        match tokio::time::timeout(Duration::from_millis(ms), work).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Postgres {
-                code: "ERR_TIMEOUT",
-                text: format!("no answer from PostgreSQL within {ms} ms"),
-            }),
-        }
+        self.bounded(|client| async move {
+            for (state, sql) in self.sql.reset_all.iter().enumerate() {
+                match client.batch_execute(sql).await {
+                    Ok(()) => {}
+                    Err(e) if state > 0 && undefined_table(&e) => {}
+                    Err(e) => return Err(self.error(e)),
+                }
+            }
+            Ok(())
+        })
+        .await
     }
 
     /// Drops the connection (calls in flight fail).
     pub async fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
         self.client.lock().await.take();
     }
 }
@@ -411,6 +573,6 @@ mod tests {
             ..Options::default()
         };
         let config = Config::resolve(&options, |_| None).ok().unwrap();
-        assert_eq!(config.table, "\"s\".\"we\"\"ird\"");
+        assert_eq!(config.names.table, "\"s\".\"we\"\"ird\"");
     }
 }
