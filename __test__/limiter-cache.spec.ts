@@ -4,7 +4,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLimiter, memoryStore, redisStore, type LimitResult, type RedisStore } from '../index.js';
-import { startRedis, type RedisServer } from './support/redis.js';
+import { scriptsRun, startRedis, type RedisServer } from './support/redis.js';
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
@@ -21,15 +21,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
-/** Scripts the server has run so far (EVALSHA and EVAL that did not fail). */
-async function scripts(): Promise<number> {
-  const stats = await server.cli('INFO', 'commandstats');
-  let ran = 0;
-  for (const [line] of stats.matchAll(/^cmdstat_(?:evalsha|eval):.*$/gm)) {
-    ran += Number(/calls=(\d+)/.exec(line)![1]) - Number(/failed_calls=(\d+)/.exec(line)?.[1] ?? 0);
-  }
-  return ran;
-}
+const scripts = () => scriptsRun(server);
 
 const key = () => `ip:${randomUUID()}`;
 

@@ -3,7 +3,7 @@
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createLimiter, redisStore, type RedisStore } from '../index.js';
-import { startRedis, type RedisServer } from './support/redis.js';
+import { scriptsRun, startRedis, type RedisServer } from './support/redis.js';
 
 let server: RedisServer;
 let store: RedisStore;
@@ -18,18 +18,7 @@ afterAll(async () => {
   await server?.stop();
 });
 
-/**
- * Scripts the server has run so far: EVALSHA, and EVAL when a script is first sent (an EVALSHA that
- * answered NOSCRIPT ran nothing: it is a failed call).
- */
-async function scripts(): Promise<number> {
-  const stats = await server.cli('INFO', 'commandstats');
-  let ran = 0;
-  for (const [line] of stats.matchAll(/^cmdstat_(?:evalsha|eval):.*$/gm)) {
-    ran += Number(/calls=(\d+)/.exec(line)![1]) - Number(/failed_calls=(\d+)/.exec(line)?.[1] ?? 0);
-  }
-  return ran;
-}
+const scripts = () => scriptsRun(server);
 
 async function costOf(check: () => Promise<unknown>): Promise<number> {
   const before = await scripts();

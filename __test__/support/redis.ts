@@ -131,6 +131,19 @@ export async function plainRedis(): Promise<Pick<RedisServer, 'url' | 'cli' | 's
 }
 
 /** Every text an error carries: its message, its stack and each own property. */
+/**
+ * Scripts `server` has run so far: EVALSHA, and EVAL when a script is first sent (an EVALSHA that
+ * answered NOSCRIPT ran nothing: it is a failed call).
+ */
+export async function scriptsRun(server: Pick<RedisServer, 'cli'>): Promise<number> {
+  const stats = await server.cli('INFO', 'commandstats');
+  let ran = 0;
+  for (const [line] of stats.matchAll(/^cmdstat_(?:evalsha|eval):.*$/gm)) {
+    ran += Number(/calls=(\d+)/.exec(line)![1]) - Number(/failed_calls=(\d+)/.exec(line)?.[1] ?? 0);
+  }
+  return ran;
+}
+
 export function errorText(error: unknown): string {
   if (!(error instanceof Error)) return String(error);
   const parts = [error.message, String(error.stack)];
