@@ -10,7 +10,14 @@ import { expressSuite } from './express-suite.js';
 import { limiterSuite } from './limiter-suite.js';
 import { operationsSuite } from './operations-suite.js';
 import { universalSuite } from './universal-suite.js';
-import { PASSWORD, plainPostgres, startPostgres, type PostgresServer } from './support/postgres.js';
+import {
+  PASSWORD,
+  plainPostgres,
+  startPgbouncer,
+  startPostgres,
+  type Pgbouncer,
+  type PostgresServer,
+} from './support/postgres.js';
 import { makeCertificates } from './support/redis.js';
 import { freePort } from '../scripts/free-port.js';
 
@@ -510,6 +517,82 @@ describe('postgresStore', () => {
     await store.close();
     expect((await rejection(store.hit('k', 60_000, 1))).code).toBe('ERR_CLOSED');
   });
+});
+
+describe('postgresStore through PgBouncer in transaction mode (Debian\'s pgbouncer, 2 server connections)', () => {
+  let pgServer: PostgresServer;
+  let bouncer: Pgbouncer;
+  const POOL = 2;
+  beforeAll(async () => {
+    pgServer = await startPostgres();
+    bouncer = await startPgbouncer(pgServer, POOL);
+  }, 120_000);
+  afterAll(async () => {
+    await bouncer?.stop();
+    await pgServer?.stop();
+  });
+  const table = `bouncer_${randomUUID().replace(/-/g, '')}`;
+  const store = () => postgresStore({ url: bouncer.url, table, timeoutMs: 10_000 });
+  /** Client backends on the server (psql's own excluded): PgBouncer's server connections. */
+  const backends = async () =>
+    Number(
+      await pgServer.sql(
+        "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' AND pid <> pg_backend_pid()",
+      ),
+    );
+
+  it('runs every operation through it, answering as on the server itself', async () => {
+    const s = store();
+    const key = `all:${randomUUID()}`;
+    expect(await s.ping()).toBeUndefined();
+    expect((await s.hit(key, 60_000, 2)).count).toBe(2);
+    expect(await s.consume(key, { limit: 3, windowMs: 60_000 })).toMatchObject({ allowed: true, count: 3 });
+    expect(await s.consume(key, { limit: 3, windowMs: 60_000 })).toMatchObject({ allowed: false, count: 3 });
+    await s.refund(key, 1);
+    expect((await s.hit(key, 60_000, 0)).count).toBe(2);
+    const first = await s.slidingWindow.increment(key, 60_000, 2);
+    expect(first.count).toBe(2);
+    expect((await s.slidingWindow.decrement(key, 60_000, 1, { window: first.window })).count).toBe(1);
+    expect(await s.slidingWindow.consume(key, { limit: 2, windowMs: 60_000 })).toMatchObject({ allowed: true });
+    expect(await s.slidingWindow.consume(key, { limit: 2, windowMs: 60_000 })).toMatchObject({ allowed: false });
+    const p = { capacity: 2, refill: 1, intervalMs: 3_600_000 };
+    expect(await s.tokenBucket(key, p)).toMatchObject({ allowed: true, remaining: 1 });
+    expect(await s.tokenBucket(key, { ...p, cost: 2 })).toMatchObject({ allowed: false, remaining: 1 });
+    await s.reset(key);
+    expect((await s.hit(key, 60_000, 0)).count).toBe(0);
+    expect(await s.tokenBucket(key, p)).toMatchObject({ allowed: true, remaining: 1 });
+    await s.resetAll();
+    expect(await pgServer.sql(`SELECT count(*) FROM ${table}_tb`)).toBe('0');
+    await s.close();
+  }, 30_000);
+
+  it('counts exactly under concurrent calls from several stores sharing 2 server connections', async () => {
+    const stores = Array.from({ length: 6 }, store);
+    const key = `many:${randomUUID()}`;
+    const per = 50;
+    // Every store connected at once: PgBouncer holds 6 client connections on at most 2 of the server's.
+    await Promise.all(stores.map((s) => s.ping()));
+    const hits = await Promise.all(stores.flatMap((s) => Array.from({ length: per }, () => s.hit(key, 60_000, 1))));
+    // Each hit saw its own count: 1..300, each once.
+    expect(hits.map((h) => h.count).sort((a, b) => a - b)).toEqual(
+      Array.from({ length: stores.length * per }, (_, i) => i + 1),
+    );
+    expect(await backends()).toBeLessThanOrEqual(POOL);
+    expect((await stores[0].hit(key, 60_000, 0)).count).toBe(stores.length * per);
+    const allowed = async (calls: Promise<{ allowed: boolean }>[]) =>
+      (await Promise.all(calls)).filter((r) => r.allowed).length;
+    const each = <T>(fn: (s: (typeof stores)[number]) => Promise<T>) =>
+      stores.flatMap((s) => Array.from({ length: 20 }, () => fn(s)));
+    expect(await allowed(each((s) => s.consume(`c:${key}`, { limit: 50, windowMs: 60_000 })))).toBe(50);
+    expect(await allowed(each((s) => s.slidingWindow.consume(`sw:${key}`, { limit: 30, windowMs: 60_000 })))).toBe(
+      30,
+    );
+    expect(
+      await allowed(each((s) => s.tokenBucket(`tb:${key}`, { capacity: 40, refill: 1, intervalMs: 3_600_000 }))),
+    ).toBe(40);
+    expect(await backends()).toBeLessThanOrEqual(POOL);
+    await Promise.all(stores.map((s) => s.close()));
+  }, 60_000);
 });
 
 describe('postgresStore over TLS (a server with ssl=on that accepts TLS connections only)', () => {
