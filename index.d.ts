@@ -425,7 +425,10 @@ export interface PostgresStore extends RatestoreStore {
  * `ERR_AUTH`, `ERR_POSTGRES` (another server error, with its SQLSTATE) or `ERR_CLOSED`, and a count past
  * the safe-integer range with a `RangeError` (`ERR_COUNT_RANGE`). `ERR_TIMEOUT` and `ERR_CONNECTION` carry
  * `sent`: false while connecting (the call did not count), true once it was handed to the connection (it
- * may or may not have counted; it is never sent again). No message holds a key, the URL or its password.
+ * may or may not have counted; it is never sent again). A statement the server cancelled (its
+ * `statement_timeout`, SQLSTATE 57014) is `ERR_TIMEOUT` with `sent` true: it was rolled back and counted
+ * nothing. A read-only server (25006, e.g. a primary demoted by a failover) is `ERR_POSTGRES`, and the
+ * next call connects anew. No message holds a key, the URL or its password.
  */
 export declare function postgresStore(options?: PostgresStoreOptions): PostgresStore;
 

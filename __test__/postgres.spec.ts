@@ -512,6 +512,98 @@ describe('postgresStore', () => {
     expect((await ownStore().hit(key, 60_000, 0)).count).toBe(2);
   }, 30_000);
 
+  /** Holds `key`'s row of askdare_counters locked from another session for `ms`; resolves once it is held. */
+  async function holdRow(key: string, ms: number): Promise<{ released: Promise<string> }> {
+    const tag = `hold_${randomUUID().replace(/-/g, '')}`;
+    const done = own.sql(
+      `SET application_name = '${tag}'; BEGIN; SELECT 1 FROM askdare_counters WHERE key = '${key}' FOR UPDATE; ` +
+        `SELECT pg_sleep(${ms / 1000}); COMMIT`,
+    );
+    for (let i = 0; i < 200; i++) {
+      const held = await own.sql(
+        `SELECT count(*) FROM pg_stat_activity WHERE application_name = '${tag}' AND wait_event = 'PgSleep'`,
+      );
+      if (Number(held) > 0) return { released: done };
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    throw new Error('the row lock was not taken');
+  }
+
+  it('statement_timeout cancels a call waiting on a locked row: ERR_TIMEOUT, sent true, nothing counted; the store works after', async () => {
+    // The store's session has statement_timeout = 300 ms (PostgreSQL's own, through the URL's options).
+    const store = ownStore({ url: `${own.url}?options=-c%20statement_timeout%3D300`, timeoutMs: 5_000 });
+    const key = `stmt-timeout:${randomUUID()}`;
+    expect((await store.hit(key, 60_000, 1)).count).toBe(1);
+    const { released } = await holdRow(key, 1_500);
+    const started = Date.now();
+    const error = (await rejection(store.hit(key, 60_000, 1))) as Error & { code?: string; sent?: boolean };
+    expect(Date.now() - started).toBeLessThan(1_400);
+    expect(error.code).toBe('ERR_TIMEOUT');
+    expect(error.sent).toBe(true);
+    expect(error.message).toContain('57014');
+    expect(error.message).toContain('counted nothing');
+    await released;
+    // The cancelled hit was rolled back; the connection serves the next call.
+    expect((await store.hit(key, 60_000, 1)).count).toBe(2);
+    await store.close();
+  }, 30_000);
+
+  it('a call past timeoutMs on a locked row rejects with ERR_TIMEOUT, sent true; the store works after', async () => {
+    const store = ownStore({ timeoutMs: 400 });
+    const key = `lock-timeout:${randomUUID()}`;
+    expect((await store.hit(key, 60_000, 1)).count).toBe(1);
+    const { released } = await holdRow(key, 1_500);
+    const started = Date.now();
+    const error = (await rejection(store.hit(key, 60_000, 1))) as Error & { code?: string; sent?: boolean };
+    expect(Date.now() - started).toBeLessThan(1_000);
+    expect(error).toMatchObject({ code: 'ERR_TIMEOUT', sent: true });
+    expect(error.message).toContain('400 ms');
+    await released;
+    // The statement was on the server already: it ran once the lock was released, and is not sent again.
+    expect((await store.hit(key, 60_000, 1)).count).toBe(3);
+    await store.close();
+  }, 30_000);
+
+  it('a read-only server (25006, as a demoted primary) rejects with ERR_POSTGRES; writable again, the store connects anew', async () => {
+    const name = `ro_${randomUUID().replace(/-/g, '')}`;
+    const store = ownStore({ url: `${own.url}?application_name=${name}` });
+    const key = `read-only:${randomUUID()}`;
+    const backend = () =>
+      own.sql(`SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE application_name = '${name}'`);
+    expect((await store.hit(key, 60_000, 1)).count).toBe(1);
+    const before = await backend();
+    expect(before).toMatch(/^\d+$/);
+    try {
+      await own.sql('ALTER SYSTEM SET default_transaction_read_only = on');
+      await own.sql('SELECT pg_reload_conf()');
+      // The store's session sees the reloaded setting on its next statement.
+      let error: (Error & { code?: string }) | undefined;
+      for (let i = 0; i < 50 && !error; i++) {
+        error = await store.hit(key, 60_000, 1).then(
+          () => undefined,
+          (e: Error & { code?: string }) => e,
+        );
+        if (!error) await new Promise((r) => setTimeout(r, 20));
+      }
+      expect(error).toBeDefined();
+      expect(error!.code).toBe('ERR_POSTGRES');
+      expect(error!.message).toContain('25006');
+      for (const secret of [KEY_MARKER, PASSWORD, 'postgres://']) expect(error!.message).not.toContain(secret);
+      // While read-only, every write rejects the same way (a new connection's set-up included).
+      expect((await rejection(store.hit(key, 60_000, 1))).message).toContain('25006');
+    } finally {
+      await own.sql('ALTER SYSTEM RESET default_transaction_read_only');
+      await own.sql('SELECT pg_reload_conf()');
+    }
+    const counted = Number(await own.sql(`SELECT total FROM askdare_counters WHERE key = '${key}'`));
+    expect((await store.hit(key, 60_000, 1)).count).toBe(counted + 1);
+    // The connection that met 25006 was replaced by a new one.
+    const after = await backend();
+    expect(after).toMatch(/^\d+$/);
+    expect(after).not.toBe(before);
+    await store.close();
+  }, 30_000);
+
   it('refuses calls after close() with ERR_CLOSED', async () => {
     const store = ownStore();
     await store.close();
@@ -519,7 +611,7 @@ describe('postgresStore', () => {
   });
 });
 
-describe('postgresStore through PgBouncer in transaction mode (Debian\'s pgbouncer, 2 server connections)', () => {
+describe("postgresStore through PgBouncer in transaction mode (Debian's pgbouncer, 2 server connections)", () => {
   let pgServer: PostgresServer;
   let bouncer: Pgbouncer;
   const POOL = 2;
@@ -584,9 +676,7 @@ describe('postgresStore through PgBouncer in transaction mode (Debian\'s pgbounc
     const each = <T>(fn: (s: (typeof stores)[number]) => Promise<T>) =>
       stores.flatMap((s) => Array.from({ length: 20 }, () => fn(s)));
     expect(await allowed(each((s) => s.consume(`c:${key}`, { limit: 50, windowMs: 60_000 })))).toBe(50);
-    expect(await allowed(each((s) => s.slidingWindow.consume(`sw:${key}`, { limit: 30, windowMs: 60_000 })))).toBe(
-      30,
-    );
+    expect(await allowed(each((s) => s.slidingWindow.consume(`sw:${key}`, { limit: 30, windowMs: 60_000 })))).toBe(30);
     expect(
       await allowed(each((s) => s.tokenBucket(`tb:${key}`, { capacity: 40, refill: 1, intervalMs: 3_600_000 }))),
     ).toBe(40);

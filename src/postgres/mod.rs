@@ -197,6 +197,8 @@ pub struct PgStore {
     config: Config,
     sql: Sql,
     client: Mutex<Option<Arc<Client>>>,
+    /// Set by a 25006 answer: the next call replaces the connection.
+    replace: AtomicBool,
     /// Expired rows the sweeper removed: `stats().swept`.
     swept: Arc<AtomicU64>,
     closed: AtomicBool,
@@ -213,6 +215,19 @@ const SWEEP_PAUSE: Duration = Duration::from_millis(20);
 fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     let (code, text) = match e.as_db_error() {
         Some(db) if db.code().code() == schema::COUNT_RANGE_STATE => return Error::CountOutOfRange,
+        // statement_timeout (or a cancel): the statement was rolled back, so the call counted nothing.
+        Some(db) if db.code().code() == "57014" => {
+            return Error::Postgres {
+                code: "ERR_TIMEOUT",
+                text: format!(
+                    "PostgreSQL cancelled the statement (57014: {}); it was rolled back: the call was sent, \
+                     counted nothing, and is not sent again",
+                    db.message()
+                ),
+                sent: Some(true),
+            }
+            .redacted(secrets)
+        }
         Some(db) => {
             let state = db.code().code();
             let code = match state {
@@ -222,6 +237,7 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
             let hint = match state {
                 "42P01" => " (the table is missing: create it with docs/postgres.sql, or leave createTable on)",
                 "42883" => " (the store's function is missing: create it with docs/postgres.sql, or leave createTable on)",
+                "25006" => " (the server is read-only, e.g. a standby after a failover: the next call connects again)",
                 _ => "",
             };
             (
@@ -249,6 +265,15 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     .redacted(secrets)
 }
 
+/// Whether `e` is PostgreSQL's "read-only SQL transaction" (25006): the
+/// connection reaches a server that can't write, such as a primary demoted
+/// by a failover, so the next call connects anew (the URL's host may now
+/// name the new primary).
+fn read_only(e: &tokio_postgres::Error) -> bool {
+    e.as_db_error()
+        .is_some_and(|db| db.code().code() == "25006")
+}
+
 /// Whether `e` is PostgreSQL's "relation does not exist".
 fn undefined_table(e: &tokio_postgres::Error) -> bool {
     e.as_db_error()
@@ -262,6 +287,7 @@ impl PgStore {
             config,
             sql,
             client: Mutex::new(None),
+            replace: AtomicBool::new(false),
             swept,
             closed: AtomicBool::new(false),
         }
@@ -324,6 +350,9 @@ impl PgStore {
     }
 
     fn error(&self, e: tokio_postgres::Error) -> Error {
+        if read_only(&e) {
+            self.replace.store(true, Ordering::Relaxed);
+        }
         pg_error(e, &self.config.secrets())
     }
 
@@ -331,6 +360,9 @@ impl PgStore {
     /// there is none or it was lost. One connect at a time: the lock.
     async fn client(&self) -> Result<Arc<Client>> {
         let mut slot = self.client.lock().await;
+        if self.replace.swap(false, Ordering::Relaxed) {
+            slot.take();
+        }
         if let Some(client) = &*slot {
             if !client.is_closed() {
                 return Ok(Arc::clone(client));
@@ -394,9 +426,12 @@ impl PgStore {
             }),
         };
         result.map_err(|e| match e {
-            Error::Postgres { code, text, .. }
-                if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" =>
-            {
+            // (A statement_timeout's error already says what happened to the call.)
+            Error::Postgres {
+                code,
+                text,
+                sent: None,
+            } if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" => {
                 let sent = sent.load(Ordering::Relaxed);
                 let tail = if sent {
                     "; the call was sent, is not sent again, and may or may not have counted"
