@@ -428,7 +428,9 @@ export interface PostgresStore extends RatestoreStore {
  * may or may not have counted; it is never sent again). A statement the server cancelled (its
  * `statement_timeout`, SQLSTATE 57014) is `ERR_TIMEOUT` with `sent` true: it was rolled back and counted
  * nothing. A read-only server (25006, e.g. a primary demoted by a failover) is `ERR_POSTGRES`, and the
- * next call connects anew. No message holds a key, the URL or its password.
+ * next call connects anew. After a failed connect, calls reject at once (`sent` false, "backing off")
+ * for a delay that doubles from 100 ms up to 5 s, then one call alone connects. No message holds a key,
+ * the URL or its password.
  */
 export declare function postgresStore(options?: PostgresStoreOptions): PostgresStore;
 

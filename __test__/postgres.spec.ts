@@ -3,6 +3,7 @@ import { execFile } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { connect, createServer, type AddressInfo } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresStore, type PostgresStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
@@ -512,6 +513,80 @@ describe('postgresStore', () => {
     expect((await ownStore().hit(key, 60_000, 0)).count).toBe(2);
   }, 30_000);
 
+  it('backs off after a failed connect: calls reject at once, unsent, then one call alone connects', async () => {
+    // A TCP proxy in front of the server counts the store's connects.
+    let connects = 0;
+    const proxy = createServer((socket) => {
+      connects++;
+      const upstream = connect(own.port, '127.0.0.1');
+      socket.pipe(upstream).pipe(socket);
+      upstream.on('error', () => socket.destroy());
+      socket.on('error', () => upstream.destroy());
+    });
+    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+    const port = (proxy.address() as AddressInfo).port;
+    const timeoutMs = 1_000;
+    const store = postgresStore({ url: `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`, timeoutMs });
+    const key = `backoff:${randomUUID()}`;
+    type Failure = Error & { code?: string; sent?: boolean };
+    /** `n` calls at once: their errors (or undefined) and how long the slowest took. */
+    const burst = async (n: number) => {
+      const started = Date.now();
+      const results = await Promise.all(
+        Array.from({ length: n }, () =>
+          store.hit(key, 60_000, 1).then(
+            () => undefined,
+            (e: Failure) => e,
+          ),
+        ),
+      );
+      return { results, ms: Date.now() - started };
+    };
+    try {
+      expect((await store.hit(key, 60_000, 1)).count).toBe(1);
+      expect(connects).toBe(1);
+      await own.halt();
+      try {
+        // The lost connection, then a failed connect.
+        await store.hit(key, 60_000, 1).catch(() => undefined);
+        const before = connects;
+        const first = await rejection(store.hit(key, 60_000, 1));
+        expect(first.code).toBe('ERR_CONNECTION');
+        const failedConnects = connects - before;
+        expect(failedConnects).toBeLessThanOrEqual(1);
+        // Backing off: a burst rejects at once, unsent, and tries no connect.
+        const atOnce = connects;
+        const refused = await burst(20);
+        expect(refused.ms).toBeLessThan(50);
+        expect(connects).toBe(atOnce);
+        for (const e of refused.results) {
+          expect(e).toBeDefined();
+          expect([e!.code, e!.sent]).toEqual(['ERR_CONNECTION', false]);
+          expect(e!.message).toContain('backing off');
+          for (const secret of [KEY_MARKER, PASSWORD, 'postgres://']) expect(e!.message).not.toContain(secret);
+        }
+        // After the delay (at most 100 ms after one failure, 200 after two), one call of a burst connects.
+        await new Promise((r) => setTimeout(r, 250));
+        const probing = connects;
+        const probe = await burst(20);
+        expect(connects - probing).toBe(1);
+        expect(probe.ms).toBeLessThan(timeoutMs);
+        expect(probe.results.every((e) => e?.code === 'ERR_CONNECTION' && e.sent === false)).toBe(true);
+      } finally {
+        await own.start();
+      }
+      // Back up: after the last delay (at most 400 ms), calls connect once and count exactly.
+      await new Promise((r) => setTimeout(r, 500));
+      const up = connects;
+      const hits = await Promise.all(Array.from({ length: 10 }, () => store.hit(key, 60_000, 1)));
+      expect(hits.map((h) => h.count).sort((a, b) => a - b)).toEqual([2, 3, 4, 5, 6, 7, 8, 9, 10, 11]);
+      expect(connects - up).toBe(1);
+    } finally {
+      await store.close();
+      await new Promise((resolve) => proxy.close(resolve));
+    }
+  }, 30_000);
+
   /** Holds `key`'s row of askdare_counters locked from another session for `ms`; resolves once it is held. */
   async function holdRow(key: string, ms: number): Promise<{ released: Promise<string> }> {
     const tag = `hold_${randomUUID().replace(/-/g, '')}`;
@@ -596,6 +671,8 @@ describe('postgresStore', () => {
       await own.sql('SELECT pg_reload_conf()');
     }
     const counted = Number(await own.sql(`SELECT total FROM askdare_counters WHERE key = '${key}'`));
+    // The failed set-up of a new connection while read-only started the backoff (at most 100 ms).
+    await new Promise((r) => setTimeout(r, 150));
     expect((await store.hit(key, 60_000, 1)).count).toBe(counted + 1);
     // The connection that met 25006 was replaced by a new one.
     const after = await backend();

@@ -10,7 +10,7 @@
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 use tokio_postgres::types::{ToSql, Type};
@@ -18,6 +18,7 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
+use crate::redis::health::{Backoff, Gate};
 use crate::window::MAX_SAFE;
 
 pub mod schema;
@@ -199,6 +200,8 @@ pub struct PgStore {
     client: Mutex<Option<Arc<Client>>>,
     /// Set by a 25006 answer: the next call replaces the connection.
     replace: AtomicBool,
+    /// Spaces out connects after failures.
+    backoff: std::sync::Mutex<Backoff>,
     /// Expired rows the sweeper removed: `stats().swept`.
     swept: Arc<AtomicU64>,
     closed: AtomicBool,
@@ -265,6 +268,43 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     .redacted(secrets)
 }
 
+/// A connect in progress; dropped before it finished (its call timed out),
+/// it is a failed connect for the backoff.
+struct Attempt<'a> {
+    store: &'a PgStore,
+    done: bool,
+}
+
+impl Drop for Attempt<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            let ms = self.store.config.timeout_ms;
+            let e = Error::Postgres {
+                code: "ERR_TIMEOUT",
+                text: format!("no answer from PostgreSQL within {ms} ms"),
+                sent: None,
+            };
+            self.store.backoff().failed(Instant::now(), unsent(e));
+        }
+    }
+}
+
+/// A failed connect's error as the calls refused meanwhile report it: not sent.
+fn unsent(e: Error) -> Error {
+    match e {
+        Error::Postgres {
+            code,
+            text,
+            sent: None,
+        } if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" => Error::Postgres {
+            code,
+            text: format!("{text} while connecting; the call was not sent"),
+            sent: Some(false),
+        },
+        other => other,
+    }
+}
+
 /// Whether `e` is PostgreSQL's "read-only SQL transaction" (25006): the
 /// connection reaches a server that can't write, such as a primary demoted
 /// by a failover, so the next call connects anew (the URL's host may now
@@ -288,6 +328,9 @@ impl PgStore {
             sql,
             client: Mutex::new(None),
             replace: AtomicBool::new(false),
+            backoff: std::sync::Mutex::new(Backoff::new(
+                u64::from(std::process::id()) ^ (Arc::as_ptr(&swept) as u64),
+            )),
             swept,
             closed: AtomicBool::new(false),
         }
@@ -358,6 +401,10 @@ impl PgStore {
 
     /// The open connection, connecting (and creating the table) first if
     /// there is none or it was lost. One connect at a time: the lock.
+    ///
+    /// After a failed connect, calls reject at once (unsent) for a delay
+    /// that doubles with each failure in a row ([`Backoff`]); then the next
+    /// call alone connects (the others, waiting on the lock, see its outcome).
     async fn client(&self) -> Result<Arc<Client>> {
         let mut slot = self.client.lock().await;
         if self.replace.swap(false, Ordering::Relaxed) {
@@ -368,6 +415,36 @@ impl PgStore {
                 return Ok(Arc::clone(client));
             }
         }
+        if let Gate::Refuse(e) = self.backoff().gate(Instant::now()) {
+            return Err(e);
+        }
+        // Dropped unfinished (the call's timeoutMs passed), the connect counts as failed.
+        let mut attempt = Attempt {
+            store: self,
+            done: false,
+        };
+        let result = self.connect().await;
+        attempt.done = true;
+        match result {
+            Ok(client) => {
+                self.backoff().succeeded();
+                let client = Arc::new(client);
+                *slot = Some(Arc::clone(&client));
+                Ok(client)
+            }
+            Err(e) => {
+                self.backoff().failed(Instant::now(), unsent(e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
+        self.backoff.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A new connection, with the store's tables and functions made on it.
+    async fn connect(&self) -> Result<Client> {
         let client = match &self.config.tls {
             None => {
                 let (client, connection) = self
@@ -396,8 +473,6 @@ impl PgStore {
                 .await
                 .map_err(|e| self.error(e))?;
         }
-        let client = Arc::new(client);
-        *slot = Some(Arc::clone(&client));
         Ok(client)
     }
 
