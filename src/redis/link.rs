@@ -71,6 +71,9 @@ enum Target {
         tls: Option<(TlsConnector, ServerName<'static>)>,
     },
     Unix(PathBuf),
+    /// Redis Sentinel: each connect asks the sentinels where the master is
+    /// (a blocking discovery, on a thread of the runtime's blocking pool).
+    Sentinel(Arc<socket::Target>),
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -113,6 +116,7 @@ impl Link {
                     "a REST URL was given to the Redis protocol",
                 ))
             }
+            Addr::Sentinel { .. } => Target::Sentinel(Arc::new(socket::Target::new(config)?)),
         };
         let mut settings = RedisConnectionInfo::default()
             .set_db(config.db)
@@ -148,7 +152,7 @@ impl Link {
     pub fn host(&self) -> &str {
         match &self.target {
             Target::Tcp { host, .. } => host,
-            Target::Unix(_) => "",
+            Target::Unix(_) | Target::Sentinel(_) => "",
         }
     }
 
@@ -196,7 +200,7 @@ impl Link {
                     });
                     Ok((conn, task.abort_handle()))
                 }
-                Ok(Err(e)) => Err(classify(&e, Stage::Connect)),
+                Ok(Err(e)) => Err(e),
                 Err(_) => Err(Error::Timeout {
                     ms: link.timeout.as_millis() as u64,
                     sent: false,
@@ -212,7 +216,34 @@ impl Link {
     }
 
     /// Opens the socket and greets the server (AUTH, SELECT) over it.
-    async fn open(&self) -> redis::RedisResult<(MultiplexedConnection, BoxFuture<'static, ()>)> {
+    async fn open(&self) -> Result<(MultiplexedConnection, BoxFuture<'static, ()>)> {
+        let master = match &self.target {
+            Target::Sentinel(target) => {
+                let (target, timeout) = (Arc::clone(target), self.timeout);
+                let socket = tokio::task::spawn_blocking(move || target.connect(timeout))
+                    .await
+                    .map_err(|_| Error::Internal("the Sentinel discovery task failed"))??;
+                let tcp = socket::Target::into_tcp(socket)
+                    .ok_or(Error::Internal("Sentinel gave a connection other than TCP"))?;
+                let tcp = TcpStream::from_std(tcp).map_err(|e| Error::Connection {
+                    text: format!("could not connect to Redis: {e}; the hit was not sent"),
+                    sent: false,
+                })?;
+                Some(tcp)
+            }
+            _ => None,
+        };
+        self.open_on(master)
+            .await
+            .map_err(|e| classify(&e, Stage::Connect))
+    }
+
+    /// Opens the socket (or takes the master's, found through Sentinel) and
+    /// greets the server over it.
+    async fn open_on(
+        &self,
+        master: Option<TcpStream>,
+    ) -> redis::RedisResult<(MultiplexedConnection, BoxFuture<'static, ()>)> {
         let stream: Box<dyn Io> = match &self.target {
             Target::Tcp { host, port, tls } => {
                 let tcp = TcpStream::connect((host.as_str(), *port)).await?;
@@ -228,6 +259,10 @@ impl Link {
             Target::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
             #[cfg(not(unix))]
             Target::Unix(_) => unreachable!("refused by Link::new"),
+            Target::Sentinel(_) => match master {
+                Some(tcp) => Box::new(tcp),
+                None => return Err(std::io::Error::other("no master was found").into()),
+            },
         };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(None)

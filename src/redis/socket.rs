@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
-use super::config::{Addr, Config};
+use super::config::{Addr, Config, SENTINEL_PASSWORD};
 use super::resp::{self, Parser, Reply};
 use crate::errors::{Error, Result};
 
@@ -111,6 +111,11 @@ impl Target {
                     "a REST URL was given to the Redis protocol",
                 ))
             }
+            Addr::Sentinel { .. } if config.tls_ca.is_some() => {
+                return Err(Error::Config(
+                    "tls.ca is set but TLS is not supported with Sentinel".into(),
+                ))
+            }
             _ => None,
         };
         Ok(Target {
@@ -121,6 +126,15 @@ impl Target {
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// A connected socket's TCP stream, for a client of its own (the I/O
+    /// thread's): TCP only, and only before a hit went on it.
+    pub fn into_tcp(socket: Socket) -> Option<TcpStream> {
+        match (socket.stream, socket.tls) {
+            (Stream::Tcp(tcp), None) => Some(tcp),
+            _ => None,
+        }
     }
 
     /// Connects and greets the server within `timeout`, blocking; the
@@ -136,6 +150,9 @@ impl Target {
     /// Connects and greets the server within `timeout`; the socket it
     /// answers blocks, each read and write for at most `timeout`.
     pub fn connect_blocking(&self, timeout: Duration) -> Result<Socket> {
+        if let Addr::Sentinel { nodes, name } = &self.config.addr {
+            return self.connect_master(nodes, name, timeout);
+        }
         let deadline = Instant::now() + timeout;
         let left = || {
             deadline
@@ -178,6 +195,7 @@ impl Target {
             #[cfg(not(unix))]
             Addr::Unix(_) => unreachable!("refused by Target::new"),
             Addr::Rest { .. } => unreachable!("refused by Target::new"),
+            Addr::Sentinel { .. } => unreachable!("answered above"),
         };
         stream.set_timeouts(Some(left()?)).map_err(failed)?;
         let mut socket = Socket {
@@ -207,6 +225,153 @@ impl Target {
         })?;
         socket.stream.set_timeouts(Some(timeout)).map_err(failed)?;
         Ok(socket)
+    }
+}
+
+impl Target {
+    /// Sentinel: asks the sentinels where the master is, connects there and
+    /// greets it, and checks that `ROLE` says master; a server that is not
+    /// (yet, or any more) the master, or one that can't be reached, makes
+    /// the sentinels be asked again, until `timeout`.
+    fn connect_master(
+        &self,
+        nodes: &[(String, u16)],
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Socket> {
+        let deadline = Instant::now() + timeout;
+        let ms = timeout.as_millis() as u64;
+        let left = || {
+            deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+        };
+        let mut last = None;
+        while let Some(budget) = left() {
+            let tried = self.ask_sentinels(nodes, name, deadline).and_then(|(host, port)| {
+                let master = Target {
+                    config: Config {
+                        addr: Addr::Tcp {
+                            host,
+                            port,
+                            tls: false,
+                        },
+                        sentinel_password: None,
+                        ..self.config.clone()
+                    },
+                    tls: None,
+                };
+                let mut socket = master.connect_blocking(budget)?;
+                match socket.command(&[b"ROLE".to_vec()], ms)? {
+                    Reply::Array(Some(parts))
+                        if matches!(parts.first(), Some(Reply::Bulk(Some(role))) if role == b"master") =>
+                    {
+                        socket.stream.set_timeouts(Some(timeout)).map_err(|e| {
+                            unsent(format!("could not connect to Redis: {e}"))
+                        })?;
+                        Ok(socket)
+                    }
+                    _ => Err(unsent(
+                        "the server the sentinels named as the master is not a master (a failover is under way)"
+                            .into(),
+                    )),
+                }
+            });
+            match tried {
+                Ok(socket) => return Ok(socket),
+                // Reachable but wrong: the settings, the name, a password.
+                Err(e @ (Error::Config(_) | Error::Auth(_))) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+            if let Some(wait) = left() {
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
+            }
+        }
+        Err(match last {
+            Some(Error::Connection { text, .. }) => unsent(format!("{text} (within {ms} ms)")),
+            _ => Error::Timeout { ms, sent: false },
+        })
+    }
+
+    /// The master's address, from the first sentinel (in the URL's order)
+    /// that knows it; each sentinel gets a share of the time left.
+    fn ask_sentinels(
+        &self,
+        nodes: &[(String, u16)],
+        name: &str,
+        deadline: Instant,
+    ) -> Result<(String, u16)> {
+        let ask = [
+            b"SENTINEL".to_vec(),
+            b"get-master-addr-by-name".to_vec(),
+            name.as_bytes().to_vec(),
+        ];
+        let mut unknown = false;
+        let mut last = None;
+        for (i, (host, port)) in nodes.iter().enumerate() {
+            let Some(left) = deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+            else {
+                break;
+            };
+            let budget = left / (nodes.len() - i) as u32;
+            let sentinel = Target {
+                config: Config {
+                    addr: Addr::Tcp {
+                        host: host.clone(),
+                        port: *port,
+                        tls: false,
+                    },
+                    db: 0,
+                    username: None,
+                    password: self.config.sentinel_password.clone(),
+                    timeout_ms: self.config.timeout_ms,
+                    tls_ca: None,
+                    cluster: None,
+                    sentinel_password: None,
+                },
+                tls: None,
+            };
+            let answer = sentinel.connect_blocking(budget).and_then(|mut socket| {
+                socket.command(&ask, budget.as_millis().max(1) as u64)
+            });
+            match answer {
+                Ok(Reply::Array(Some(parts))) => match parts.as_slice() {
+                    [Reply::Bulk(Some(host)), Reply::Bulk(Some(port))] => {
+                        let host = String::from_utf8(host.clone()).ok();
+                        let port = std::str::from_utf8(port).ok().and_then(|p| p.parse().ok());
+                        if let (Some(host), Some(port)) = (host, port) {
+                            return Ok((host, port));
+                        }
+                        last = Some(unsent("a sentinel answered an address of the wrong shape".into()));
+                    }
+                    _ => last = Some(unsent("a sentinel answered an address of the wrong shape".into())),
+                },
+                Ok(Reply::Array(None) | Reply::Bulk(None)) => unknown = true,
+                Ok(_) => last = Some(unsent("a sentinel answered an address of the wrong shape".into())),
+                Err(Error::Auth(text)) => {
+                    return Err(Error::Auth(format!(
+                        "a sentinel refused them, {text}; the sentinels take the {SENTINEL_PASSWORD} query parameter"
+                    )))
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        match (unknown, last) {
+            (true, None) => Err(Error::Config(
+                "the sentinels know no master of the name in the URL (SENTINEL get-master-addr-by-name \
+                 answered nil): check the name after the last /"
+                    .into(),
+            )),
+            (_, Some(Error::Timeout { .. })) | (_, None) => Err(unsent(
+                "could not reach any sentinel: each timed out".into(),
+            )),
+            (_, Some(Error::Connection { text, .. })) => {
+                Err(unsent(format!("could not reach any sentinel: {text}")))
+            }
+            (_, Some(e)) => Err(e),
+        }
     }
 }
 
