@@ -78,13 +78,7 @@ async function startTopology(): Promise<Topology> {
     sentinels.push(port);
   }
   const cli = (port: number, ...args: string[]) =>
-    redisCli([
-      '-p',
-      String(port),
-      '-a',
-      sentinels.includes(port) ? SENTINEL_PASSWORD : MASTER_PASSWORD,
-      ...args,
-    ]);
+    redisCli(['-p', String(port), '-a', sentinels.includes(port) ? SENTINEL_PASSWORD : MASTER_PASSWORD, ...args]);
   for (const port of sentinels) await ready(port, SENTINEL_PASSWORD);
   // Ready once the replica is in sync and every sentinel knows the replica and the other sentinels.
   const deadline = Date.now() + 30_000;
@@ -274,7 +268,11 @@ describe.each([
     const silent = await silentServer();
     try {
       const down = await freePort();
-      for (const hosts of [`127.0.0.1:${down}`, `127.0.0.1:${silent.port}`, `127.0.0.1:${down},127.0.0.1:${silent.port}`]) {
+      for (const hosts of [
+        `127.0.0.1:${down}`,
+        `127.0.0.1:${silent.port}`,
+        `127.0.0.1:${down},127.0.0.1:${silent.port}`,
+      ]) {
         const started = Date.now();
         const error = await rejection(
           store(`redis+sentinel://:${MASTER_PASSWORD}@${hosts}/m`, { timeoutMs: 400 }).hit(KEY_MARKER, 60_000, 1),

@@ -278,7 +278,8 @@ fn parse_cluster(text: &str, source: &str) -> Result<Config> {
 }
 
 fn parse_url(text: &str, source: &str) -> Result<Config> {
-    const FORMS: &str = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS), redis+unix:///path/to/socket[?db=N] \
+    const FORMS: &str = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS), redis+unix:///path/to/socket[?db=N], \
+                         redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name (Sentinel) \
                          or https://host (Upstash's REST API)";
     let url = url::Url::parse(text.trim())
         .map_err(|_| Error::Config(format!("{source} is not a valid URL; expected {FORMS}")))?;
@@ -775,6 +776,85 @@ mod tests {
             assert!(message.contains(expect), "{text}: {message}");
             assert!(!message.contains("hunter2"), "{text}: {message}");
         }
+    }
+
+    #[test]
+    fn a_sentinel_url_names_the_sentinels_the_master_and_the_passwords() {
+        let c = Config::resolve(
+            &url("redis+sentinel://app:p%40ss@10.0.0.1:26380, sentinel.example ,[::1]:5/mymaster?sentinelPassword=s%26p"),
+            env(&[]),
+        )
+        .unwrap();
+        let nodes = vec![
+            ("10.0.0.1".to_string(), 26380),
+            ("sentinel.example".to_string(), 26379),
+            ("::1".to_string(), 5),
+        ];
+        assert_eq!(
+            c.addr,
+            Addr::Sentinel {
+                nodes,
+                name: "mymaster".into()
+            }
+        );
+        assert_eq!(c.username.as_deref(), Some("app"));
+        assert_eq!(c.password.as_deref(), Some("p@ss"));
+        assert_eq!(c.sentinel_password.as_deref(), Some("s&p"));
+        assert_eq!(c.secrets(), vec![b"p@ss".to_vec(), b"s&p".to_vec()]);
+        assert!(!format!("{c:?}").contains("s&p"));
+        assert_eq!(c.db, 0);
+        // From REDIS_URL too, with no credentials, and a name that needs decoding.
+        let e = env(&[("REDIS_URL", "REDIS+SENTINEL://h/my%20master")]);
+        let c = Config::resolve(&Options::default(), e).unwrap();
+        assert_eq!(
+            c.addr,
+            Addr::Sentinel {
+                nodes: vec![("h".into(), 26379)],
+                name: "my master".into()
+            }
+        );
+        assert_eq!(
+            (c.username, c.password, c.sentinel_password),
+            (None, None, None)
+        );
+        // Only a password: the default user.
+        let c = Config::resolve(&url("redis+sentinel://:pw@h/m/"), env(&[])).unwrap();
+        assert_eq!((c.username, c.password.as_deref()), (None, Some("pw")));
+    }
+
+    #[test]
+    fn bad_sentinel_urls_are_refused_without_their_secrets() {
+        for (options, expect) in [
+            (url("rediss+sentinel://:hunter2@h/m"), "TLS to Sentinel"),
+            (url("redis+sentinel://:hunter2@h"), "names no master"),
+            (url("redis+sentinel://:hunter2@h/"), "master's name"),
+            (url("redis+sentinel://:hunter2@h/a/b"), "master's name"),
+            (url("redis+sentinel://:hunter2@h,,g/m"), "not host[:port]"),
+            (
+                url("redis+sentinel://:hunter2@h:99999/m"),
+                "not host[:port]",
+            ),
+            (url("redis+sentinel://:hunter2@/m"), "not host[:port]"),
+            (
+                url("redis+sentinel://:hunter2@h/m?db=1"),
+                "only the sentinelPassword",
+            ),
+            (url("redis+sentinel://:%ff@h/m"), "password in the URL"),
+            (url("redis+sentinel:hunter2"), "has the form"),
+            (
+                cluster("redis+sentinel://:hunter2@h/m"),
+                "not Redis Cluster nodes",
+            ),
+        ] {
+            let text = options.url.clone().unwrap_or_default();
+            let message = config_error(Config::resolve(&options, env(&[])));
+            assert!(message.contains(expect), "{text}: {message}");
+            assert!(message.starts_with("the url option"), "{text}: {message}");
+            assert!(!message.contains("hunter2"), "{text}: {message}");
+        }
+        let mut o = url("redis+sentinel://h/m");
+        o.tls_ca = Some("x".into());
+        assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// or https://"));
     }
 
     #[test]

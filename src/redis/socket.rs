@@ -333,9 +333,9 @@ impl Target {
                 },
                 tls: None,
             };
-            let answer = sentinel.connect_blocking(budget).and_then(|mut socket| {
-                socket.command(&ask, budget.as_millis().max(1) as u64)
-            });
+            let answer = sentinel
+                .connect_blocking(budget)
+                .and_then(|mut socket| socket.command(&ask, budget.as_millis().max(1) as u64));
             match answer {
                 Ok(Reply::Array(Some(parts))) => match parts.as_slice() {
                     [Reply::Bulk(Some(host)), Reply::Bulk(Some(port))] => {
