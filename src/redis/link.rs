@@ -61,6 +61,9 @@ struct State {
     /// Counts connects, so that a late report about an old connection
     /// leaves its replacement alone.
     generation: u64,
+    /// Sentinel: the target's epoch when the connect started (see
+    /// [`socket::Target::epoch`]); a later one replaces the connection.
+    epoch: u64,
     backoff: Backoff,
 }
 
@@ -134,6 +137,7 @@ impl Link {
             state: Mutex::new(State {
                 conn: Conn::Down,
                 generation: 0,
+                epoch: 0,
                 backoff: Backoff::new(RandomState::new().hash_one(config.timeout_ms)),
             }),
             stall: Stall::default(),
@@ -166,15 +170,28 @@ impl Link {
     /// its own, so that it finishes (and times out) even if the hit that
     /// started it gave up.
     pub async fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64)> {
+        let mut switched = false;
         let (connecting, generation) = {
             let mut state = self.lock();
-            if let Conn::Up(conn, _) = &state.conn {
-                return Ok((conn.clone(), state.generation));
+            let epoch = match &self.target {
+                Target::Sentinel(target) => target.epoch(),
+                _ => 0,
+            };
+            if let Conn::Up(conn, task) = &state.conn {
+                if state.epoch == epoch {
+                    return Ok((conn.clone(), state.generation));
+                }
+                // The sentinels announced a new master: this hit and the
+                // next go to it. Hits still on the old connection reject.
+                task.abort();
+                state.conn = Conn::Down;
+                switched = true;
             }
             match (state.backoff.gate(Instant::now()), &state.conn) {
                 (Gate::Refuse(e), _) => return Err(e),
                 (_, Conn::Connecting(connecting)) => (connecting.clone(), state.generation),
                 (_, _) => {
+                    state.epoch = epoch;
                     state.generation += 1;
                     let connecting = self.connect(state.generation);
                     state.conn = Conn::Connecting(connecting.clone());
@@ -182,6 +199,10 @@ impl Link {
                 }
             }
         };
+        if switched {
+            // Told with the state unlocked: the monitor wakes the stores.
+            self.monitor.lost(CONNECTION);
+        }
         Ok((connecting.await?, generation))
     }
 

@@ -6,7 +6,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -93,6 +94,16 @@ pub struct Socket {
 pub struct Target {
     config: Config,
     tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// Sentinel: the `+switch-master` announcements heard for the master.
+    switches: Arc<Switches>,
+}
+
+/// Counts the failovers the sentinels announce (`+switch-master` for the
+/// URL's master), heard by a thread that runs while the target lives.
+#[derive(Default)]
+struct Switches {
+    count: AtomicU64,
+    watching: OnceLock<()>,
 }
 
 impl Target {
@@ -121,6 +132,52 @@ impl Target {
         Ok(Target {
             config: config.clone(),
             tls,
+            switches: Arc::default(),
+        })
+    }
+
+    /// A plain target with no TLS: a sentinel, or the master one named.
+    fn plain(config: Config) -> Target {
+        Target {
+            config,
+            tls: None,
+            switches: Arc::default(),
+        }
+    }
+
+    /// Sentinel: how many failovers the sentinels have announced so far
+    /// (0 for any other target). The first call starts listening for them.
+    /// A connection opened at one epoch is replaced once the epoch moves.
+    pub fn epoch(&self) -> u64 {
+        if let Addr::Sentinel { nodes, name } = &self.config.addr {
+            self.switches.watching.get_or_init(|| {
+                let sentinels = nodes.iter().map(|node| self.sentinel(node)).collect();
+                watch(
+                    Arc::downgrade(&self.switches),
+                    sentinels,
+                    name.clone(),
+                    Duration::from_millis(self.config.timeout_ms),
+                );
+            });
+        }
+        self.switches.count.load(Ordering::SeqCst)
+    }
+
+    /// The target of one sentinel, with the sentinels' password.
+    fn sentinel(&self, (host, port): &(String, u16)) -> Target {
+        Target::plain(Config {
+            addr: Addr::Tcp {
+                host: host.clone(),
+                port: *port,
+                tls: false,
+            },
+            db: 0,
+            username: None,
+            password: self.config.sentinel_password.clone(),
+            timeout_ms: self.config.timeout_ms,
+            tls_ca: None,
+            cluster: None,
+            sentinel_password: None,
         })
     }
 
@@ -249,18 +306,15 @@ impl Target {
         let mut last = None;
         while let Some(budget) = left() {
             let tried = self.ask_sentinels(nodes, name, deadline).and_then(|(host, port)| {
-                let master = Target {
-                    config: Config {
-                        addr: Addr::Tcp {
-                            host,
-                            port,
-                            tls: false,
-                        },
-                        sentinel_password: None,
-                        ..self.config.clone()
+                let master = Target::plain(Config {
+                    addr: Addr::Tcp {
+                        host,
+                        port,
+                        tls: false,
                     },
-                    tls: None,
-                };
+                    sentinel_password: None,
+                    ..self.config.clone()
+                });
                 let mut socket = master.connect_blocking(budget)?;
                 match socket.command(&[b"ROLE".to_vec()], ms)? {
                     Reply::Array(Some(parts))
@@ -308,7 +362,7 @@ impl Target {
         ];
         let mut unknown = false;
         let mut last = None;
-        for (i, (host, port)) in nodes.iter().enumerate() {
+        for (i, node) in nodes.iter().enumerate() {
             let Some(left) = deadline
                 .checked_duration_since(Instant::now())
                 .filter(|d| !d.is_zero())
@@ -316,23 +370,7 @@ impl Target {
                 break;
             };
             let budget = left / (nodes.len() - i) as u32;
-            let sentinel = Target {
-                config: Config {
-                    addr: Addr::Tcp {
-                        host: host.clone(),
-                        port: *port,
-                        tls: false,
-                    },
-                    db: 0,
-                    username: None,
-                    password: self.config.sentinel_password.clone(),
-                    timeout_ms: self.config.timeout_ms,
-                    tls_ca: None,
-                    cluster: None,
-                    sentinel_password: None,
-                },
-                tls: None,
-            };
+            let sentinel = self.sentinel(node);
             let answer = sentinel
                 .connect_blocking(budget)
                 .and_then(|mut socket| socket.command(&ask, budget.as_millis().max(1) as u64));
@@ -373,6 +411,77 @@ impl Target {
             (_, Some(e)) => Err(e),
         }
     }
+}
+
+/// Listens for `+switch-master` on one sentinel after another (the first
+/// that takes the subscription), counting each announcement for `name` in
+/// `switches`, until nobody holds them. A subscription lost and made again
+/// counts as a switch too: one may have been missed meanwhile.
+fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout: Duration) {
+    let bump = |switches: &Weak<Switches>| {
+        if let Some(switches) = switches.upgrade() {
+            switches.count.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let prefix = format!("{name} ").into_bytes();
+    let spawned = std::thread::Builder::new()
+        .name("ratestore-sentinel-watch".into())
+        .spawn(move || {
+            let mut subscribed_before = false;
+            while switches.strong_count() > 0 {
+                for sentinel in &sentinels {
+                    let Ok(mut socket) = sentinel.connect_blocking(timeout) else {
+                        continue;
+                    };
+                    let mut out = Vec::new();
+                    resp::encode(&mut out, &[b"SUBSCRIBE", b"+switch-master"]);
+                    // Woken each second to see whether the target still lives.
+                    let ready = socket
+                        .write_all_blocking(&out)
+                        .and_then(|()| socket.stream.set_timeouts(Some(Duration::from_secs(1))));
+                    if ready.is_err() {
+                        continue;
+                    }
+                    if std::mem::replace(&mut subscribed_before, true) {
+                        bump(&switches);
+                    }
+                    let mut parser = Parser::default();
+                    let mut buf = [0u8; 4096];
+                    while switches.strong_count() > 0 {
+                        match parser.next() {
+                            Ok(Some(Reply::Array(Some(parts)))) => {
+                                if let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(text))] =
+                                    parts.as_slice()
+                                {
+                                    if kind == b"message" && text.starts_with(&prefix) {
+                                        bump(&switches);
+                                    }
+                                }
+                            }
+                            Ok(Some(_)) => {}
+                            Ok(None) => match socket.read_blocking(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => parser.feed(&buf[..n]),
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            },
+                            Err(_) => break,
+                        }
+                    }
+                    if switches.strong_count() == 0 {
+                        return;
+                    }
+                }
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        });
+    // Without the thread, a failover is still followed once the old
+    // master's connection is lost or answers READONLY.
+    drop(spawned);
 }
 
 /// A connect's failure: no hit was sent on it.
