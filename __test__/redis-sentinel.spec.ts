@@ -2,7 +2,7 @@
 // redis-server on a free loopback port, started per transport and stopped by pid.
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
@@ -188,6 +188,7 @@ describe.each([
     const s = store(topology.url, { timeoutMs: 1_000, prefix });
     const old = await topology.master();
     expect((await s.hit('failover', 600_000, 1)).count).toBe(1);
+    if (process.platform === 'linux') expect(watchers()).toBeGreaterThan(0);
     const counts = [1];
     let failures = 0;
     let sentFailures = 0;
@@ -301,7 +302,25 @@ describe.each([
   });
 });
 
+/** The threads of this process that listen to sentinels (Linux only; -1 elsewhere). */
+function watchers(): number {
+  if (process.platform !== 'linux') return -1;
+  return readdirSync('/proc/self/task').filter((task) => {
+    try {
+      return readFileSync(`/proc/self/task/${task}/comm`, 'utf8').startsWith('ratestore-senti');
+    } catch {
+      return false;
+    }
+  }).length;
+}
+
 describe('redisStore Sentinel URLs', () => {
+  it.runIf(process.platform === 'linux')('stops listening to the sentinels once the stores are closed', async () => {
+    const deadline = Date.now() + 5_000;
+    while (watchers() > 0 && Date.now() < deadline) await sleep(100);
+    expect(watchers()).toBe(0);
+  });
+
   it('refuses rediss+sentinel://, the cluster setting and malformed URLs with ERR_CONFIG, naming no secret', async () => {
     for (const [options, expected] of [
       [{ url: `rediss+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m` }, /TLS to Sentinel/],

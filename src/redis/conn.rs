@@ -436,6 +436,7 @@ impl<I: Io, T> Conn<I, T> {
         self.pipe.fail(&Error::Closed, &mut done);
         self.waiting.clear();
         self.drop_link();
+        self.target.stop_watching();
         self.io.teardown();
     }
 }

@@ -6,7 +6,7 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
@@ -104,6 +104,8 @@ pub struct Target {
 struct Switches {
     count: AtomicU64,
     watching: OnceLock<()>,
+    /// The connection ended for good: the thread stops.
+    stopped: AtomicBool,
 }
 
 impl Target {
@@ -161,6 +163,12 @@ impl Target {
             });
         }
         self.switches.count.load(Ordering::SeqCst)
+    }
+
+    /// The connection that uses this target ended for good: no more
+    /// listening for failovers (the thread ends within a second).
+    pub fn stop_watching(&self) {
+        self.switches.stopped.store(true, Ordering::SeqCst);
     }
 
     /// The target of one sentinel, with the sentinels' password.
@@ -423,12 +431,17 @@ fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout
             switches.count.fetch_add(1, Ordering::SeqCst);
         }
     };
+    let alive = |switches: &Weak<Switches>| {
+        switches
+            .upgrade()
+            .is_some_and(|s| !s.stopped.load(Ordering::SeqCst))
+    };
     let prefix = format!("{name} ").into_bytes();
     let spawned = std::thread::Builder::new()
         .name("ratestore-sentinel-watch".into())
         .spawn(move || {
             let mut subscribed_before = false;
-            while switches.strong_count() > 0 {
+            while alive(&switches) {
                 for sentinel in &sentinels {
                     let Ok(mut socket) = sentinel.connect_blocking(timeout) else {
                         continue;
@@ -447,7 +460,7 @@ fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout
                     }
                     let mut parser = Parser::default();
                     let mut buf = [0u8; 4096];
-                    while switches.strong_count() > 0 {
+                    while alive(&switches) {
                         match parser.next() {
                             Ok(Some(Reply::Array(Some(parts)))) => {
                                 if let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(text))] =
@@ -472,11 +485,13 @@ fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout
                             Err(_) => break,
                         }
                     }
-                    if switches.strong_count() == 0 {
+                    if !alive(&switches) {
                         return;
                     }
                 }
-                std::thread::sleep(Duration::from_secs(1));
+                if alive(&switches) {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
             }
         });
     // Without the thread, a failover is still followed once the old
