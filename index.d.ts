@@ -281,6 +281,9 @@ export interface RedisStoreOptions {
    * or `https://…`: Upstash's REST API (`http://` only on a loopback address). Default: the `REDIS_URL`
    * environment variable, then `KV_URL`, `UPSTASH_REDIS_REST_URL`, `KV_REST_API_URL`, read on the first
    * hit. With `cluster`, one or more comma-separated seed node URLs (`redis://h1:7000,redis://h2:7001`).
+   * Redis Sentinel: `redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]`
+   * (the credentials are the master's; `sentinelPassword` the sentinels'); each connect asks the sentinels
+   * where the master of `name` is. No TLS to Sentinel (`rediss+sentinel://` rejects with `ERR_CONFIG`).
    * Over REST a key must be a well-formed string (no lone surrogate), or the call rejects with a `TypeError`.
    */
   url?: string;

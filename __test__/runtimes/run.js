@@ -1,6 +1,6 @@
 'use strict';
 // The runtime suite (`npm run test:runtimes`): starts its own redis-servers (one over TCP, TLS and a
-// Unix socket, a cluster, a REST endpoint) and runs checks.js under each runtime the runtimes
+// Unix socket, a cluster, a REST endpoint, a sentinel) and runs checks.js under each runtime the runtimes
 // package installs, checking each one's exit code and signal: an abort or a segfault fails it.
 // `node __test__/runtimes/run.js node22 bun` runs only those.
 
@@ -87,6 +87,15 @@ async function main() {
   ]);
   await waitFor(['-p', String(port)]);
   await waitFor(['--tls', '--cacert', tls.ca, '-p', String(tlsPort)]);
+  // A sentinel watching the TCP server, for a redis+sentinel:// target.
+  const sentinelPort = await freePort();
+  const sentinelConf = join(dir, 'sentinel.conf');
+  writeFileSync(
+    sentinelConf,
+    `port ${sentinelPort}\nbind 127.0.0.1\nprotected-mode no\nsentinel monitor m 127.0.0.1 ${port} 1\n`,
+  );
+  children.push(spawn('redis-server', [sentinelConf, '--sentinel'], { stdio: 'ignore' }));
+  await waitFor(['-p', String(sentinelPort)]);
   const cluster = await startCluster();
   const rest = await startRest({ redisPort: port, token: 'runtime-suite-token' });
   const targets = [
@@ -95,6 +104,7 @@ async function main() {
     { name: 'unix', url: `unix://${socket}` },
     { name: 'cluster', url: cluster.url, cluster: true },
     { name: 'rest', url: rest.url, token: rest.token },
+    { name: 'sentinel', url: `redis+sentinel://127.0.0.1:${sentinelPort}/m` },
   ];
   let failed = 0;
   try {

@@ -97,7 +97,7 @@ impl Cluster {
             .iter()
             .filter_map(|addr| match addr {
                 Addr::Tcp { host, port, .. } => Some((host.clone(), *port)),
-                Addr::Unix(_) | Addr::Rest { .. } => None,
+                Addr::Unix(_) | Addr::Rest { .. } | Addr::Sentinel { .. } => None,
             })
             .collect();
         let cluster = Cluster {

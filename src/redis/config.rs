@@ -29,6 +29,9 @@ pub const CLUSTER_VARIABLE: &str = "REDIS_CLUSTER";
 pub const DEFAULT_PREFIX: &str = "askdare:";
 pub const DEFAULT_TIMEOUT_MS: u64 = 2_000;
 const DEFAULT_PORT: u16 = 6379;
+const DEFAULT_SENTINEL_PORT: u16 = 26379;
+/// The query parameter of a `redis+sentinel://` URL that holds the sentinels' password.
+pub const SENTINEL_PASSWORD: &str = "sentinelPassword";
 
 /// The options as given to `redisStore(options)`, their types already checked.
 #[derive(Clone, Debug, Default)]
@@ -66,6 +69,12 @@ pub enum Addr {
     Rest {
         base: String,
     },
+    /// Redis Sentinel: the sentinels to ask, in turn, where the master of
+    /// `name` is (`redis+sentinel://host:port[,host:port...]/name`).
+    Sentinel {
+        nodes: Vec<(String, u16)>,
+        name: String,
+    },
 }
 
 /// Everything needed to connect, checked.
@@ -81,6 +90,8 @@ pub struct Config {
     /// For a Redis Cluster, the seed nodes (`addr` is the first): where the
     /// slot map is first asked for.
     pub cluster: Option<Vec<Addr>>,
+    /// The sentinels' password (Sentinel only; the URL's credentials are the master's).
+    pub sentinel_password: Option<String>,
 }
 
 // Written by hand so that no debug print shows the password.
@@ -94,6 +105,10 @@ impl std::fmt::Debug for Config {
             .field("timeout_ms", &self.timeout_ms)
             .field("tls_ca", &self.tls_ca.is_some())
             .field("cluster", &self.cluster)
+            .field(
+                "sentinel_password",
+                &self.sentinel_password.as_ref().map(|_| "[redacted]"),
+            )
             .finish()
     }
 }
@@ -130,9 +145,16 @@ impl Config {
             Some(cluster) => cluster,
             None => env(CLUSTER_VARIABLE).map_or(Ok(false), |v| cluster_flag(&v))?,
         };
-        let mut config = match cluster {
-            true => parse_cluster(&url, &source)?,
-            false => parse_single(&url, &source)?,
+        let mut config = match (cluster, is_sentinel(&url)) {
+            (true, true) => {
+                return Err(Error::Config(format!(
+                    "{source} is a redis+sentinel:// URL, which names sentinels, not Redis Cluster nodes: \
+                     drop the cluster setting"
+                )))
+            }
+            (false, true) => parse_sentinel(&url, &source)?,
+            (true, false) => parse_cluster(&url, &source)?,
+            (false, false) => parse_single(&url, &source)?,
         };
         config.timeout_ms = timeout_ms;
         let token = match config.is_rest() {
@@ -160,7 +182,7 @@ impl Config {
             let tls = match &config.addr {
                 Addr::Tcp { tls, .. } => *tls,
                 Addr::Rest { base } => base.starts_with("https:"),
-                Addr::Unix(_) => false,
+                Addr::Unix(_) | Addr::Sentinel { .. } => false,
             };
             if !tls {
                 return Err(Error::Config(format!(
@@ -181,6 +203,7 @@ impl Config {
     pub fn secrets(&self) -> Vec<Vec<u8>> {
         self.password
             .iter()
+            .chain(&self.sentinel_password)
             .map(|p| p.as_bytes().to_vec())
             .collect()
     }
@@ -219,7 +242,7 @@ fn parse_cluster(text: &str, source: &str) -> Result<Config> {
         let node = parse_url(part, source)?;
         let tls = match &node.addr {
             Addr::Tcp { tls, .. } => *tls,
-            Addr::Unix(_) | Addr::Rest { .. } => {
+            Addr::Unix(_) | Addr::Rest { .. } | Addr::Sentinel { .. } => {
                 return Err(bad(
                     "a Redis Cluster is reached over TCP: use redis:// or rediss:// URLs",
                 ))
@@ -255,7 +278,8 @@ fn parse_cluster(text: &str, source: &str) -> Result<Config> {
 }
 
 fn parse_url(text: &str, source: &str) -> Result<Config> {
-    const FORMS: &str = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS), redis+unix:///path/to/socket[?db=N] \
+    const FORMS: &str = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS), redis+unix:///path/to/socket[?db=N], \
+                         redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name (Sentinel) \
                          or https://host (Upstash's REST API)";
     let url = url::Url::parse(text.trim())
         .map_err(|_| Error::Config(format!("{source} is not a valid URL; expected {FORMS}")))?;
@@ -336,6 +360,110 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
         timeout_ms: DEFAULT_TIMEOUT_MS,
         tls_ca: None,
         cluster: None,
+        sentinel_password: None,
+    })
+}
+
+/// The URL's scheme is one of Sentinel's.
+fn is_sentinel(text: &str) -> bool {
+    let text = text.trim_start().to_ascii_lowercase();
+    text.starts_with("redis+sentinel:") || text.starts_with("rediss+sentinel:")
+}
+
+/// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]`,
+/// read by hand: a URL parser takes one host, not a list.
+fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
+    const FORM: &str =
+        "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]";
+    let bad = |what: &str| Error::Config(format!("{source}: {what}"));
+    let text = text.trim();
+    let (scheme, rest) = text
+        .split_once("://")
+        .ok_or_else(|| bad(&format!("a Sentinel URL has the form {FORM}")))?;
+    if scheme.eq_ignore_ascii_case("rediss+sentinel") {
+        return Err(bad(
+            "TLS to Sentinel (rediss+sentinel://) is not supported; use redis+sentinel:// on a trusted \
+             network, or rediss:// to the master directly",
+        ));
+    }
+    let (rest, query) = match rest.split_once('?') {
+        Some((rest, query)) => (rest, Some(query)),
+        None => (rest, None),
+    };
+    let rest = rest.split('#').next().unwrap_or_default();
+    // The credentials end at the last '@' (a password's own '@' is encoded, or comes before it).
+    let (userinfo, hosts_and_path) = match rest.rfind('@') {
+        Some(at) => (Some(&rest[..at]), &rest[at + 1..]),
+        None => (None, rest),
+    };
+    let (hosts, path) = hosts_and_path
+        .split_once('/')
+        .ok_or_else(|| bad(&format!("the URL names no master: {FORM}")))?;
+    let decode = |text: &str, what: &str| {
+        percent_decode_str(text)
+            .decode_utf8()
+            .map(|s| s.into_owned())
+            .map_err(|_| {
+                bad(&format!(
+                    "the {what} in the URL is not valid percent-encoded UTF-8"
+                ))
+            })
+    };
+    let name = decode(path.trim_end_matches('/'), "master name")?;
+    if name.is_empty() || name.contains('/') {
+        return Err(bad(&format!(
+            "the URL's path must be the master's name: {FORM}"
+        )));
+    }
+    let mut nodes = Vec::new();
+    for host in hosts.split(',') {
+        let host = host.trim();
+        let url = url::Url::parse(&format!("redis://{host}"))
+            .ok()
+            .filter(|_| !host.is_empty() && !host.contains(['/', '@', '?', '#']))
+            .ok_or_else(|| bad(&format!("a sentinel's address is not host[:port]: {FORM}")))?;
+        let name = match url.host() {
+            Some(url::Host::Domain(name)) if !name.is_empty() => name.to_string(),
+            Some(url::Host::Ipv4(ip)) => ip.to_string(),
+            Some(url::Host::Ipv6(ip)) => ip.to_string(),
+            _ => return Err(bad("a sentinel's address has no host")),
+        };
+        nodes.push((name, url.port().unwrap_or(DEFAULT_SENTINEL_PORT)));
+    }
+    let (username, password) = match userinfo {
+        None => (None, None),
+        Some(info) => {
+            let (user, password) = match info.split_once(':') {
+                Some((user, password)) => (user, Some(password)),
+                None => (info, None),
+            };
+            let user = match user {
+                "" => None,
+                user => Some(decode(user, "user name")?),
+            };
+            (user, password.map(|p| decode(p, "password")).transpose()?)
+        }
+    };
+    let mut sentinel_password = None;
+    for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
+        match key.as_ref() {
+            SENTINEL_PASSWORD => sentinel_password = Some(value.into_owned()),
+            _ => {
+                return Err(bad(&format!(
+                    "a Sentinel URL takes only the {SENTINEL_PASSWORD} query parameter"
+                )))
+            }
+        }
+    }
+    Ok(Config {
+        addr: Addr::Sentinel { nodes, name },
+        db: 0,
+        username,
+        password,
+        timeout_ms: DEFAULT_TIMEOUT_MS,
+        tls_ca: None,
+        cluster: None,
+        sentinel_password,
     })
 }
 
@@ -648,6 +776,85 @@ mod tests {
             assert!(message.contains(expect), "{text}: {message}");
             assert!(!message.contains("hunter2"), "{text}: {message}");
         }
+    }
+
+    #[test]
+    fn a_sentinel_url_names_the_sentinels_the_master_and_the_passwords() {
+        let c = Config::resolve(
+            &url("redis+sentinel://app:p%40ss@10.0.0.1:26380, sentinel.example ,[::1]:5/mymaster?sentinelPassword=s%26p"),
+            env(&[]),
+        )
+        .unwrap();
+        let nodes = vec![
+            ("10.0.0.1".to_string(), 26380),
+            ("sentinel.example".to_string(), 26379),
+            ("::1".to_string(), 5),
+        ];
+        assert_eq!(
+            c.addr,
+            Addr::Sentinel {
+                nodes,
+                name: "mymaster".into()
+            }
+        );
+        assert_eq!(c.username.as_deref(), Some("app"));
+        assert_eq!(c.password.as_deref(), Some("p@ss"));
+        assert_eq!(c.sentinel_password.as_deref(), Some("s&p"));
+        assert_eq!(c.secrets(), vec![b"p@ss".to_vec(), b"s&p".to_vec()]);
+        assert!(!format!("{c:?}").contains("s&p"));
+        assert_eq!(c.db, 0);
+        // From REDIS_URL too, with no credentials, and a name that needs decoding.
+        let e = env(&[("REDIS_URL", "REDIS+SENTINEL://h/my%20master")]);
+        let c = Config::resolve(&Options::default(), e).unwrap();
+        assert_eq!(
+            c.addr,
+            Addr::Sentinel {
+                nodes: vec![("h".into(), 26379)],
+                name: "my master".into()
+            }
+        );
+        assert_eq!(
+            (c.username, c.password, c.sentinel_password),
+            (None, None, None)
+        );
+        // Only a password: the default user.
+        let c = Config::resolve(&url("redis+sentinel://:pw@h/m/"), env(&[])).unwrap();
+        assert_eq!((c.username, c.password.as_deref()), (None, Some("pw")));
+    }
+
+    #[test]
+    fn bad_sentinel_urls_are_refused_without_their_secrets() {
+        for (options, expect) in [
+            (url("rediss+sentinel://:hunter2@h/m"), "TLS to Sentinel"),
+            (url("redis+sentinel://:hunter2@h"), "names no master"),
+            (url("redis+sentinel://:hunter2@h/"), "master's name"),
+            (url("redis+sentinel://:hunter2@h/a/b"), "master's name"),
+            (url("redis+sentinel://:hunter2@h,,g/m"), "not host[:port]"),
+            (
+                url("redis+sentinel://:hunter2@h:99999/m"),
+                "not host[:port]",
+            ),
+            (url("redis+sentinel://:hunter2@/m"), "not host[:port]"),
+            (
+                url("redis+sentinel://:hunter2@h/m?db=1"),
+                "only the sentinelPassword",
+            ),
+            (url("redis+sentinel://:%ff@h/m"), "password in the URL"),
+            (url("redis+sentinel:hunter2"), "has the form"),
+            (
+                cluster("redis+sentinel://:hunter2@h/m"),
+                "not Redis Cluster nodes",
+            ),
+        ] {
+            let text = options.url.clone().unwrap_or_default();
+            let message = config_error(Config::resolve(&options, env(&[])));
+            assert!(message.contains(expect), "{text}: {message}");
+            assert!(message.starts_with("the url option"), "{text}: {message}");
+            assert!(!message.contains("hunter2"), "{text}: {message}");
+        }
+        let mut o = url("redis+sentinel://h/m");
+        o.tls_ca = Some("x".into());
+        assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// or https://"));
     }
 
     #[test]

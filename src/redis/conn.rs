@@ -79,6 +79,9 @@ pub struct Conn<I: Io, T> {
     answered: bool,
     /// A connection has been open (so the next is a reconnect).
     was_up: bool,
+    /// The target's epoch when the connect started (Sentinel: the
+    /// failovers announced so far); a later one replaces the connection.
+    epoch: u64,
     /// Results not yet routed to their store.
     done: Vec<Done>,
     pub sinks: Vec<Option<Sink<T>>>,
@@ -98,6 +101,7 @@ impl<I: Io, T> Conn<I, T> {
             backoff: Backoff::new(rand::random()),
             answered: false,
             was_up: false,
+            epoch: 0,
             done: Vec::new(),
             sinks: Vec::new(),
             torn_down: false,
@@ -149,6 +153,11 @@ impl<I: Io, T> Conn<I, T> {
             Some(s) if !s.closed && !self.torn_down => {}
             _ => return Err(Error::Closed),
         }
+        if matches!(self.link, Link::Up { .. }) && self.target.epoch() != self.epoch {
+            // The sentinels announced a new master: this hit and the next
+            // go to it. Hits still on the old connection reject.
+            self.end("the sentinels announced a failover to a new master");
+        }
         let idle = self.in_flight() == 0;
         match self.link {
             Link::Up { .. } => self.pipe.send(request),
@@ -178,6 +187,7 @@ impl<I: Io, T> Conn<I, T> {
 
     fn connect(&mut self) {
         self.link = Link::Connecting;
+        self.epoch = self.target.epoch();
         if let Err(error) = self
             .io
             .connect(Arc::clone(&self.target), self.connect_timeout)
@@ -426,6 +436,7 @@ impl<I: Io, T> Conn<I, T> {
         self.pipe.fail(&Error::Closed, &mut done);
         self.waiting.clear();
         self.drop_link();
+        self.target.stop_watching();
         self.io.teardown();
     }
 }

@@ -61,6 +61,9 @@ struct State {
     /// Counts connects, so that a late report about an old connection
     /// leaves its replacement alone.
     generation: u64,
+    /// Sentinel: the target's epoch when the connect started (see
+    /// [`socket::Target::epoch`]); a later one replaces the connection.
+    epoch: u64,
     backoff: Backoff,
 }
 
@@ -71,6 +74,9 @@ enum Target {
         tls: Option<(TlsConnector, ServerName<'static>)>,
     },
     Unix(PathBuf),
+    /// Redis Sentinel: each connect asks the sentinels where the master is
+    /// (a blocking discovery, on a thread of the runtime's blocking pool).
+    Sentinel(Arc<socket::Target>),
 }
 
 trait Io: AsyncRead + AsyncWrite + Unpin + Send {}
@@ -113,6 +119,7 @@ impl Link {
                     "a REST URL was given to the Redis protocol",
                 ))
             }
+            Addr::Sentinel { .. } => Target::Sentinel(Arc::new(socket::Target::new(config)?)),
         };
         let mut settings = RedisConnectionInfo::default()
             .set_db(config.db)
@@ -130,6 +137,7 @@ impl Link {
             state: Mutex::new(State {
                 conn: Conn::Down,
                 generation: 0,
+                epoch: 0,
                 backoff: Backoff::new(RandomState::new().hash_one(config.timeout_ms)),
             }),
             stall: Stall::default(),
@@ -148,7 +156,7 @@ impl Link {
     pub fn host(&self) -> &str {
         match &self.target {
             Target::Tcp { host, .. } => host,
-            Target::Unix(_) => "",
+            Target::Unix(_) | Target::Sentinel(_) => "",
         }
     }
 
@@ -162,15 +170,28 @@ impl Link {
     /// its own, so that it finishes (and times out) even if the hit that
     /// started it gave up.
     pub async fn connection(self: &Arc<Self>) -> Result<(MultiplexedConnection, u64)> {
+        let mut switched = false;
         let (connecting, generation) = {
             let mut state = self.lock();
-            if let Conn::Up(conn, _) = &state.conn {
-                return Ok((conn.clone(), state.generation));
+            let epoch = match &self.target {
+                Target::Sentinel(target) => target.epoch(),
+                _ => 0,
+            };
+            if let Conn::Up(conn, task) = &state.conn {
+                if state.epoch == epoch {
+                    return Ok((conn.clone(), state.generation));
+                }
+                // The sentinels announced a new master: this hit and the
+                // next go to it. Hits still on the old connection reject.
+                task.abort();
+                state.conn = Conn::Down;
+                switched = true;
             }
             match (state.backoff.gate(Instant::now()), &state.conn) {
                 (Gate::Refuse(e), _) => return Err(e),
                 (_, Conn::Connecting(connecting)) => (connecting.clone(), state.generation),
                 (_, _) => {
+                    state.epoch = epoch;
                     state.generation += 1;
                     let connecting = self.connect(state.generation);
                     state.conn = Conn::Connecting(connecting.clone());
@@ -178,6 +199,10 @@ impl Link {
                 }
             }
         };
+        if switched {
+            // Told with the state unlocked: the monitor wakes the stores.
+            self.monitor.lost(CONNECTION);
+        }
         Ok((connecting.await?, generation))
     }
 
@@ -196,7 +221,7 @@ impl Link {
                     });
                     Ok((conn, task.abort_handle()))
                 }
-                Ok(Err(e)) => Err(classify(&e, Stage::Connect)),
+                Ok(Err(e)) => Err(e),
                 Err(_) => Err(Error::Timeout {
                     ms: link.timeout.as_millis() as u64,
                     sent: false,
@@ -212,7 +237,34 @@ impl Link {
     }
 
     /// Opens the socket and greets the server (AUTH, SELECT) over it.
-    async fn open(&self) -> redis::RedisResult<(MultiplexedConnection, BoxFuture<'static, ()>)> {
+    async fn open(&self) -> Result<(MultiplexedConnection, BoxFuture<'static, ()>)> {
+        let master = match &self.target {
+            Target::Sentinel(target) => {
+                let (target, timeout) = (Arc::clone(target), self.timeout);
+                let socket = tokio::task::spawn_blocking(move || target.connect(timeout))
+                    .await
+                    .map_err(|_| Error::Internal("the Sentinel discovery task failed"))??;
+                let tcp = socket::Target::into_tcp(socket)
+                    .ok_or(Error::Internal("Sentinel gave a connection other than TCP"))?;
+                let tcp = TcpStream::from_std(tcp).map_err(|e| Error::Connection {
+                    text: format!("could not connect to Redis: {e}; the hit was not sent"),
+                    sent: false,
+                })?;
+                Some(tcp)
+            }
+            _ => None,
+        };
+        self.open_on(master)
+            .await
+            .map_err(|e| classify(&e, Stage::Connect))
+    }
+
+    /// Opens the socket (or takes the master's, found through Sentinel) and
+    /// greets the server over it.
+    async fn open_on(
+        &self,
+        master: Option<TcpStream>,
+    ) -> redis::RedisResult<(MultiplexedConnection, BoxFuture<'static, ()>)> {
         let stream: Box<dyn Io> = match &self.target {
             Target::Tcp { host, port, tls } => {
                 let tcp = TcpStream::connect((host.as_str(), *port)).await?;
@@ -228,6 +280,10 @@ impl Link {
             Target::Unix(path) => Box::new(tokio::net::UnixStream::connect(path).await?),
             #[cfg(not(unix))]
             Target::Unix(_) => unreachable!("refused by Link::new"),
+            Target::Sentinel(_) => match master {
+                Some(tcp) => Box::new(tcp),
+                None => return Err(std::io::Error::other("no master was found").into()),
+            },
         };
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(None)

@@ -6,13 +6,14 @@
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection, RootCertStore};
 
-use super::config::{Addr, Config};
+use super::config::{Addr, Config, SENTINEL_PASSWORD};
 use super::resp::{self, Parser, Reply};
 use crate::errors::{Error, Result};
 
@@ -93,6 +94,18 @@ pub struct Socket {
 pub struct Target {
     config: Config,
     tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// Sentinel: the `+switch-master` announcements heard for the master.
+    switches: Arc<Switches>,
+}
+
+/// Counts the failovers the sentinels announce (`+switch-master` for the
+/// URL's master), heard by a thread that runs while the target lives.
+#[derive(Default)]
+struct Switches {
+    count: AtomicU64,
+    watching: OnceLock<()>,
+    /// The connection ended for good: the thread stops.
+    stopped: AtomicBool,
 }
 
 impl Target {
@@ -111,16 +124,82 @@ impl Target {
                     "a REST URL was given to the Redis protocol",
                 ))
             }
+            Addr::Sentinel { .. } if config.tls_ca.is_some() => {
+                return Err(Error::Config(
+                    "tls.ca is set but TLS is not supported with Sentinel".into(),
+                ))
+            }
             _ => None,
         };
         Ok(Target {
             config: config.clone(),
             tls,
+            switches: Arc::default(),
+        })
+    }
+
+    /// A plain target with no TLS: a sentinel, or the master one named.
+    fn plain(config: Config) -> Target {
+        Target {
+            config,
+            tls: None,
+            switches: Arc::default(),
+        }
+    }
+
+    /// Sentinel: how many failovers the sentinels have announced so far
+    /// (0 for any other target). The first call starts listening for them.
+    /// A connection opened at one epoch is replaced once the epoch moves.
+    pub fn epoch(&self) -> u64 {
+        if let Addr::Sentinel { nodes, name } = &self.config.addr {
+            self.switches.watching.get_or_init(|| {
+                let sentinels = nodes.iter().map(|node| self.sentinel(node)).collect();
+                watch(
+                    Arc::downgrade(&self.switches),
+                    sentinels,
+                    name.clone(),
+                    Duration::from_millis(self.config.timeout_ms),
+                );
+            });
+        }
+        self.switches.count.load(Ordering::SeqCst)
+    }
+
+    /// The connection that uses this target ended for good: no more
+    /// listening for failovers (the thread ends within a second).
+    pub fn stop_watching(&self) {
+        self.switches.stopped.store(true, Ordering::SeqCst);
+    }
+
+    /// The target of one sentinel, with the sentinels' password.
+    fn sentinel(&self, (host, port): &(String, u16)) -> Target {
+        Target::plain(Config {
+            addr: Addr::Tcp {
+                host: host.clone(),
+                port: *port,
+                tls: false,
+            },
+            db: 0,
+            username: None,
+            password: self.config.sentinel_password.clone(),
+            timeout_ms: self.config.timeout_ms,
+            tls_ca: None,
+            cluster: None,
+            sentinel_password: None,
         })
     }
 
     pub fn config(&self) -> &Config {
         &self.config
+    }
+
+    /// A connected socket's TCP stream, for a client of its own (the I/O
+    /// thread's): TCP only, and only before a hit went on it.
+    pub fn into_tcp(socket: Socket) -> Option<TcpStream> {
+        match (socket.stream, socket.tls) {
+            (Stream::Tcp(tcp), None) => Some(tcp),
+            _ => None,
+        }
     }
 
     /// Connects and greets the server within `timeout`, blocking; the
@@ -136,6 +215,9 @@ impl Target {
     /// Connects and greets the server within `timeout`; the socket it
     /// answers blocks, each read and write for at most `timeout`.
     pub fn connect_blocking(&self, timeout: Duration) -> Result<Socket> {
+        if let Addr::Sentinel { nodes, name } = &self.config.addr {
+            return self.connect_master(nodes, name, timeout);
+        }
         let deadline = Instant::now() + timeout;
         let left = || {
             deadline
@@ -178,6 +260,7 @@ impl Target {
             #[cfg(not(unix))]
             Addr::Unix(_) => unreachable!("refused by Target::new"),
             Addr::Rest { .. } => unreachable!("refused by Target::new"),
+            Addr::Sentinel { .. } => unreachable!("answered above"),
         };
         stream.set_timeouts(Some(left()?)).map_err(failed)?;
         let mut socket = Socket {
@@ -208,6 +291,212 @@ impl Target {
         socket.stream.set_timeouts(Some(timeout)).map_err(failed)?;
         Ok(socket)
     }
+}
+
+impl Target {
+    /// Sentinel: asks the sentinels where the master is, connects there and
+    /// greets it, and checks that `ROLE` says master; a server that is not
+    /// (yet, or any more) the master, or one that can't be reached, makes
+    /// the sentinels be asked again, until `timeout`.
+    fn connect_master(
+        &self,
+        nodes: &[(String, u16)],
+        name: &str,
+        timeout: Duration,
+    ) -> Result<Socket> {
+        let deadline = Instant::now() + timeout;
+        let ms = timeout.as_millis() as u64;
+        let left = || {
+            deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+        };
+        let mut last = None;
+        while let Some(budget) = left() {
+            let tried = self.ask_sentinels(nodes, name, deadline).and_then(|(host, port)| {
+                let master = Target::plain(Config {
+                    addr: Addr::Tcp {
+                        host,
+                        port,
+                        tls: false,
+                    },
+                    sentinel_password: None,
+                    ..self.config.clone()
+                });
+                let mut socket = master.connect_blocking(budget)?;
+                match socket.command(&[b"ROLE".to_vec()], ms)? {
+                    Reply::Array(Some(parts))
+                        if matches!(parts.first(), Some(Reply::Bulk(Some(role))) if role == b"master") =>
+                    {
+                        socket.stream.set_timeouts(Some(timeout)).map_err(|e| {
+                            unsent(format!("could not connect to Redis: {e}"))
+                        })?;
+                        Ok(socket)
+                    }
+                    _ => Err(unsent(
+                        "the server the sentinels named as the master is not a master (a failover is under way)"
+                            .into(),
+                    )),
+                }
+            });
+            match tried {
+                Ok(socket) => return Ok(socket),
+                // Reachable but wrong: the settings, the name, a password.
+                Err(e @ (Error::Config(_) | Error::Auth(_))) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+            if let Some(wait) = left() {
+                std::thread::sleep(wait.min(Duration::from_millis(100)));
+            }
+        }
+        Err(match last {
+            Some(Error::Connection { text, .. }) => unsent(format!("{text} (within {ms} ms)")),
+            _ => Error::Timeout { ms, sent: false },
+        })
+    }
+
+    /// The master's address, from the first sentinel (in the URL's order)
+    /// that knows it; each sentinel gets a share of the time left.
+    fn ask_sentinels(
+        &self,
+        nodes: &[(String, u16)],
+        name: &str,
+        deadline: Instant,
+    ) -> Result<(String, u16)> {
+        let ask = [
+            b"SENTINEL".to_vec(),
+            b"get-master-addr-by-name".to_vec(),
+            name.as_bytes().to_vec(),
+        ];
+        let mut unknown = false;
+        let mut last = None;
+        for (i, node) in nodes.iter().enumerate() {
+            let Some(left) = deadline
+                .checked_duration_since(Instant::now())
+                .filter(|d| !d.is_zero())
+            else {
+                break;
+            };
+            let budget = left / (nodes.len() - i) as u32;
+            let sentinel = self.sentinel(node);
+            let answer = sentinel
+                .connect_blocking(budget)
+                .and_then(|mut socket| socket.command(&ask, budget.as_millis().max(1) as u64));
+            match answer {
+                Ok(Reply::Array(Some(parts))) => match parts.as_slice() {
+                    [Reply::Bulk(Some(host)), Reply::Bulk(Some(port))] => {
+                        let host = String::from_utf8(host.clone()).ok();
+                        let port = std::str::from_utf8(port).ok().and_then(|p| p.parse().ok());
+                        if let (Some(host), Some(port)) = (host, port) {
+                            return Ok((host, port));
+                        }
+                        last = Some(unsent("a sentinel answered an address of the wrong shape".into()));
+                    }
+                    _ => last = Some(unsent("a sentinel answered an address of the wrong shape".into())),
+                },
+                Ok(Reply::Array(None) | Reply::Bulk(None)) => unknown = true,
+                Ok(_) => last = Some(unsent("a sentinel answered an address of the wrong shape".into())),
+                Err(Error::Auth(text)) => {
+                    return Err(Error::Auth(format!(
+                        "a sentinel refused them, {text}; the sentinels take the {SENTINEL_PASSWORD} query parameter"
+                    )))
+                }
+                Err(e) => last = Some(e),
+            }
+        }
+        match (unknown, last) {
+            (true, None) => Err(Error::Config(
+                "the sentinels know no master of the name in the URL (SENTINEL get-master-addr-by-name \
+                 answered nil): check the name after the last /"
+                    .into(),
+            )),
+            (_, Some(Error::Timeout { .. })) | (_, None) => Err(unsent(
+                "could not reach any sentinel: each timed out".into(),
+            )),
+            (_, Some(Error::Connection { text, .. })) => {
+                Err(unsent(format!("could not reach any sentinel: {text}")))
+            }
+            (_, Some(e)) => Err(e),
+        }
+    }
+}
+
+/// Listens for `+switch-master` on one sentinel after another (the first
+/// that takes the subscription), counting each announcement for `name` in
+/// `switches`, until nobody holds them. A subscription lost and made again
+/// counts as a switch too: one may have been missed meanwhile.
+fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout: Duration) {
+    let bump = |switches: &Weak<Switches>| {
+        if let Some(switches) = switches.upgrade() {
+            switches.count.fetch_add(1, Ordering::SeqCst);
+        }
+    };
+    let alive = |switches: &Weak<Switches>| {
+        switches
+            .upgrade()
+            .is_some_and(|s| !s.stopped.load(Ordering::SeqCst))
+    };
+    let prefix = format!("{name} ").into_bytes();
+    let spawned = std::thread::Builder::new()
+        .name("ratestore-sentinel-watch".into())
+        .spawn(move || {
+            let mut subscribed_before = false;
+            while alive(&switches) {
+                for sentinel in &sentinels {
+                    let Ok(mut socket) = sentinel.connect_blocking(timeout) else {
+                        continue;
+                    };
+                    let mut out = Vec::new();
+                    resp::encode(&mut out, &[b"SUBSCRIBE", b"+switch-master"]);
+                    // Woken each second to see whether the target still lives.
+                    let ready = socket
+                        .write_all_blocking(&out)
+                        .and_then(|()| socket.stream.set_timeouts(Some(Duration::from_secs(1))));
+                    if ready.is_err() {
+                        continue;
+                    }
+                    if std::mem::replace(&mut subscribed_before, true) {
+                        bump(&switches);
+                    }
+                    let mut parser = Parser::default();
+                    let mut buf = [0u8; 4096];
+                    while alive(&switches) {
+                        match parser.next() {
+                            Ok(Some(Reply::Array(Some(parts)))) => {
+                                if let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(text))] =
+                                    parts.as_slice()
+                                {
+                                    if kind == b"message" && text.starts_with(&prefix) {
+                                        bump(&switches);
+                                    }
+                                }
+                            }
+                            Ok(Some(_)) => {}
+                            Ok(None) => match socket.read_blocking(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) => parser.feed(&buf[..n]),
+                                Err(e)
+                                    if matches!(
+                                        e.kind(),
+                                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                                    ) => {}
+                                Err(_) => break,
+                            },
+                            Err(_) => break,
+                        }
+                    }
+                    if !alive(&switches) {
+                        return;
+                    }
+                }
+                if alive(&switches) {
+                    std::thread::sleep(Duration::from_secs(1));
+                }
+            }
+        });
+    // Without the thread, a failover is still followed once the old
+    // master's connection is lost or answers READONLY.
+    drop(spawned);
 }
 
 /// A connect's failure: no hit was sent on it.

@@ -1,0 +1,339 @@
+// redisStore through Redis Sentinel: a primary, a replica and three sentinels, each a real
+// redis-server on a free loopback port, started per transport and stopped by pid.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
+import { createRequire } from 'node:module';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { redisStore, type RedisStore } from '../index.js';
+import { errorText, freePort, redisCli, rejection } from './support/redis.js';
+
+const MASTER_PASSWORD = 'master-password-marker-5d2e';
+const SENTINEL_PASSWORD = 'sentinel-password-marker-91f0';
+const KEY_MARKER = '198.51.100.77-key-marker';
+const SECRETS = [MASTER_PASSWORD, SENTINEL_PASSWORD, KEY_MARKER];
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
+
+const requireCjs = createRequire(__filename);
+const { runtime } = requireCjs('../lib/runtime.js') as { runtime: { eventLoop: boolean } };
+
+interface Topology {
+  sentinels: number[];
+  /** The URL with every sentinel and both passwords. */
+  url: string;
+  cli(port: number, ...args: string[]): Promise<string>;
+  /** The master's port as the first sentinel names it. */
+  master(): Promise<number>;
+  stop(): Promise<void>;
+}
+
+async function ready(port: number, password: string): Promise<void> {
+  const deadline = Date.now() + 10_000;
+  for (;;) {
+    const answer = await redisCli(['-p', String(port), '-a', password, 'PING']).catch(() => '');
+    if (answer === 'PONG') return;
+    if (Date.now() > deadline) throw new Error(`the server on port ${port} did not start`);
+    await sleep(50);
+  }
+}
+
+async function startTopology(): Promise<Topology> {
+  const dir = mkdtempSync(join(tmpdir(), 'ratestore-sentinel-'));
+  const children: ChildProcess[] = [];
+  const run = (args: string[]) => {
+    const child = spawn('redis-server', args, { stdio: 'ignore' });
+    children.push(child);
+    return child;
+  };
+  const common = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no'];
+  const auth = ['--requirepass', MASTER_PASSWORD, '--masterauth', MASTER_PASSWORD];
+  const primary = await freePort();
+  run([...common, ...auth, '--port', String(primary)]);
+  await ready(primary, MASTER_PASSWORD);
+  const replica = await freePort();
+  run([...common, ...auth, '--port', String(replica), '--replicaof', '127.0.0.1', String(primary)]);
+  await ready(replica, MASTER_PASSWORD);
+  const sentinels: number[] = [];
+  for (let i = 0; i < 3; i++) {
+    const port = await freePort();
+    const conf = join(dir, `sentinel-${port}.conf`);
+    writeFileSync(
+      conf,
+      [
+        `port ${port}`,
+        'bind 127.0.0.1',
+        'protected-mode no',
+        `requirepass ${SENTINEL_PASSWORD}`,
+        `sentinel monitor m 127.0.0.1 ${primary} 2`,
+        `sentinel auth-pass m ${MASTER_PASSWORD}`,
+        'sentinel down-after-milliseconds m 1000',
+        'sentinel failover-timeout m 5000',
+        '',
+      ].join('\n'),
+    );
+    run([conf, '--sentinel']);
+    sentinels.push(port);
+  }
+  const cli = (port: number, ...args: string[]) =>
+    redisCli(['-p', String(port), '-a', sentinels.includes(port) ? SENTINEL_PASSWORD : MASTER_PASSWORD, ...args]);
+  for (const port of sentinels) await ready(port, SENTINEL_PASSWORD);
+  // Ready once the replica is in sync and every sentinel knows the replica and the other sentinels.
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const link = await cli(replica, 'INFO', 'replication');
+    const known = await Promise.all(
+      sentinels.map(async (port) => {
+        const master = await cli(port, 'SENTINEL', 'MASTER', 'm');
+        const lines = master.split('\n');
+        const field = (name: string) => Number(lines[lines.indexOf(name) + 1]);
+        return field('num-slaves') === 1 && field('num-other-sentinels') === 2;
+      }),
+    );
+    if (link.includes('master_link_status:up') && known.every(Boolean)) break;
+    if (Date.now() > deadline) throw new Error('the sentinels did not find the replica and each other');
+    await sleep(200);
+  }
+  const hosts = sentinels.map((port) => `127.0.0.1:${port}`).join(',');
+  return {
+    sentinels,
+    url: `redis+sentinel://:${MASTER_PASSWORD}@${hosts}/m?sentinelPassword=${SENTINEL_PASSWORD}`,
+    cli,
+    async master() {
+      const answer = await cli(sentinels[0], 'SENTINEL', 'get-master-addr-by-name', 'm');
+      return Number(answer.split('\n')[1]);
+    },
+    async stop() {
+      await Promise.all(
+        children.map(
+          (child) =>
+            new Promise<void>((resolve) => {
+              if (child.exitCode !== null || child.signalCode !== null) return resolve();
+              child.once('exit', () => resolve());
+              child.kill('SIGKILL');
+            }),
+        ),
+      );
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+/** A TCP server that accepts connections and never answers. */
+async function silentServer(): Promise<{ port: number; close(): Promise<void> }> {
+  const sockets = new Set<Socket>();
+  const server: Server = createServer((socket) => {
+    sockets.add(socket);
+    socket.on('error', () => {});
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  return {
+    port: (server.address() as { port: number }).port,
+    close: () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  };
+}
+
+describe.each([
+  ['the event loop', true],
+  ['the I/O thread', false],
+])('redisStore through Redis Sentinel on %s', (_, eventLoop) => {
+  let topology: Topology;
+  const stores: RedisStore[] = [];
+  beforeAll(async () => {
+    topology = await startTopology();
+  });
+  afterAll(async () => {
+    for (const s of stores.splice(0)) await s.close();
+    await topology?.stop();
+  });
+
+  function store(url: string, options: Omit<Parameters<typeof redisStore>[0] & object, 'url'> = {}): RedisStore {
+    const before = runtime.eventLoop;
+    runtime.eventLoop = eventLoop;
+    try {
+      const made = redisStore({ url, prefix: `sentinel:${randomUUID()}:`, ...options });
+      stores.push(made);
+      return made;
+    } finally {
+      runtime.eventLoop = before;
+    }
+  }
+
+  it('counts on the master the sentinels name, and the replica receives the counts', async () => {
+    const prefix = `sentinel:${randomUUID()}:`;
+    const before = runtime.eventLoop;
+    runtime.eventLoop = eventLoop;
+    const s = redisStore({ url: topology.url, prefix });
+    runtime.eventLoop = before;
+    stores.push(s);
+    for (let i = 1; i <= 3; i++) expect((await s.hit(KEY_MARKER, 60_000, 1)).count).toBe(i);
+    const master = await topology.master();
+    expect(await topology.cli(master, 'ROLE')).toMatch(/^master/);
+    const replica = Number(/port=(\d+)/.exec(await topology.cli(master, 'INFO', 'replication'))![1]);
+    await topology.cli(master, 'WAIT', '1', '2000');
+    const onMaster = await topology.cli(master, '--scan', '--pattern', `${prefix}*`);
+    const onReplica = await topology.cli(replica, '--scan', '--pattern', `${prefix}*`);
+    expect(onMaster).not.toBe('');
+    expect(onReplica).toBe(onMaster);
+  });
+
+  it('follows SENTINEL FAILOVER under a loop of hits: none counted twice, each counted once on the new master', async () => {
+    const prefix = `sentinel:${randomUUID()}:`;
+    const s = store(topology.url, { timeoutMs: 1_000, prefix });
+    const old = await topology.master();
+    expect((await s.hit('failover', 600_000, 1)).count).toBe(1);
+    if (process.platform === 'linux') expect(watchers()).toBeGreaterThan(0);
+    const counts = [1];
+    let failures = 0;
+    let sentFailures = 0;
+    let failedAt: number | undefined;
+    let lastFailure = 0;
+    let failedOver: number | undefined;
+    let moved = 0;
+    const deadline = Date.now() + 25_000;
+    const start = Date.now();
+    let asked = false;
+    while (Date.now() < deadline) {
+      if (!asked && Date.now() - start > 300) {
+        asked = true;
+        expect(await topology.cli(topology.sentinels[1], 'SENTINEL', 'FAILOVER', 'm')).toBe('OK');
+      }
+      try {
+        counts.push((await s.hit('failover', 600_000, 1)).count);
+      } catch (error) {
+        const text = errorText(error);
+        for (const secret of SECRETS) expect(text).not.toContain(secret);
+        expect(['ERR_CONNECTION', 'ERR_TIMEOUT', 'ERR_REDIS']).toContain((error as { code: string }).code);
+        failures++;
+        if ((error as { sent?: boolean }).sent !== false) sentFailures++;
+        failedAt ??= Date.now();
+        lastFailure = Date.now();
+        await sleep(20);
+      }
+      if (failedOver === undefined && asked && (await topology.master()) !== old) failedOver = Date.now();
+      if (failedOver !== undefined && Date.now() - failedOver > 1_500 && Date.now() - lastFailure > 1_000) {
+        if (++moved >= 20) break;
+      }
+    }
+    expect(failedOver, 'the sentinels failed over').toBeDefined();
+    const master = await topology.master();
+    expect(master).not.toBe(old);
+    expect(await topology.cli(master, 'ROLE')).toMatch(/^master/);
+    // No hit was counted twice: the n-th successful hit never answered more than n, plus the hits that
+    // failed after being sent (which may have counted).
+    counts.forEach((count, i) => expect(count).toBeLessThanOrEqual(i + 1 + sentFailures));
+    // On the new master every hit counts once: the answers after the move rise by one each.
+    const after = counts.slice(-20);
+    after.forEach((count, i) => expect(count).toBe(after[0] + i));
+    // The store reads from the new master, where the counter is.
+    const final = (await s.hit('failover', 600_000, 0)).count;
+    expect(final).toBe(counts.at(-1));
+    const stored = (await topology.cli(master, '--scan', '--pattern', `${prefix}*`)).split('\n');
+    expect(stored.length).toBe(1);
+    expect(Number(await topology.cli(master, 'GET', stored[0]))).toBe(final);
+    // Hits succeeded again within a few seconds of the first failure.
+    if (failedAt !== undefined) expect(lastFailure - failedAt).toBeLessThan(5_000);
+  });
+
+  it('runs reset and resetAll on the master', async () => {
+    const s = store(topology.url);
+    await s.hit('a', 60_000, 2);
+    await s.hit('b', 60_000, 3);
+    await s.reset('a');
+    expect((await s.hit('a', 60_000, 0)).count).toBe(0);
+    await s.resetAll();
+    expect((await s.hit('b', 60_000, 0)).count).toBe(0);
+  });
+
+  it('rejects a master name the sentinels do not know with ERR_CONFIG', async () => {
+    const url = topology.url.replace('/m?', '/no-such-master?');
+    const error = await rejection(store(url).hit(KEY_MARKER, 60_000, 1), SECRETS);
+    expect(error.code).toBe('ERR_CONFIG');
+    expect(error.message).toMatch(/the sentinels know no master of the name in the URL/);
+  });
+
+  it('rejects a wrong sentinelPassword with ERR_AUTH', async () => {
+    const url = topology.url.replace(`sentinelPassword=${SENTINEL_PASSWORD}`, 'sentinelPassword=wrong-marker-3a');
+    const error = await rejection(store(url).hit(KEY_MARKER, 60_000, 1), [...SECRETS, 'wrong-marker-3a']);
+    expect(error.code).toBe('ERR_AUTH');
+    expect(error.message).toMatch(/sentinel/);
+  });
+
+  it('rejects a wrong master password with ERR_AUTH', async () => {
+    const url = topology.url.replace(MASTER_PASSWORD, 'wrong-marker-3b');
+    const error = await rejection(store(url).hit(KEY_MARKER, 60_000, 1), [...SECRETS, 'wrong-marker-3b']);
+    expect(error.code).toBe('ERR_AUTH');
+  });
+
+  it('asks the next sentinel when the first is down', async () => {
+    const down = await freePort();
+    const url = topology.url.replace('@', `@127.0.0.1:${down},`);
+    expect((await store(url).hit(KEY_MARKER, 60_000, 1)).count).toBe(1);
+  });
+
+  it('rejects unreachable or silent sentinels within timeoutMs', async () => {
+    const silent = await silentServer();
+    try {
+      const down = await freePort();
+      for (const hosts of [
+        `127.0.0.1:${down}`,
+        `127.0.0.1:${silent.port}`,
+        `127.0.0.1:${down},127.0.0.1:${silent.port}`,
+      ]) {
+        const started = Date.now();
+        const error = await rejection(
+          store(`redis+sentinel://:${MASTER_PASSWORD}@${hosts}/m`, { timeoutMs: 400 }).hit(KEY_MARKER, 60_000, 1),
+          SECRETS,
+        );
+        expect(Date.now() - started).toBeLessThan(1_200);
+        expect(['ERR_CONNECTION', 'ERR_TIMEOUT']).toContain(error.code);
+        expect(error.sent).toBe(false);
+        expect(error.message).toMatch(/sentinel|timed out|within/i);
+      }
+    } finally {
+      await silent.close();
+    }
+  });
+});
+
+/** The threads of this process that listen to sentinels (Linux only; -1 elsewhere). */
+function watchers(): number {
+  if (process.platform !== 'linux') return -1;
+  return readdirSync('/proc/self/task').filter((task) => {
+    try {
+      return readFileSync(`/proc/self/task/${task}/comm`, 'utf8').startsWith('ratestore-senti');
+    } catch {
+      return false;
+    }
+  }).length;
+}
+
+describe('redisStore Sentinel URLs', () => {
+  it.runIf(process.platform === 'linux')('stops listening to the sentinels once the stores are closed', async () => {
+    const deadline = Date.now() + 5_000;
+    while (watchers() > 0 && Date.now() < deadline) await sleep(100);
+    expect(watchers()).toBe(0);
+  });
+
+  it('refuses rediss+sentinel://, the cluster setting and malformed URLs with ERR_CONFIG, naming no secret', async () => {
+    for (const [options, expected] of [
+      [{ url: `rediss+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m` }, /TLS to Sentinel/],
+      [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m`, cluster: true }, /not Redis Cluster nodes/],
+      [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1` }, /names no master/],
+      [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m?db=2` }, /only the sentinelPassword/],
+      [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1,,127.0.0.1:2/m` }, /not host\[:port\]/],
+    ] as const) {
+      const s = redisStore(options);
+      const error = await rejection(s.hit(KEY_MARKER, 60_000, 1), SECRETS);
+      await s.close();
+      expect(error.code, String(expected)).toBe('ERR_CONFIG');
+      expect(error.message).toMatch(expected);
+    }
+  });
+});
