@@ -337,16 +337,7 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
         }
         _ => return Err(bad(&format!("unsupported URL scheme; expected {FORMS}"))),
     };
-    let decode = |text: &str, what: &str| {
-        percent_decode_str(text)
-            .decode_utf8()
-            .map(|s| s.into_owned())
-            .map_err(|_| {
-                bad(&format!(
-                    "the {what} in the URL is not valid percent-encoded UTF-8"
-                ))
-            })
-    };
+    let decode = |text: &str, what: &str| percent_decoded(text, what).map_err(|e| bad(&e));
     let username = match url.username() {
         "" => None,
         name => Some(decode(name, "user name")?),
@@ -399,16 +390,7 @@ fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
     let (hosts, path) = hosts_and_path
         .split_once('/')
         .ok_or_else(|| bad(&format!("the URL names no master: {FORM}")))?;
-    let decode = |text: &str, what: &str| {
-        percent_decode_str(text)
-            .decode_utf8()
-            .map(|s| s.into_owned())
-            .map_err(|_| {
-                bad(&format!(
-                    "the {what} in the URL is not valid percent-encoded UTF-8"
-                ))
-            })
-    };
+    let decode = |text: &str, what: &str| percent_decoded(text, what).map_err(|e| bad(&e));
     let name = decode(path.trim_end_matches('/'), "master name")?;
     if name.is_empty() || name.contains('/') {
         return Err(bad(&format!(
@@ -480,6 +462,14 @@ fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
             "tls.ca must hold at least one PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
         )),
     }
+}
+
+/// `text` percent-decoded as UTF-8, or what to say about the URL's `what`.
+fn percent_decoded(text: &str, what: &str) -> std::result::Result<String, String> {
+    percent_decode_str(text)
+        .decode_utf8()
+        .map(|s| s.into_owned())
+        .map_err(|_| format!("the {what} in the URL is not valid percent-encoded UTF-8"))
 }
 
 #[cfg(test)]
