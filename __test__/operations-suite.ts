@@ -235,6 +235,24 @@ export function operationsSuite(name: string, make: () => RatestoreStore): void 
 }
 
 /**
+ * With one connection open and idle, hits on a new key made a tick apart (`a` takes the connection,
+ * `b1` and `b2` need new ones over REST) and one made once `a` answered: their counts, in call order.
+ */
+export async function tickApart(store: RedisStore): Promise<number[]> {
+  const tick = () => new Promise((resolve) => setImmediate(resolve));
+  await store.hit(`warm:${randomUUID()}`, 60_000, 1);
+  const k = `order:${randomUUID()}`;
+  const a = store.hit(k, 60_000, 1);
+  await tick();
+  const b1 = store.hit(k, 60_000, 1);
+  await tick();
+  const b2 = store.hit(k, 60_000, 1);
+  await a;
+  const c = store.hit(k, 60_000, 1);
+  return (await Promise.all([a, b1, b2, c])).map((r) => r.count);
+}
+
+/**
  * What only a Redis store has, on every transport: ping() and connect() touch no key, and a
  * store's calls on one key take effect in the order they were made, resetAll() and a flushed
  * script cache (`flushScripts`: SCRIPT FLUSH on every server) included.
@@ -332,22 +350,10 @@ export function redisOrderSuite(
     });
 
     it('calls on one key made a tick apart take effect in order', async () => {
-      const tick = () => new Promise((resolve) => setImmediate(resolve));
       for (let round = 0; round < 60; round++) {
         // Settings of its own: new connections (over REST, a new pool) each round.
         const store = make({ timeoutMs: 5_000 + round });
-        // One connection open and idle: `a` takes it, `b1` and `b2` need new ones.
-        await store.hit(key(), 60_000, 1);
-        const k = key();
-        const a = store.hit(k, 60_000, 1);
-        await tick();
-        const b1 = store.hit(k, 60_000, 1);
-        await tick();
-        const b2 = store.hit(k, 60_000, 1);
-        await a;
-        const c = store.hit(k, 60_000, 1);
-        const counts = await Promise.all([a, b1, b2, c]);
-        expect(counts.map((r) => r.count)).toEqual([1, 2, 3, 4]);
+        expect(await tickApart(store)).toEqual([1, 2, 3, 4]);
         await store.close();
       }
     });

@@ -15,7 +15,7 @@ import {
 } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
 import { limiterSuite } from './limiter-suite.js';
-import { operationsSuite, redisOrderSuite } from './operations-suite.js';
+import { operationsSuite, redisOrderSuite, tickApart } from './operations-suite.js';
 import { universalSuite } from './universal-suite.js';
 import {
   errorText,
@@ -110,7 +110,6 @@ describe('redisStore over REST: order of calls', () => {
           proxy.close(() => resolve());
         }),
     );
-    const tick = () => new Promise((resolve) => setImmediate(resolve));
     const rounds: number[][] = [];
     for (let round = 0; round < 10; round++) {
       // Settings of its own: a new pool each round, one connection open and idle.
@@ -118,16 +117,7 @@ describe('redisStore over REST: order of calls', () => {
         url: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`,
         timeoutMs: 5_000 + round,
       });
-      await store.hit(`warm:${randomUUID()}`, 60_000, 1);
-      const k = `order:${randomUUID()}`;
-      const a = store.hit(k, 60_000, 1);
-      await tick();
-      const b1 = store.hit(k, 60_000, 1);
-      await tick();
-      const b2 = store.hit(k, 60_000, 1);
-      await a;
-      const c = store.hit(k, 60_000, 1);
-      rounds.push((await Promise.all([a, b1, b2, c])).map((r) => r.count));
+      rounds.push(await tickApart(store));
       await store.close();
     }
     expect(rounds).toEqual(rounds.map(() => [1, 2, 3, 4]));
