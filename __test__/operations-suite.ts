@@ -53,7 +53,7 @@ export function operationsSuite(name: string, make: () => RatestoreStore): void 
     it('a give-back naming its window returns to that window only', async () => {
       const store = make();
       const k = key();
-      const windowMs = 150;
+      const windowMs = 400;
       const first = await store.consume(k, { limit: 10, windowMs, cost: 3 });
       expect(first.window).toBeGreaterThan(0);
       expect(Number.isSafeInteger(first.window)).toBe(true);

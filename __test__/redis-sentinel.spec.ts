@@ -48,7 +48,8 @@ async function startTopology(): Promise<Topology> {
     children.push(child);
     return child;
   };
-  const common = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no'];
+  // A replica's full sync writes an RDB file whatever --save says: keep it in the topology's own folder.
+  const common = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no', '--dir', dir];
   const auth = ['--requirepass', MASTER_PASSWORD, '--masterauth', MASTER_PASSWORD];
   const primary = await freePort();
   run([...common, ...auth, '--port', String(primary)]);
