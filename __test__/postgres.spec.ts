@@ -340,6 +340,65 @@ describe('postgresStore', () => {
     await store.close();
   });
 
+  it('calls made together go as one statement, in order, each answering its own result; a call the database refuses fails alone', async () => {
+    const store = ownStore();
+    const run = randomUUID();
+    const hot = `batch:${run}`;
+    const full = `batch-full:${run}`;
+    await store.hit(full, 60_000, Number.MAX_SAFE_INTEGER - 1);
+    await store.hit(`${hot}:warm`, 60_000, 1);
+    const commits = async () =>
+      Number(await own.sql("SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'"));
+    const before = await commits();
+    // One tick: hits on one key, every algorithm, a reset in the middle, one count past the safe range and
+    // one key PostgreSQL's text can't hold (a NUL character).
+    const calls = [
+      ...Array.from({ length: 50 }, () => store.hit(hot, 60_000, 1)),
+      store.slidingWindow.increment(hot, 60_000, 2),
+      store.tokenBucket(hot, { capacity: 5, refill: 1, intervalMs: 60_000, cost: 2 }),
+      store.hit(full, 60_000, 2),
+      store.hit(`nul:${run}\u0000`, 60_000, 1),
+      ...Array.from({ length: 50 }, () => store.hit(hot, 60_000, 1)),
+      store.consume(hot, { limit: 101, windowMs: 60_000, cost: 1 }),
+    ];
+    const settled = await Promise.allSettled(calls);
+    const value = (i: number) => (settled[i] as PromiseFulfilledResult<any>).value;
+    // In the order they were made, each seeing its own result.
+    expect(Array.from({ length: 50 }, (_, i) => value(i).count)).toEqual(Array.from({ length: 50 }, (_, i) => i + 1));
+    expect(value(50).count).toBe(2);
+    expect(value(51).remaining).toBe(3);
+    const range = (settled[52] as PromiseRejectedResult).reason;
+    expect(range).toBeInstanceOf(RangeError);
+    expect(range.code).toBe('ERR_COUNT_RANGE');
+    const nul = (settled[53] as PromiseRejectedResult).reason;
+    expect(nul.code).toBe('ERR_POSTGRES');
+    expect(nul.message).not.toContain(run);
+    expect(Array.from({ length: 50 }, (_, i) => value(54 + i).count)).toEqual(
+      Array.from({ length: 50 }, (_, i) => i + 51),
+    );
+    expect(value(104)).toMatchObject({ allowed: true, count: 101 });
+    expect((await store.hit(full, 60_000, 0)).count).toBe(Number.MAX_SAFE_INTEGER - 1);
+    // Far fewer transactions than calls (the refused batch's calls are sent again one by one).
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect((await commits()) - before).toBeLessThan(60);
+    await store.close();
+  });
+
+  it('a reset made between hits applies between them, and a resetAll wipes only the calls made before it', async () => {
+    const store = ownStore();
+    const key = `order:${randomUUID()}`;
+    const [a, , b, , c] = await Promise.all([
+      store.hit(key, 60_000, 1),
+      store.reset(key),
+      store.hit(key, 60_000, 1),
+      store.resetAll(),
+      store.hit(key, 60_000, 1),
+    ]);
+    expect([a.count, b.count, c.count]).toEqual([1, 1, 1]);
+    expect((await store.hit(key, 60_000, 0)).count).toBe(1);
+    await store.close();
+  });
+
   it('keeps the token bucket in TABLE_tb, and answers exactly as src/bucket.rs', async () => {
     const { table, store, sql, bucket } = await ownTables();
     const key = `tb:${randomUUID()}`;

@@ -5,9 +5,9 @@
 //! Every statement goes out unnamed (`query_typed`: Parse, Bind, Execute in
 //! one round trip, no prepared statement kept), so nothing depends on the
 //! session and the store works through PgBouncer's transaction mode.
-//! Concurrent calls share one connection: tokio-postgres pipelines them.
+//! Concurrent calls share one connection, in one queue: the calls made while
+//! a statement is on the way go out together as one statement ([`queue`]).
 
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,8 +21,10 @@ use crate::ops::{Answer, Args, Op};
 use crate::redis::health::{Backoff, Gate};
 use crate::window::MAX_SAFE;
 
+mod queue;
 pub mod schema;
 mod tls;
+use queue::{Encoded, Kind, Work};
 use schema::Names;
 use tls::{SslMode, Tls};
 
@@ -161,6 +163,11 @@ struct Sql {
     fixed: String,
     sliding: String,
     bucket: String,
+    /// One statement for a batch of calls, by the set of algorithms in it
+    /// (bit 0 the fixed window, 1 the sliding window, 2 the bucket): a
+    /// database with only some functions (createTable: false) runs the
+    /// batches that name only those.
+    batch: [String; 8],
     unlink: [String; 3],
     reset_all: [String; 3],
     sweep: [String; 3],
@@ -173,6 +180,7 @@ impl Sql {
             fixed: format!("SELECT {}($1, $2, $3, $4, $5)", n.fixed_fn),
             sliding: format!("SELECT {}($1, $2, $3, $4, $5)", n.sliding_fn),
             bucket: format!("SELECT {}($1, $2, $3, $4, $5)", n.bucket_fn),
+            batch: std::array::from_fn(|kinds| batch_sql(n, kinds)),
             unlink: [&n.table, &n.sliding, &n.bucket]
                 .map(|t| format!("DELETE FROM {t} WHERE key = $1")),
             reset_all: [&n.table, &n.sliding, &n.bucket].map(|t| format!("DELETE FROM {t}")),
@@ -193,11 +201,50 @@ impl Sql {
     }
 }
 
+/// The statement for a batch of calls of the algorithms in `kinds` (bit
+/// [`Kind`]): each row of `unnest` one call, answered in the order of the rows.
+fn batch_sql(n: &Names, kinds: usize) -> String {
+    let call = |kind: Kind| match kind {
+        Kind::Fixed => format!("{}(u.o, u.k, u.a, u.b, u.c)", n.fixed_fn),
+        Kind::Sliding => format!("{}(u.o, u.k, u.a, u.b, u.c)", n.sliding_fn),
+        Kind::Bucket => format!("{}(u.k, u.a, u.b, u.c, u.d)", n.bucket_fn),
+    };
+    let present: Vec<Kind> = [Kind::Fixed, Kind::Sliding, Kind::Bucket]
+        .into_iter()
+        .filter(|&kind| kinds & (1 << kind as usize) != 0)
+        .collect();
+    let value = match present.as_slice() {
+        [] => "NULL::int8[]".to_string(),
+        [one] => call(*one),
+        many => {
+            let arms: Vec<String> = many
+                .iter()
+                .map(|&kind| format!(" WHEN {} THEN {}", kind as i32, call(kind)))
+                .collect();
+            format!("CASE u.f{} END", arms.concat())
+        }
+    };
+    format!(
+        "SELECT {value} FROM unnest($1::int4[], $2::int4[], $3::text[], $4::int8[], $5::int8[], $6::int8[], \
+         $7::int8[]) WITH ORDINALITY AS u(f, o, k, a, b, c, d, i) ORDER BY u.i"
+    )
+}
+
+/// An algorithm function's answer, `len` safe integers, checked.
+fn answer(values: Option<Vec<i64>>, len: usize) -> Result<Answer> {
+    match values {
+        Some(v) if v.len() == len && v.iter().all(|n| n.abs() <= MAX_SAFE) => Ok(Answer::new(&v)),
+        _ => Err(schema::wrong_shape()),
+    }
+}
+
 /// One store's connection and statements.
 pub struct PgStore {
     config: Config,
     sql: Sql,
     client: Mutex<Option<Arc<Client>>>,
+    /// The calls waiting for the connection, in the order they were made.
+    queue: std::sync::Mutex<queue::Queue>,
     /// Set by a 25006 answer: the next call replaces the connection.
     replace: AtomicBool,
     /// Spaces out connects after failures.
@@ -327,6 +374,7 @@ impl PgStore {
             config,
             sql,
             client: Mutex::new(None),
+            queue: std::sync::Mutex::new(queue::Queue::default()),
             replace: AtomicBool::new(false),
             backoff: std::sync::Mutex::new(Backoff::new(
                 u64::from(std::process::id()) ^ (Arc::as_ptr(&swept) as u64),
@@ -476,136 +524,52 @@ impl PgStore {
         Ok(client)
     }
 
-    /// Runs `work` on the connection (connecting first if need be) within the
-    /// store's timeout. A timeout or a lost connection says whether the call
-    /// had been sent (`sent`): not while connecting; once handed to the
-    /// connection it may have run, and is not sent again.
-    async fn bounded<T, F, Fut>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(Arc<Client>) -> Fut,
-        Fut: Future<Output = Result<T>>,
-    {
-        let ms = self.config.timeout_ms;
-        let sent = AtomicBool::new(false);
-        let go = async {
-            let client = self.client().await?;
-            sent.store(true, Ordering::Relaxed);
-            work(client).await
-        };
-        let result = match tokio::time::timeout(Duration::from_millis(ms), go).await {
-            Ok(result) => result,
-            Err(_) => Err(Error::Postgres {
-                code: "ERR_TIMEOUT",
-                text: format!("no answer from PostgreSQL within {ms} ms"),
-                sent: None,
-            }),
-        };
-        result.map_err(|e| match e {
-            // (A statement_timeout's error already says what happened to the call.)
-            Error::Postgres {
-                code,
-                text,
-                sent: None,
-            } if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" => {
-                let sent = sent.load(Ordering::Relaxed);
-                let tail = if sent {
-                    "; the call was sent, is not sent again, and may or may not have counted"
+    /// Runs one op within the store's timeout, in its place in the store's queue.
+    pub async fn run(self: &Arc<Self>, op: Op, args: Args, key: String) -> Result<Answer> {
+        self.submit(Work::Call { op, args, key }).await
+    }
+
+    /// One call of an algorithm's function, alone.
+    async fn function(&self, client: &Client, call: &Encoded<'_>) -> Result<Answer> {
+        let (sql, params): (&str, [(&(dyn ToSql + Sync), Type); 5]) = match call.kind {
+            Kind::Fixed | Kind::Sliding => (
+                if call.kind == Kind::Fixed {
+                    &self.sql.fixed
                 } else {
-                    " while connecting; the call was not sent"
-                };
-                Error::Postgres {
-                    code,
-                    text: format!("{text}{tail}"),
-                    sent: Some(sent),
-                }
-            }
-            other => other,
-        })
-    }
-
-    /// Runs one op within the store's timeout.
-    pub async fn run(&self, op: Op, args: Args, key: String) -> Result<Answer> {
-        self.bounded(|client| self.run_op(client, op, args, key))
-            .await
-    }
-
-    /// One call of an algorithm's function: the integers of its answer, `len` of them.
-    async fn function(
-        &self,
-        client: &Client,
-        sql: &str,
-        params: &[(&(dyn ToSql + Sync), Type)],
-        len: usize,
-    ) -> Result<Answer> {
+                    &self.sql.sliding
+                },
+                [
+                    (&call.op, Type::INT4),
+                    (&call.key, Type::TEXT),
+                    (&call.a, Type::INT8),
+                    (&call.b, Type::INT8),
+                    (&call.c, Type::INT8),
+                ],
+            ),
+            Kind::Bucket => (
+                &self.sql.bucket,
+                [
+                    (&call.key, Type::TEXT),
+                    (&call.a, Type::INT8),
+                    (&call.b, Type::INT8),
+                    (&call.c, Type::INT8),
+                    (&call.d, Type::INT8),
+                ],
+            ),
+        };
         let rows = client
-            .query_typed(sql, params)
+            .query_typed(sql, &params)
             .await
             .map_err(|e| self.error(e))?;
-        let values: Option<Vec<i64>> = rows.first().and_then(|row| row.try_get(0).ok());
-        match values {
-            Some(v) if v.len() == len && v.iter().all(|n| n.abs() <= MAX_SAFE) => {
-                Ok(Answer::new(&v))
-            }
-            _ => Err(Error::Postgres {
-                code: "ERR_POSTGRES",
-                sent: None,
-                text:
-                    "a function of the store answered in the wrong shape (is it another release's?)"
-                        .into(),
-            }),
-        }
+        answer(rows.first().and_then(|row| row.try_get(0).ok()), call.len)
     }
 
-    async fn run_op(&self, client: Arc<Client>, op: Op, args: Args, key: String) -> Result<Answer> {
-        let key: &(dyn ToSql + Sync) = &key;
-        let k = || (key, Type::TEXT);
+    async fn run_op(&self, client: &Client, op: Op, args: &Args, key: &str) -> Result<Answer> {
+        if let Some(call) = Encoded::new(op, args, key) {
+            return self.function(client, &call).await;
+        }
+        let k = || (&key as &(dyn ToSql + Sync), Type::TEXT);
         match op {
-            Op::Hit | Op::Consume | Op::Refund => {
-                // (op, windowMs, amount, arg): the consume's arg is its limit, the refund's the window it names.
-                let (code, window_ms, amount, arg) = match op {
-                    Op::Hit => (0i32, args[0], args[1], 0),
-                    Op::Consume => (1, args[0], args[2], args[1]),
-                    _ => (2, 1, args[0], args[1]),
-                };
-                let params: [(&(dyn ToSql + Sync), Type); 5] = [
-                    (&code, Type::INT4),
-                    k(),
-                    (&window_ms, Type::INT8),
-                    (&amount, Type::INT8),
-                    (&arg, Type::INT8),
-                ];
-                self.function(&client, &self.sql.fixed, &params, op.answer_len())
-                    .await
-            }
-            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => {
-                // (op, amount, arg): the decrement's arg is the window it names, the consume's its limit.
-                let (code, amount, arg) = match op {
-                    Op::SlidingIncrement => (0i32, args[1], 0),
-                    Op::SlidingDecrement => (1, args[1], args[2]),
-                    _ => (2, args[2], args[1]),
-                };
-                let params: [(&(dyn ToSql + Sync), Type); 5] = [
-                    (&code, Type::INT4),
-                    k(),
-                    (&args[0], Type::INT8),
-                    (&amount, Type::INT8),
-                    (&arg, Type::INT8),
-                ];
-                self.function(&client, &self.sql.sliding, &params, op.answer_len())
-                    .await
-            }
-            Op::Bucket => {
-                let [capacity, refill, interval_ms, cost] = args;
-                let params: [(&(dyn ToSql + Sync), Type); 5] = [
-                    k(),
-                    (&capacity, Type::INT8),
-                    (&refill, Type::INT8),
-                    (&interval_ms, Type::INT8),
-                    (&cost, Type::INT8),
-                ];
-                self.function(&client, &self.sql.bucket, &params, op.answer_len())
-                    .await
-            }
             Op::Unlink => {
                 let state = args[0] as usize;
                 match client.execute_typed(&self.sql.unlink[state], &[k()]).await {
@@ -615,7 +579,7 @@ impl PgStore {
                     Err(e) => Err(self.error(e)),
                 }
             }
-            Op::Ping => {
+            _ => {
                 client
                     .simple_query("SELECT 1")
                     .await
@@ -625,19 +589,20 @@ impl PgStore {
         }
     }
 
-    /// Deletes every counter and state of the store's tables.
-    pub async fn reset_all(&self) -> Result<()> {
-        self.bounded(|client| async move {
-            for (state, sql) in self.sql.reset_all.iter().enumerate() {
-                match client.batch_execute(sql).await {
-                    Ok(()) => {}
-                    Err(e) if state > 0 && undefined_table(&e) => {}
-                    Err(e) => return Err(self.error(e)),
-                }
+    /// Deletes every counter and state of the store's tables, in its place in the queue.
+    pub async fn reset_all(self: &Arc<Self>) -> Result<()> {
+        self.submit(Work::ResetAll).await.map(|_| ())
+    }
+
+    async fn reset_all_on(&self, client: &Client) -> Result<()> {
+        for (state, sql) in self.sql.reset_all.iter().enumerate() {
+            match client.batch_execute(sql).await {
+                Ok(()) => {}
+                Err(e) if state > 0 && undefined_table(&e) => {}
+                Err(e) => return Err(self.error(e)),
             }
-            Ok(())
-        })
-        .await
+        }
+        Ok(())
     }
 
     /// Drops the connection (calls in flight fail).

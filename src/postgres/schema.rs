@@ -41,6 +41,16 @@ fn config_error(text: impl Into<String>) -> Error {
     }
 }
 
+/// A function's answer that is not what this release's functions answer.
+pub fn wrong_shape() -> Error {
+    Error::Postgres {
+        code: "ERR_POSTGRES",
+        sent: None,
+        text: "a function of the store answered in the wrong shape (is it another release's?)"
+            .into(),
+    }
+}
+
 /// `name` quoted as an SQL identifier.
 fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
