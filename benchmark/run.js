@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,flood,rest,cpu
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,flood,rest,cpu,postgres
 //   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
 const { execFile, spawn } = require('node:child_process');
@@ -23,6 +23,7 @@ const {
   redisStores,
   clusterStores,
   restStores,
+  postgresStores,
   WINDOW_MS,
   REFERENCE_LUA,
 } = require('./stores.js');
@@ -35,6 +36,7 @@ const { cpu, cpuTargets } = require('./cpu.js');
 const { self, runtime, runtimeName } = require('./self.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
 const { flood, flooders } = require('./flood.js');
+const { postgres, pgbenchAbout } = require('./postgres.js');
 
 const SIZES = {
   full: {
@@ -53,6 +55,8 @@ const SIZES = {
     restHits: { 1: 2_000, 256: 20_000 },
     benchmarkRequests: 500_000,
     floodChecks: 200_000,
+    // Time per store, row and round: 4 rows of 4 stores and pgbench, 3 rounds, about 3 minutes in all.
+    postgres: { rounds: 3, seconds: 2, warmSeconds: 1, pacedSeconds: 2 },
   },
   quick: {
     rounds: 7,
@@ -68,6 +72,7 @@ const SIZES = {
     restHits: { 1: 1_000, 256: 10_000 },
     benchmarkRequests: 200_000,
     floodChecks: 100_000,
+    postgres: { rounds: 2, seconds: 1, warmSeconds: 0.5, pacedSeconds: 2 },
   },
   smoke: {
     rounds: 1,
@@ -83,6 +88,7 @@ const SIZES = {
     restHits: { 1: 50, 256: 300 },
     benchmarkRequests: 2_000,
     floodChecks: 20_000,
+    postgres: { rounds: 1, seconds: 0.2, warmSeconds: 0.1, pacedSeconds: 0.3 },
   },
 };
 const SCENARIOS = [
@@ -98,6 +104,7 @@ const SCENARIOS = [
   'flood',
   'rest',
   'cpu',
+  'postgres',
 ];
 /** The widths of the REST tables: a lone request's round trip, and pipelines under load. */
 const REST_WIDTHS = [1, 256];
@@ -723,6 +730,7 @@ async function main() {
   if (only.has('flood')) show(await flood(size, gc));
   if (only.has('rest')) show(await rest(size));
   if (only.has('cpu')) show([await cpu(mode)]);
+  if (only.has('postgres')) show(await postgres(size.postgres, { keys: KEYS, gc, notes }));
 
   const verdicts = targets(tables);
   console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
