@@ -754,7 +754,7 @@ function kept() {
 }
 
 function results(tables, verdicts, notes, args, minutes) {
-  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis', '@upstash/redis'];
+  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis', '@upstash/redis', 'pg', 'postgres'];
   const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
   return [
     '# Benchmark results',
@@ -765,8 +765,11 @@ function results(tables, verdicts, notes, args, minutes) {
     '',
     `- Machine: ${machine()}`,
     `- Versions: ${runtimeName()}, ratestore ${versionOf('.')}, ` +
-      `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}`,
+      `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}, ` +
+      `PostgreSQL ${notes.postgresVersion ?? '-'}`,
     `- Command: \`${command}\`; the limit row: \`${notes.benchmarkCommand ?? '-'}\``,
+    `- PostgreSQL's limit rows: \`${notes.pgbenchCommand ?? '-'}\` (upsert.sql below); its settings: ` +
+      `${notes.postgresSettings ?? '-'}`,
     '',
     '## Targets',
     '',
@@ -792,7 +795,24 @@ function results(tables, verdicts, notes, args, minutes) {
     "- REST: the test endpoint of Upstash's REST protocol (scripts/rest-endpoint.js, a Node.js process of its own, one",
     '  connection to the redis-server) over http:// on loopback, so the rows compare the clients, not a network;',
     "  Upstash's service adds its network round trip and TLS to every request.",
+    '- PostgreSQL: one cluster started by the benchmark (scripts/postgres-server.js, as the tests start theirs, but',
+    "  with PostgreSQL's default durability: fsync and synchronous_commit on, so every hit's commit waits for its WAL",
+    '  flush to the disk; the other settings are the defaults, as listed above). Each store has a table of its own in',
+    "  seed 000's layout (rate-limiter-flexible its own layout), filled with an ended window of every key before the",
+    '  rounds, so every measured hit updates a row. Each round gives each store and pgbench the same time per row',
+    '  (2 s in a full run), in an order that turns round by round; ops/s is the hits that time made over it, p50, p99',
+    "  and mean the hits' latencies; client CPU is this process's (process.cpuUsage, postgresStore's I/O thread",
+    "  included) per hit, pgbench's its own; server CPU is every process of the cluster (the postmaster, its backends",
+    '  and its background processes, and the backends that ended meanwhile, from /proc, in clock ticks) per hit. The',
+    "  pools' sizes are their defaults (pg's Pool and postgres.js: up to 10 connections; postgresStore: one pipelined",
+    "  connection), so the stores on a pool commit up to 10 hits at once and share the WAL flushes, where postgresStore's",
+    '  connection commits one statement after another. The limit rows are pgbench running the same upsert in C with',
+    '  1, 16 and 64 clients (2 on the hot key). The paced row runs each store in a process of its own serving the CPU',
+    "  scenario's load generator at 500 hits/s, one at a time, for 2 s: what light traffic costs the process.",
     '',
+    ...(notes.pgbenchScript
+      ? ["pgbench's upsert.sql (the hot key's sets `k` to 1):", '', '```', notes.pgbenchScript.trim(), '```', '']
+      : []),
     '## The stores and their adapters',
     '',
     'Each adapter gives a store the call shape `hit(key, windowMs, amount)` and passes its result through as it is.',
@@ -807,6 +827,8 @@ function results(tables, verdicts, notes, args, minutes) {
       ...memoryConsumers,
       ...redisConsumers,
       ...flooders,
+      ...postgresStores,
+      { name: 'limit: pgbench -M prepared -c C', about: pgbenchAbout },
     ].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');

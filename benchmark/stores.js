@@ -254,13 +254,14 @@ const postgresStores = [
     name: "pg Pool, seed 000's upsert",
     about:
       "seed 000's sketch as it is: its upsert (`INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING`) through " +
-      '`pool.query(text, [key, amount, windowMs])` of a `pg` Pool (its defaults: up to 10 connections, an unnamed ' +
-      "statement each time) on the seed's table `askdare_counters`, the count and resetMs made numbers",
+      '`pool.query(text, [key, amount, windowMs])` of a `pg` Pool (its default size, up to 10 connections, kept open ' +
+      "between rounds with `idleTimeoutMillis: 0`; an unnamed statement each time) on the seed's table " +
+      '`askdare_counters`, the count and resetMs made numbers',
     peer: true,
     table: 'askdare_counters',
     async create(url) {
       const { Pool } = require('pg');
-      const pool = new Pool({ connectionString: url });
+      const pool = new Pool({ connectionString: url, idleTimeoutMillis: 0 });
       await pool.query(seedTable('askdare_counters'));
       const text = seedHit('askdare_counters');
       return {
@@ -277,7 +278,7 @@ const postgresStores = [
   {
     name: 'rate-limiter-flexible RateLimiterPostgres',
     about:
-      "`penalty(key, amount)` on a `pg` Pool (its defaults): the library's own upsert (a named prepared " +
+      "`penalty(key, amount)` on the same kind of `pg` Pool: the library's own upsert (a named prepared " +
       'statement, its expiry computed in JS) on its own table `bench_rlflx`, made before the rounds (the ' +
       "constructor's callback), with no limit check, as RateLimiterRedis's row",
     peer: true,
@@ -288,7 +289,7 @@ const postgresStores = [
     async create(url) {
       const { Pool } = require('pg');
       const { RateLimiterPostgres } = require('rate-limiter-flexible');
-      const pool = new Pool({ connectionString: url });
+      const pool = new Pool({ connectionString: url, idleTimeoutMillis: 0 });
       const limiter = await new Promise((resolve, reject) => {
         const made = new RateLimiterPostgres(
           {
