@@ -37,6 +37,11 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^REST, 1 in flight/),
       expect.stringMatching(/^REST, 256 in flight/),
       expect.stringMatching(/^CPU per hit/),
+      expect.stringMatching(/^PostgreSQL, 1 in flight/),
+      expect.stringMatching(/^PostgreSQL, 16 in flight/),
+      expect.stringMatching(/^PostgreSQL, 256 in flight:/),
+      expect.stringMatching(/^PostgreSQL, 256 in flight on one hot key/),
+      expect.stringMatching(/^PostgreSQL, paced/),
     ]);
     for (const store of [
       'JS Map store',
@@ -57,6 +62,11 @@ describe('npm run bench -- --smoke', () => {
       'createLimiter over redisStore(), block cache (default)',
       'createLimiter over redisStore(), blockCache: false',
       'rate-limiter-flexible RateLimiterRedis, inMemoryBlockOnConsumed',
+      "pg Pool, seed 000's upsert",
+      'rate-limiter-flexible RateLimiterPostgres',
+      "postgres (postgres.js), seed 000's upsert",
+      'postgresStore()',
+      'limit: pgbench -M prepared -c 64',
     ]) {
       expect(stdout).toContain(`| ${store} |`);
     }

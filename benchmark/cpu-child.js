@@ -2,17 +2,17 @@
 // The store process of the CPU scenario: `cpu-child.js NAME PORT SOCKET`
 // serves hit requests ("ID KEY\n", answered "ID\n", or "E ID\n" on an error)
 // on a unix socket, each one hit of the named Redis store against the
-// redis-server on PORT (or of the named in-memory store). Prints "ready" once
-// it listens.
+// redis-server on PORT (or of the named in-memory store, or of the named
+// PostgreSQL store with a URL in place of PORT). Prints "ready" once it listens.
 
 const { createServer } = require('node:net');
-const { memoryStores, redisStores, WINDOW_MS } = require('./stores.js');
+const { memoryStores, redisStores, postgresStores, WINDOW_MS } = require('./stores.js');
 
 async function main() {
   const [name, port, path] = process.argv.slice(2);
-  const spec = [...redisStores, ...memoryStores].find((s) => s.name === name);
+  const spec = [...redisStores, ...memoryStores, ...postgresStores].find((s) => s.name === name);
   if (!spec) throw new Error(`no store named ${name}`);
-  const store = await spec.create(Number(port));
+  const store = await spec.create(/^\d+$/.test(port) ? Number(port) : port);
   // One hit first, so that connecting and loading the script are not measured.
   await store.hit('warm', WINDOW_MS, 1);
   const server = createServer((socket) => {

@@ -36,7 +36,10 @@ const label = ({ mode, rate, burst }) =>
     ? `saturated, ${burst} in flight`
     : `${rate.toLocaleString('en-US')}/s ${mode}, ${burst} at a time`;
 
-/** One run: a fresh store process under one load. */
+/**
+ * One run: a fresh store process under one load. `server`: { port, pid } of a redis-server, or
+ * { port: a URL, pids() } of a server of several processes.
+ */
 async function measure(name, server, load, seconds, dir) {
   const socket = join(dir, `store-${process.hrtime.bigint()}.sock`);
   const [command, args] = self(join(__dirname, 'cpu-child.js'), [name, String(server.port), socket]);
@@ -46,7 +49,15 @@ async function measure(name, server, load, seconds, dir) {
       child.once('exit', (code) => reject(new Error(`${name}: the store process exited (${code})`)));
       child.stdout.once('data', resolve);
     });
-    const args = [join(__dirname, 'load.py'), socket, `${child.pid},${server.pid}`, load.mode, String(load.rate)];
+    // The server's processes once the store is connected: a PostgreSQL cluster's include its backends.
+    const serverPids = server.pids ? server.pids() : [server.pid];
+    const args = [
+      join(__dirname, 'load.py'),
+      socket,
+      [child.pid, ...serverPids].join(','),
+      load.mode,
+      String(load.rate),
+    ];
     args.push(String(load.burst), String(seconds));
     const { stdout } = await run('python3', args, { timeout: (seconds + 30) * 1000 });
     return JSON.parse(stdout);
@@ -128,4 +139,4 @@ function cpuTargets(t) {
   return lines;
 }
 
-module.exports = { cpu, cpuTargets, BASELINE };
+module.exports = { cpu, cpuTargets, measure, label, BASELINE };

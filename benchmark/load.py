@@ -6,7 +6,8 @@ and measures what the store process and redis-server spend on them: CPU time
 of every thread (/proc/PID/task/*/schedstat), per hit. Prints one JSON line.
 
     load.py SOCKET PIDS MODE RATE BURST SECONDS
-      PIDS: the store process's pid and redis-server's, comma-separated
+      PIDS: the store process's pid and the server's (redis-server's, or every
+            process of a PostgreSQL cluster), comma-separated
       MODE: steady | poisson | saturated (RATE is then ignored)
       BURST: hits sent together at each arrival (at most that many in flight)
 """
@@ -27,7 +28,11 @@ def cpu_ns(pid):
     """On-CPU time of every thread of pid so far, in ns."""
     total = 0
     base = f"/proc/{pid}/task"
-    for tid in os.listdir(base):
+    try:
+        tids = os.listdir(base)
+    except FileNotFoundError:
+        return 0
+    for tid in tids:
         try:
             with open(f"{base}/{tid}/schedstat") as f:
                 total += int(f.read().split()[0])
@@ -49,7 +54,7 @@ def user_system_ns(pid):
 
 def main():
     path, pids, mode, rate, burst, seconds = sys.argv[1:7]
-    store_pid, redis_pid = (int(p) for p in pids.split(","))
+    store_pid, *server_pids = (int(p) for p in pids.split(","))
     rate, burst, seconds = float(rate), int(burst), float(seconds)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(path)
@@ -95,7 +100,7 @@ def main():
         if before is None and now >= begin + WARMUP:
             with lock:
                 window["open"] = True
-            before = (time.perf_counter(), cpu_ns(store_pid), cpu_ns(redis_pid), *user_system_ns(store_pid))
+            before = (time.perf_counter(), cpu_ns(store_pid), sum(cpu_ns(p) for p in server_pids), *user_system_ns(store_pid))
         if now >= end:
             break
         if gap > 0:
@@ -114,7 +119,7 @@ def main():
         sock.sendall("".join(lines).encode())
     with lock:
         window["open"] = False
-    after = (time.perf_counter(), cpu_ns(store_pid), cpu_ns(redis_pid), *user_system_ns(store_pid))
+    after = (time.perf_counter(), cpu_ns(store_pid), sum(cpu_ns(p) for p in server_pids), *user_system_ns(store_pid))
     done.set()
     for _ in range(burst):
         free.acquire()

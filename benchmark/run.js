@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,flood,rest,cpu
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,flood,rest,cpu,postgres
 //   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
 const { execFile, spawn } = require('node:child_process');
@@ -23,6 +23,7 @@ const {
   redisStores,
   clusterStores,
   restStores,
+  postgresStores,
   WINDOW_MS,
   REFERENCE_LUA,
 } = require('./stores.js');
@@ -35,6 +36,7 @@ const { cpu, cpuTargets } = require('./cpu.js');
 const { self, runtime, runtimeName } = require('./self.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
 const { flood, flooders } = require('./flood.js');
+const { postgres, pgbenchAbout } = require('./postgres.js');
 
 const SIZES = {
   full: {
@@ -53,6 +55,8 @@ const SIZES = {
     restHits: { 1: 2_000, 256: 20_000 },
     benchmarkRequests: 500_000,
     floodChecks: 200_000,
+    // Time per store, row and round: 4 rows of 4 stores and pgbench, 3 rounds, about 3 minutes in all.
+    postgres: { rounds: 3, seconds: 2, warmSeconds: 1, pacedSeconds: 2 },
   },
   quick: {
     rounds: 7,
@@ -68,6 +72,7 @@ const SIZES = {
     restHits: { 1: 1_000, 256: 10_000 },
     benchmarkRequests: 200_000,
     floodChecks: 100_000,
+    postgres: { rounds: 2, seconds: 1, warmSeconds: 0.5, pacedSeconds: 2 },
   },
   smoke: {
     rounds: 1,
@@ -83,6 +88,7 @@ const SIZES = {
     restHits: { 1: 50, 256: 300 },
     benchmarkRequests: 2_000,
     floodChecks: 20_000,
+    postgres: { rounds: 1, seconds: 0.2, warmSeconds: 0.1, pacedSeconds: 0.3 },
   },
 };
 const SCENARIOS = [
@@ -98,6 +104,7 @@ const SCENARIOS = [
   'flood',
   'rest',
   'cpu',
+  'postgres',
 ];
 /** The widths of the REST tables: a lone request's round trip, and pipelines under load. */
 const REST_WIDTHS = [1, 256];
@@ -723,6 +730,7 @@ async function main() {
   if (only.has('flood')) show(await flood(size, gc));
   if (only.has('rest')) show(await rest(size));
   if (only.has('cpu')) show([await cpu(mode)]);
+  if (only.has('postgres')) show(await postgres(size.postgres, { keys: KEYS, gc, notes }));
 
   const verdicts = targets(tables);
   console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
@@ -746,7 +754,7 @@ function kept() {
 }
 
 function results(tables, verdicts, notes, args, minutes) {
-  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis', '@upstash/redis'];
+  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis', '@upstash/redis', 'pg', 'postgres'];
   const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
   return [
     '# Benchmark results',
@@ -757,8 +765,11 @@ function results(tables, verdicts, notes, args, minutes) {
     '',
     `- Machine: ${machine()}`,
     `- Versions: ${runtimeName()}, ratestore ${versionOf('.')}, ` +
-      `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}`,
+      `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}, ` +
+      `PostgreSQL ${notes.postgresVersion ?? '-'}`,
     `- Command: \`${command}\`; the limit row: \`${notes.benchmarkCommand ?? '-'}\``,
+    `- PostgreSQL's limit rows: \`${notes.pgbenchCommand ?? '-'}\` (upsert.sql below); its settings: ` +
+      `${notes.postgresSettings ?? '-'}`,
     '',
     '## Targets',
     '',
@@ -784,7 +795,24 @@ function results(tables, verdicts, notes, args, minutes) {
     "- REST: the test endpoint of Upstash's REST protocol (scripts/rest-endpoint.js, a Node.js process of its own, one",
     '  connection to the redis-server) over http:// on loopback, so the rows compare the clients, not a network;',
     "  Upstash's service adds its network round trip and TLS to every request.",
+    '- PostgreSQL: one cluster started by the benchmark (scripts/postgres-server.js, as the tests start theirs, but',
+    "  with PostgreSQL's default durability: fsync and synchronous_commit on, so every hit's commit waits for its WAL",
+    '  flush to the disk; the other settings are the defaults, as listed above). Each store has a table of its own in',
+    "  seed 000's layout (rate-limiter-flexible its own layout), filled with an ended window of every key before the",
+    '  rounds, so every measured hit updates a row. Each round gives each store and pgbench the same time per row',
+    '  (2 s in a full run), in an order that turns round by round; ops/s is the hits that time made over it, p50, p99',
+    "  and mean the hits' latencies; client CPU is this process's (process.cpuUsage, postgresStore's I/O thread",
+    "  included) per hit, pgbench's its own; server CPU is every process of the cluster (the postmaster, its backends",
+    '  and its background processes, and the backends that ended meanwhile, from /proc, in clock ticks) per hit. The',
+    "  pools' sizes are their defaults (pg's Pool and postgres.js: up to 10 connections; postgresStore: one pipelined",
+    "  connection), so the stores on a pool commit up to 10 hits at once and share the WAL flushes, where postgresStore's",
+    '  connection commits one statement after another. The limit rows are pgbench running the same upsert in C with',
+    '  1, 16 and 64 clients (2 on the hot key). The paced row runs each store in a process of its own serving the CPU',
+    "  scenario's load generator at 500 hits/s, one at a time, for 2 s: what light traffic costs the process.",
     '',
+    ...(notes.pgbenchScript
+      ? ["pgbench's upsert.sql (the hot key's sets `k` to 1):", '', '```', notes.pgbenchScript.trim(), '```', '']
+      : []),
     '## The stores and their adapters',
     '',
     'Each adapter gives a store the call shape `hit(key, windowMs, amount)` and passes its result through as it is.',
@@ -799,6 +827,8 @@ function results(tables, verdicts, notes, args, minutes) {
       ...memoryConsumers,
       ...redisConsumers,
       ...flooders,
+      ...postgresStores,
+      { name: 'limit: pgbench -M prepared -c C', about: pgbenchAbout },
     ].map((s) => `- ${s.name}: ${s.about}.`),
     '',
   ].join('\n');

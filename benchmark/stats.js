@@ -47,9 +47,10 @@ function bestPeer({ higherIsBetter, rows }, measure) {
  * A Markdown table. `rows` are { store, peer, values: {column: summary|number}, note };
  * the ratio column compares `ratioOf` with the best JS peer (`peer: true`), best
  * meaning highest when `higherIsBetter`, else lowest; `peerIs` names the peer
- * rows when they are not JS stores.
+ * rows when they are not JS stores. `limit` names a row (a server's own load tool) that a second
+ * ratio column compares `ratioOf` with.
  */
-function table({ title, unit, higherIsBetter, ratioOf, columns, rows, peerIs = 'the best JS peer' }) {
+function table({ title, unit, higherIsBetter, ratioOf, columns, rows, peerIs = 'the best JS peer', limit }) {
   const { best, bestName } = bestPeer({ higherIsBetter, rows }, ratioOf);
   const header = ['store'];
   for (const column of columns) {
@@ -57,11 +58,14 @@ function table({ title, unit, higherIsBetter, ratioOf, columns, rows, peerIs = '
     if (column.range) header.push('min-max');
   }
   header.push(`ratio (${ratioOf})`);
+  const limitValue = limit && rows.find((row) => row.store === limit)?.values[ratioOf]?.median;
+  if (limit) header.push(`of the limit (${ratioOf})`);
   const lines = [
     `### ${title}`,
     '',
     `Unit: ${unit}. Ratio: this store's ${ratioOf} over ${peerIs}'s (${bestName}); ` +
-      `${higherIsBetter ? 'higher' : 'lower'} is better.`,
+      `${higherIsBetter ? 'higher' : 'lower'} is better.` +
+      (limit ? ` Of the limit: the same over the row "${limit}".` : ''),
     '',
     `| ${header.join(' | ')} |`,
     `|${header.map((_, i) => (i === 0 ? ' --- ' : ' ---: ')).join('|')}|`,
@@ -81,6 +85,7 @@ function table({ title, unit, higherIsBetter, ratioOf, columns, rows, peerIs = '
     }
     const mine = row.values[ratioOf];
     cells.push(mine && Number.isFinite(best) ? `${(mine.median / best).toFixed(2)}x` : '');
+    if (limit) cells.push(mine && Number.isFinite(limitValue) ? `${(mine.median / limitValue).toFixed(2)}x` : '');
     lines.push(`| ${cells.join(' | ')} |`);
   }
   return lines.join('\n');

@@ -227,6 +227,125 @@ const restStores = [
   },
 ];
 
+/** Seed 000's table of fixed-window counters, under `table`'s name. */
+const seedTable = (table) => `CREATE TABLE IF NOT EXISTS ${table} (
+  key      text        PRIMARY KEY,
+  total    bigint      NOT NULL,
+  reset_at timestamptz NOT NULL
+)`;
+
+/** Seed 000's upsert, word for word (its table's name aside): opens, adds to or restarts a window. */
+const seedHit = (table) => `
+  INSERT INTO ${table} AS c (key, total, reset_at)
+  VALUES ($1, $2, now() + make_interval(secs => $3::float8 / 1000))
+  ON CONFLICT (key) DO UPDATE SET
+    total    = CASE WHEN c.reset_at > now() THEN c.total + EXCLUDED.total ELSE EXCLUDED.total END,
+    reset_at = CASE WHEN c.reset_at > now() THEN c.reset_at ELSE EXCLUDED.reset_at END
+  RETURNING total, ceil(extract(epoch FROM reset_at - now()) * 1000) AS reset_ms`;
+
+/**
+ * PostgreSQL stores: `create(url)` resolves a connected store, its table made, with `hit` and `close`;
+ * `table` names its table, in seed 000's layout unless `prefill` is the SQL that puts a row of each key of
+ * `$1` (a text[]) in it: the scenario puts an ended window of each benchmark key in every table, so that
+ * each measured hit updates a row rather than inserting the first ones.
+ */
+const postgresStores = [
+  {
+    name: "pg Pool, seed 000's upsert",
+    about:
+      "seed 000's sketch as it is: its upsert (`INSERT ... ON CONFLICT (key) DO UPDATE ... RETURNING`) through " +
+      '`pool.query(text, [key, amount, windowMs])` of a `pg` Pool (its default size, up to 10 connections, kept open ' +
+      "between rounds with `idleTimeoutMillis: 0`; an unnamed statement each time) on the seed's table " +
+      '`askdare_counters`, the count and resetMs made numbers',
+    peer: true,
+    table: 'askdare_counters',
+    async create(url) {
+      const { Pool } = require('pg');
+      const pool = new Pool({ connectionString: url, idleTimeoutMillis: 0 });
+      await pool.query(seedTable('askdare_counters'));
+      const text = seedHit('askdare_counters');
+      return {
+        async hit(key, windowMs, amount) {
+          const { rows } = await pool.query(text, [key, amount, windowMs]);
+          const row = rows[0];
+          if (!row) throw new Error('postgresStore: the counter upsert returned no row.');
+          return { count: Number(row.total), resetMs: Number(row.reset_ms) };
+        },
+        close: () => pool.end(),
+      };
+    },
+  },
+  {
+    name: 'rate-limiter-flexible RateLimiterPostgres',
+    about:
+      "`penalty(key, amount)` on the same kind of `pg` Pool: the library's own upsert (a named prepared " +
+      'statement, its expiry computed in JS) on its own table `bench_rlflx`, made before the rounds (the ' +
+      "constructor's callback), with no limit check, as RateLimiterRedis's row",
+    peer: true,
+    table: 'bench_rlflx',
+    prefill:
+      "INSERT INTO bench_rlflx (key, points, expire) SELECT 'rlflx:' || k, 0, " +
+      '(extract(epoch FROM now()) * 1000)::bigint FROM unnest($1::text[]) AS k ON CONFLICT DO NOTHING',
+    async create(url) {
+      const { Pool } = require('pg');
+      const { RateLimiterPostgres } = require('rate-limiter-flexible');
+      const pool = new Pool({ connectionString: url, idleTimeoutMillis: 0 });
+      const limiter = await new Promise((resolve, reject) => {
+        const made = new RateLimiterPostgres(
+          {
+            storeClient: pool,
+            tableName: 'bench_rlflx',
+            points: Number.MAX_SAFE_INTEGER,
+            duration: WINDOW_MS / 1000,
+          },
+          (error) => (error ? reject(error) : resolve(made)),
+        );
+      });
+      return { hit: (key, _windowMs, amount) => limiter.penalty(key, amount), close: () => pool.end() };
+    },
+  },
+  {
+    name: "postgres (postgres.js), seed 000's upsert",
+    about:
+      "seed 000's upsert as a tagged template of the `postgres` package (its defaults: prepared statements, " +
+      "queries pipelined on up to 10 connections) on a table of its own in the seed's layout, `bench_postgresjs`",
+    peer: true,
+    table: 'bench_postgresjs',
+    async create(url) {
+      const postgres = require('postgres');
+      const sql = postgres(url, { max: 10, onnotice: () => {} });
+      await sql.unsafe(seedTable('bench_postgresjs'));
+      const t = sql('bench_postgresjs');
+      return {
+        async hit(key, windowMs, amount) {
+          const [row] = await sql`
+            INSERT INTO ${t} AS c (key, total, reset_at)
+            VALUES (${key}, ${amount}, now() + make_interval(secs => ${windowMs}::float8 / 1000))
+            ON CONFLICT (key) DO UPDATE SET
+              total    = CASE WHEN c.reset_at > now() THEN c.total + EXCLUDED.total ELSE EXCLUDED.total END,
+              reset_at = CASE WHEN c.reset_at > now() THEN c.reset_at ELSE EXCLUDED.reset_at END
+            RETURNING total, ceil(extract(epoch FROM reset_at - now()) * 1000) AS reset_ms`;
+          if (!row) throw new Error('postgresStore: the counter upsert returned no row.');
+          return { count: Number(row.total), resetMs: Number(row.reset_ms) };
+        },
+        close: () => sql.end({ timeout: 5 }),
+      };
+    },
+  },
+  {
+    name: 'postgresStore()',
+    about:
+      "`postgresStore({ url, table: 'bench_ratestore' })` (one pipelined connection; each hit one call of its " +
+      'fixed-window function), its tables made by `connect()` before the rounds; no adapter',
+    table: 'bench_ratestore',
+    async create(url) {
+      const store = ratestore.postgresStore({ url, table: 'bench_ratestore' });
+      await store.connect();
+      return store;
+    },
+  },
+];
+
 /** An ioredis client (single or cluster) running the reference script, as a store. */
 function referenceStore(client) {
   client.defineCommand('referenceHit', { numberOfKeys: 1, lua: REFERENCE_LUA });
@@ -254,4 +373,7 @@ module.exports = {
   redisStores,
   clusterStores,
   restStores,
+  postgresStores,
+  seedTable,
+  seedHit,
 };

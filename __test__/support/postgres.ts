@@ -1,132 +1,24 @@
-// A throwaway PostgreSQL cluster for the postgresStore suites: initdb in a temp dir, a free loopback
-// port, password auth on 127.0.0.1 only, stopped (and removed) afterwards. TEST_DATABASE_URL, when set,
-// replaces it in the plain suites (never in the fault tests, which restart the server).
+// The postgresStore suites' servers: a throwaway PostgreSQL cluster (scripts/postgres-server.js), or
+// TEST_DATABASE_URL in the plain suites (never in the fault tests, which restart the server); and a
+// PgBouncer in front of a cluster.
 import { execFile } from 'node:child_process';
-import {
-  chmodSync,
-  chownSync,
-  copyFileSync,
-  existsSync,
-  mkdtempSync,
-  readFileSync,
-  readdirSync,
-  rmSync,
-  writeFileSync,
-} from 'node:fs';
+import { chmodSync, chownSync, existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { freePort } from '../../scripts/free-port.js';
+import { PASSWORD, postgresUserIds, startPostgres, type PostgresServer } from '../../scripts/postgres-server.js';
 
-export const PASSWORD = 'pw-marker-3c7a';
+// The server itself is scripts/postgres-server.js's, shared with the benchmark; the tests run it with
+// fsync and synchronous_commit off (its default).
+export { PASSWORD, startPostgres };
+export type { PostgresOptions, PostgresServer } from '../../scripts/postgres-server.js';
 
-function binDir(): string {
-  const root = '/usr/lib/postgresql';
-  const versions = existsSync(root) ? readdirSync(root).sort((a, b) => Number(b) - Number(a)) : [];
-  const found = versions.map((v) => join(root, v, 'bin')).find((dir) => existsSync(join(dir, 'initdb')));
-  if (!found) {
-    throw new Error(
-      'PostgreSQL server binaries were not found under /usr/lib/postgresql/*/bin. The postgresStore tests run ' +
-        'against a real PostgreSQL: install it with `apt-get install postgresql` (Debian/Ubuntu), or set ' +
-        'TEST_DATABASE_URL to a database the tests may write to.',
-    );
-  }
-  return found;
-}
-
-function run(command: string, args: string[], env: NodeJS.ProcessEnv = process.env): Promise<string> {
+function run(command: string, args: string[]): Promise<string> {
   return new Promise((resolve, reject) => {
-    execFile(command, args, { env, timeout: 60_000 }, (error, stdout, stderr) =>
+    execFile(command, args, { timeout: 60_000 }, (error, stdout, stderr) =>
       error ? reject(new Error(`${command} ${args[0] ?? ''} failed: ${stderr || error.message}`)) : resolve(stdout),
     );
   });
-}
-
-export interface PostgresServer {
-  readonly url: string;
-  readonly port: number;
-  /** The cluster's data directory (postmaster.pid names the server's process). */
-  readonly dataDir: string;
-  /** Runs SQL through psql and answers its unaligned output, trimmed. */
-  sql(statement: string): Promise<string>;
-  /** `pg_ctl restart`, or only its stop / start halves. */
-  restart(): Promise<void>;
-  halt(): Promise<void>;
-  start(): Promise<void>;
-  stop(): Promise<void>;
-}
-
-export interface PostgresOptions {
-  /** Serves TLS (ssl=on) with this certificate and key (PEM files), and accepts only TLS connections. */
-  tls?: { cert: string; key: string };
-}
-
-export async function startPostgres(settings: PostgresOptions = {}): Promise<PostgresServer> {
-  const bin = binDir();
-  const root = userInfo().uid === 0;
-  // The server refuses to run as root: then its files belong to the postgres system user.
-  const as = (command: string, args: string[]) =>
-    root ? run('runuser', ['-u', 'postgres', '--', join(bin, command), ...args]) : run(join(bin, command), args);
-  const dir = mkdtempSync(join(tmpdir(), 'ratestore-pg-'));
-  const data = join(dir, 'data');
-  const pwfile = join(dir, 'pw');
-  writeFileSync(pwfile, PASSWORD + '\n');
-  if (root) {
-    const [uid, gid] = await ids();
-    chownSync(dir, uid, gid);
-    chownSync(pwfile, uid, gid);
-  }
-  chmodSync(dir, 0o700);
-  await as('initdb', ['-D', data, '-U', 'postgres', '--auth=scram-sha-256', `--pwfile=${pwfile}`, '-E', 'UTF8']);
-  const port = await freePort();
-  let options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off`;
-  if (settings.tls) {
-    // The server reads its key only when the key is its own and private to it.
-    const cert = join(dir, 'server.crt');
-    const key = join(dir, 'server.key');
-    copyFileSync(settings.tls.cert, cert);
-    copyFileSync(settings.tls.key, key);
-    chmodSync(key, 0o600);
-    if (root) {
-      const [uid, gid] = await ids();
-      chownSync(cert, uid, gid);
-      chownSync(key, uid, gid);
-    }
-    options += ` -c ssl=on -c ssl_cert_file=${cert} -c ssl_key_file=${key}`;
-    // TCP connections over TLS only: `host` lines become `hostssl`.
-    const hba = join(data, 'pg_hba.conf');
-    writeFileSync(hba, readFileSync(hba, 'utf8').replace(/^host(\s)/gm, 'hostssl$1'));
-  }
-  const log = join(dir, 'log');
-  const start = () => as('pg_ctl', ['start', '-D', data, '-w', '-l', log, '-o', options]).then(() => undefined);
-  const halt = () => as('pg_ctl', ['stop', '-D', data, '-w', '-m', 'fast']).then(() => undefined);
-  await start();
-  const url = `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`;
-  return {
-    url,
-    port,
-    dataDir: data,
-    sql: (statement) => psql(bin, port, statement),
-    restart: () =>
-      as('pg_ctl', ['restart', '-D', data, '-w', '-m', 'fast', '-l', log, '-o', options]).then(() => undefined),
-    halt,
-    start,
-    async stop() {
-      await halt().catch(() => undefined);
-      rmSync(dir, { recursive: true, force: true });
-    },
-  };
-}
-
-async function ids(): Promise<[number, number]> {
-  const uid = Number((await run('id', ['-u', 'postgres'])).trim());
-  const gid = Number((await run('id', ['-g', 'postgres'])).trim());
-  return [uid, gid];
-}
-
-function psql(bin: string, port: number, statement: string): Promise<string> {
-  const env = { ...process.env, PGPASSWORD: PASSWORD };
-  const args = ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-d', 'postgres', '-AtXq'];
-  return run(join(bin, 'psql'), [...args, '-v', 'ON_ERROR_STOP=1', '-c', statement], env).then((s) => s.trim());
 }
 
 /** The server of the plain suites: TEST_DATABASE_URL's, else a throwaway one. */
@@ -184,7 +76,7 @@ export async function startPgbouncer(server: PostgresServer, poolSize = 2): Prom
     ].join('\n'),
   );
   if (root) {
-    const [uid, gid] = await ids();
+    const [uid, gid] = await postgresUserIds();
     for (const file of [dir, config, userlist]) chownSync(file, uid, gid);
   }
   chmodSync(userlist, 0o600);
