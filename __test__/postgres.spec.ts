@@ -572,6 +572,37 @@ describe('postgresStore', () => {
     expect((await ownStore().hit(key, 60_000, 0)).count).toBe(2);
   }, 30_000);
 
+  it('replaces a connection on which three statements in a row got no answer (a paused backend)', async () => {
+    const name = `stuck_${randomUUID().replace(/-/g, '')}`;
+    const store = ownStore({ url: `${own.url}?application_name=${name}`, timeoutMs: 300 });
+    const key = `stuck:${randomUUID()}`;
+    expect((await store.hit(key, 60_000, 1)).count).toBe(1);
+    const backends = async () =>
+      (await own.sql(`SELECT string_agg(pid::text, ',') FROM pg_stat_activity WHERE application_name = '${name}'`))
+        .split(',')
+        .filter(Boolean);
+    const [pid] = await backends();
+    process.kill(Number(pid), 'SIGSTOP');
+    try {
+      for (let i = 0; i < 3; i++) {
+        expect(await rejection(store.hit(key, 60_000, 1))).toMatchObject({ code: 'ERR_TIMEOUT', sent: true });
+      }
+      // A new connection answers while the old backend is still paused; the three sent hits wait there.
+      expect((await store.hit(key, 60_000, 1)).count).toBe(2);
+      expect((await backends()).length).toBe(2);
+    } finally {
+      process.kill(Number(pid), 'SIGCONT');
+    }
+    // Resumed, the old backend runs what it was sent: each sent hit counted once, none sent again.
+    let count = 0;
+    for (let i = 0; i < 100 && count !== 5; i++) {
+      count = (await store.hit(key, 60_000, 0)).count;
+      if (count !== 5) await new Promise((r) => setTimeout(r, 20));
+    }
+    expect(count).toBe(5);
+    await store.close();
+  }, 30_000);
+
   it('backs off after a failed connect: calls reject at once, unsent, then one call alone connects', async () => {
     // A TCP proxy in front of the server counts the store's connects.
     let connects = 0;

@@ -18,7 +18,7 @@ use tokio_postgres::{Client, NoTls};
 
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
-use crate::redis::health::{Backoff, Gate};
+use crate::redis::health::{Backoff, Gate, TIMEOUTS_BEFORE_REPLACING};
 use crate::window::MAX_SAFE;
 
 mod queue;
@@ -245,8 +245,11 @@ pub struct PgStore {
     client: Mutex<Option<Arc<Client>>>,
     /// The calls waiting for the connection, in the order they were made.
     queue: std::sync::Mutex<queue::Queue>,
-    /// Set by a 25006 answer: the next call replaces the connection.
+    /// Set by a 25006 answer, or by [`TIMEOUTS_BEFORE_REPLACING`] statements
+    /// in a row that timed out: the next call replaces the connection.
     replace: AtomicBool,
+    /// Statements in a row that got no answer within `timeoutMs`.
+    timeouts: std::sync::atomic::AtomicU32,
     /// Spaces out connects after failures.
     backoff: std::sync::Mutex<Backoff>,
     /// Expired rows the sweeper removed: `stats().swept`.
@@ -368,6 +371,19 @@ fn undefined_table(e: &tokio_postgres::Error) -> bool {
 }
 
 impl PgStore {
+    /// A statement got no answer within `timeoutMs` (`answered`: false) or
+    /// got one. A connection on which [`TIMEOUTS_BEFORE_REPLACING`] in a row
+    /// got none (a backend or a network path that hangs) is replaced on the
+    /// next call; what it had sent may still run there.
+    fn answered(&self, answered: bool) {
+        if answered {
+            self.timeouts.store(0, Ordering::Relaxed);
+        } else if self.timeouts.fetch_add(1, Ordering::Relaxed) + 1 >= TIMEOUTS_BEFORE_REPLACING {
+            self.timeouts.store(0, Ordering::Relaxed);
+            self.replace.store(true, Ordering::Relaxed);
+        }
+    }
+
     pub fn new(config: Config, swept: Arc<AtomicU64>) -> PgStore {
         let sql = Sql::new(&config.names);
         PgStore {
@@ -376,6 +392,7 @@ impl PgStore {
             client: Mutex::new(None),
             queue: std::sync::Mutex::new(queue::Queue::default()),
             replace: AtomicBool::new(false),
+            timeouts: std::sync::atomic::AtomicU32::new(0),
             backoff: std::sync::Mutex::new(Backoff::new(
                 u64::from(std::process::id()) ^ (Arc::as_ptr(&swept) as u64),
             )),
