@@ -312,7 +312,9 @@ const postgresStores = [
     peer: true,
     table: 'bench_postgresjs',
     async create(url) {
-      const postgres = require('postgres');
+      // Bun's require of this ES module answers the module, not its default export.
+      const imported = require('postgres');
+      const postgres = imported.default ?? imported;
       const sql = postgres(url, { max: 10, onnotice: () => {} });
       await sql.unsafe(seedTable('bench_postgresjs'));
       const t = sql('bench_postgresjs');

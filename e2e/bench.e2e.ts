@@ -42,9 +42,14 @@ describe.each([
         /^REST, 1 in flight/,
         /^REST, 256 in flight/,
         /^CPU per hit/,
+        /^PostgreSQL, 1 in flight/,
+        /^PostgreSQL, 16 in flight/,
+        /^PostgreSQL, 256 in flight:/,
+        /^PostgreSQL, 256 in flight on one hot key/,
+        /^PostgreSQL, paced/,
       ].map((title) => expect.stringMatching(title)),
     );
-    for (const store of ['memoryStore()', 'redisStore()', 'node-redis 5 EVALSHA', 'ioredis EVALSHA'])
+    for (const store of ['memoryStore()', 'redisStore()', 'node-redis 5 EVALSHA', 'ioredis EVALSHA', 'postgresStore()'])
       expect(stdout).toContain(`| ${store} |`);
     // The CPU table: a row per store under each load, memoryStore's among them.
     for (const store of ['redisStore()', 'node-redis 5 EVALSHA', 'ioredis EVALSHA', 'memoryStore()'])
