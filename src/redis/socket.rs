@@ -353,9 +353,7 @@ impl Target {
             while tls.is_handshaking() {
                 tls.complete_io(&mut socket.stream.io())
                     .map_err(|e| match e.kind() {
-                        io::ErrorKind::InvalidData => {
-                            unsent(format!("the TLS handshake with Redis failed: {e}"))
-                        }
+                        io::ErrorKind::InvalidData => unsent(format!("{HANDSHAKE_FAILED}: {e}")),
                         _ => failed(e),
                     })?;
             }
@@ -408,7 +406,18 @@ impl Target {
                     },
                     tls,
                 );
-                let mut socket = master.connect_blocking(budget)?;
+                let mut socket = master.connect_blocking(budget).map_err(|e| match e {
+                    Error::Connection { text, sent } if text.starts_with(HANDSHAKE_FAILED) => {
+                        Error::Connection {
+                            text: format!(
+                                "{text} (with the master, whose certificate must name the address \
+                                 the sentinels give for it)"
+                            ),
+                            sent,
+                        }
+                    }
+                    e => e,
+                })?;
                 match socket.command(&[b"ROLE".to_vec()], ms)? {
                     Reply::Array(Some(parts))
                         if matches!(parts.first(), Some(Reply::Bulk(Some(role))) if role == b"master") =>
@@ -428,6 +437,10 @@ impl Target {
                 Ok(socket) => return Ok(socket),
                 // Reachable but wrong: the settings, the name, a password.
                 Err(e @ (Error::Config(_) | Error::Auth(_))) => return Err(e),
+                // A certificate not trusted, or not for the name: asking again won't change it.
+                Err(Error::Connection { text, sent }) if text.contains(HANDSHAKE_FAILED) => {
+                    return Err(Error::Connection { text, sent })
+                }
                 Err(e) => last = Some(e),
             }
             if let Some(wait) = left() {
@@ -593,6 +606,10 @@ fn master_name(host: &str) -> Result<ServerName<'static>> {
         )
     })
 }
+
+/// How the message of a failed TLS handshake starts (the peer's certificate
+/// not trusted, or not for its name).
+const HANDSHAKE_FAILED: &str = "the TLS handshake with Redis failed";
 
 /// A connect's failure: no hit was sent on it.
 fn unsent(text: String) -> Error {
