@@ -411,6 +411,46 @@ describe.each([
   });
 });
 
+describe('redisStore through Redis Sentinel over TLS: host names', () => {
+  let topology: Topology;
+  let dir: string;
+  let ca: string;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ratestore-sentinel-names-'));
+    const files = await makeCertificates(dir, { ip: false });
+    ca = readFileSync(files.ca, 'utf8');
+    topology = await startTopology(files);
+  });
+  afterAll(async () => {
+    await topology?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("checks the sentinels by the URL's host and the master by the address the sentinels give, on both transports", async () => {
+    // The certificates name localhost only; the sentinels give the master as 127.0.0.1.
+    for (const eventLoop of [true, false]) {
+      const { store, closeAll } = storesOn(eventLoop);
+      try {
+        const byName = topology.url.replaceAll('127.0.0.1', 'localhost');
+        const master = await rejection(
+          store(byName, { tls: { ca }, timeoutMs: 500 }).hit(KEY_MARKER, 60_000, 1),
+          SECRETS,
+        );
+        expect(master.code).toBe('ERR_CONNECTION');
+        expect(master.message).toMatch(/not valid for name "127\.0\.0\.1".*with the master/);
+        const sentinel = await rejection(
+          store(topology.url, { tls: { ca }, timeoutMs: 500 }).hit(KEY_MARKER, 60_000, 1),
+          SECRETS,
+        );
+        expect(sentinel.code).toBe('ERR_CONNECTION');
+        expect(sentinel.message).toMatch(/could not reach any sentinel.*not valid for name/);
+      } finally {
+        await closeAll();
+      }
+    }
+  });
+});
+
 /** The threads of this process that listen to sentinels (Linux only; -1 elsewhere). */
 function watchers(): number {
   if (process.platform !== 'linux') return -1;
