@@ -283,7 +283,8 @@ export interface RedisStoreOptions {
    * hit. With `cluster`, one or more comma-separated seed node URLs (`redis://h1:7000,redis://h2:7001`).
    * Redis Sentinel: `redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]`
    * (the credentials are the master's; `sentinelPassword` the sentinels'); each connect asks the sentinels
-   * where the master of `name` is. No TLS to Sentinel (`rediss+sentinel://` rejects with `ERR_CONFIG`).
+   * where the master of `name` is. `rediss+sentinel://…`: TLS to the sentinels and to the master (whose
+   * certificate must name the address the sentinels give, usually an IP), trusting `tls.ca` if given.
    * Over REST a key must be a well-formed string (no lone surrogate), or the call rejects with a `TypeError`.
    */
   url?: string;
@@ -306,7 +307,7 @@ export interface RedisStoreOptions {
    * environment variable (`1` or `true`), read on the first hit; else false.
    */
   cluster?: boolean;
-  /** TLS settings for `rediss://` and `https://`. */
+  /** TLS settings for `rediss://`, `rediss+sentinel://` and `https://`. */
   tls?: {
     /** PEM certificate(s) to trust instead of the public roots: for a server with a private CA. */
     ca?: string;

@@ -1,15 +1,16 @@
 // redisStore through Redis Sentinel: a primary, a replica and three sentinels, each a real
-// redis-server on a free loopback port, started per transport and stopped by pid.
+// redis-server on a free loopback port, started per transport and stopped by pid; plain, and over
+// TLS only (rediss+sentinel://, nothing listening in plaintext).
 import { spawn, type ChildProcess } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import { createRequire } from 'node:module';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
-import { errorText, freePort, redisCli, rejection } from './support/redis.js';
+import { errorText, freePort, makeCertificates, redisCli, rejection } from './support/redis.js';
 
 const MASTER_PASSWORD = 'master-password-marker-5d2e';
 const SENTINEL_PASSWORD = 'sentinel-password-marker-91f0';
@@ -20,9 +21,11 @@ const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 const requireCjs = createRequire(__filename);
 const { runtime } = requireCjs('../lib/runtime.js') as { runtime: { eventLoop: boolean } };
 
+type TlsFiles = Awaited<ReturnType<typeof makeCertificates>>;
+
 interface Topology {
   sentinels: number[];
-  /** The URL with every sentinel and both passwords. */
+  /** The URL with every sentinel and both passwords (rediss+sentinel:// over TLS). */
   url: string;
   cli(port: number, ...args: string[]): Promise<string>;
   /** The master's port as the first sentinel names it. */
@@ -30,17 +33,21 @@ interface Topology {
   stop(): Promise<void>;
 }
 
-async function ready(port: number, password: string): Promise<void> {
+async function ready(port: number, password: string, tlsArgs: string[]): Promise<void> {
   const deadline = Date.now() + 10_000;
   for (;;) {
-    const answer = await redisCli(['-p', String(port), '-a', password, 'PING']).catch(() => '');
+    const answer = await redisCli([...tlsArgs, '-p', String(port), '-a', password, 'PING']).catch(() => '');
     if (answer === 'PONG') return;
     if (Date.now() > deadline) throw new Error(`the server on port ${port} did not start`);
     await sleep(50);
   }
 }
 
-async function startTopology(): Promise<Topology> {
+/**
+ * The topology; with `tls`, every server (sentinels included) listens on a TLS port only, with the
+ * certificate of `tls` (IP SAN 127.0.0.1), and replicates and monitors over TLS.
+ */
+async function startTopology(tls?: TlsFiles): Promise<Topology> {
   const dir = mkdtempSync(join(tmpdir(), 'ratestore-sentinel-'));
   const children: ChildProcess[] = [];
   const run = (args: string[]) => {
@@ -51,12 +58,27 @@ async function startTopology(): Promise<Topology> {
   // A replica's full sync writes an RDB file whatever --save says: keep it in the topology's own folder.
   const common = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no', '--dir', dir];
   const auth = ['--requirepass', MASTER_PASSWORD, '--masterauth', MASTER_PASSWORD];
+  // The TLS settings, as `name value` pairs: for the servers' flags and the sentinels' files alike.
+  const tlsSettings = tls
+    ? [
+        ['tls-cert-file', tls.cert],
+        ['tls-key-file', tls.key],
+        ['tls-ca-cert-file', tls.ca],
+        ['tls-auth-clients', 'no'],
+        ['tls-replication', 'yes'],
+      ]
+    : [];
+  const listen = (port: number) =>
+    tls
+      ? ['--port', '0', '--tls-port', String(port), ...tlsSettings.flatMap(([k, v]) => [`--${k}`, v])]
+      : ['--port', String(port)];
+  const tlsArgs = tls ? ['--tls', '--cacert', tls.ca] : [];
   const primary = await freePort();
-  run([...common, ...auth, '--port', String(primary)]);
-  await ready(primary, MASTER_PASSWORD);
+  run([...common, ...auth, ...listen(primary)]);
+  await ready(primary, MASTER_PASSWORD, tlsArgs);
   const replica = await freePort();
-  run([...common, ...auth, '--port', String(replica), '--replicaof', '127.0.0.1', String(primary)]);
-  await ready(replica, MASTER_PASSWORD);
+  run([...common, ...auth, ...listen(replica), '--replicaof', '127.0.0.1', String(primary)]);
+  await ready(replica, MASTER_PASSWORD, tlsArgs);
   const sentinels: number[] = [];
   for (let i = 0; i < 3; i++) {
     const port = await freePort();
@@ -64,7 +86,7 @@ async function startTopology(): Promise<Topology> {
     writeFileSync(
       conf,
       [
-        `port ${port}`,
+        ...(tls ? ['port 0', `tls-port ${port}`, ...tlsSettings.map(([k, v]) => `${k} ${v}`)] : [`port ${port}`]),
         'bind 127.0.0.1',
         'protected-mode no',
         `requirepass ${SENTINEL_PASSWORD}`,
@@ -79,8 +101,15 @@ async function startTopology(): Promise<Topology> {
     sentinels.push(port);
   }
   const cli = (port: number, ...args: string[]) =>
-    redisCli(['-p', String(port), '-a', sentinels.includes(port) ? SENTINEL_PASSWORD : MASTER_PASSWORD, ...args]);
-  for (const port of sentinels) await ready(port, SENTINEL_PASSWORD);
+    redisCli([
+      ...tlsArgs,
+      '-p',
+      String(port),
+      '-a',
+      sentinels.includes(port) ? SENTINEL_PASSWORD : MASTER_PASSWORD,
+      ...args,
+    ]);
+  for (const port of sentinels) await ready(port, SENTINEL_PASSWORD, tlsArgs);
   // Ready once the replica is in sync and every sentinel knows the replica and the other sentinels.
   const deadline = Date.now() + 30_000;
   for (;;) {
@@ -100,7 +129,7 @@ async function startTopology(): Promise<Topology> {
   const hosts = sentinels.map((port) => `127.0.0.1:${port}`).join(',');
   return {
     sentinels,
-    url: `redis+sentinel://:${MASTER_PASSWORD}@${hosts}/m?sentinelPassword=${SENTINEL_PASSWORD}`,
+    url: `${tls ? 'rediss' : 'redis'}+sentinel://:${MASTER_PASSWORD}@${hosts}/m?sentinelPassword=${SENTINEL_PASSWORD}`,
     cli,
     async master() {
       const answer = await cli(sentinels[0], 'SENTINEL', 'get-master-addr-by-name', 'm');
@@ -140,106 +169,137 @@ async function silentServer(): Promise<{ port: number; close(): Promise<void> }>
   };
 }
 
+type StoreOptions = Omit<Parameters<typeof redisStore>[0] & object, 'url'>;
+
+/** Makes stores on one transport, each under a prefix of its own unless given one; `closeAll` closes them. */
+function storesOn(eventLoop: boolean): {
+  store(url: string, options?: StoreOptions): RedisStore;
+  closeAll(): Promise<void>;
+} {
+  const stores: RedisStore[] = [];
+  return {
+    store(url, options = {}) {
+      const before = runtime.eventLoop;
+      runtime.eventLoop = eventLoop;
+      try {
+        const made = redisStore({ url, prefix: `sentinel:${randomUUID()}:`, ...options });
+        stores.push(made);
+        return made;
+      } finally {
+        runtime.eventLoop = before;
+      }
+    },
+    async closeAll() {
+      for (const s of stores.splice(0)) await s.close();
+    },
+  };
+}
+
+/** Whether a client of a sentinel is subscribed (a store listening for +switch-master). */
+async function listened(topology: Topology): Promise<boolean> {
+  const lists = await Promise.all(topology.sentinels.map((port) => topology.cli(port, 'CLIENT', 'LIST')));
+  return lists.some((list) => /\bsub=[1-9]/.test(list));
+}
+
+/** Three hits count 1, 2, 3 on the master the sentinels name, and the replica receives the counts. */
+async function countsOnTheMaster(topology: Topology, s: RedisStore, prefix: string): Promise<void> {
+  for (let i = 1; i <= 3; i++) expect((await s.hit(KEY_MARKER, 60_000, 1)).count).toBe(i);
+  const master = await topology.master();
+  expect(await topology.cli(master, 'ROLE')).toMatch(/^master/);
+  const replica = Number(/port=(\d+)/.exec(await topology.cli(master, 'INFO', 'replication'))![1]);
+  await topology.cli(master, 'WAIT', '1', '2000');
+  const onMaster = await topology.cli(master, '--scan', '--pattern', `${prefix}*`);
+  const onReplica = await topology.cli(replica, '--scan', '--pattern', `${prefix}*`);
+  expect(onMaster).not.toBe('');
+  expect(onReplica).toBe(onMaster);
+}
+
+/**
+ * `SENTINEL FAILOVER` under a loop of hits on `s` (made with timeoutMs 1000 and `prefix`): none counted
+ * twice, each counted once on the new master, and hits succeed again within a few seconds.
+ */
+async function followsFailover(topology: Topology, s: RedisStore, prefix: string): Promise<void> {
+  const old = await topology.master();
+  expect((await s.hit('failover', 600_000, 1)).count).toBe(1);
+  if (process.platform === 'linux') expect(watchers()).toBeGreaterThan(0);
+  // The store listens for +switch-master on a sentinel (over TLS when the sentinels serve only TLS).
+  const subscribed = Date.now() + 3_000;
+  while (!(await listened(topology)) && Date.now() < subscribed) await sleep(50);
+  expect(await listened(topology), 'a sentinel has a subscriber').toBe(true);
+  const counts = [1];
+  let failures = 0;
+  let sentFailures = 0;
+  let failedAt: number | undefined;
+  let lastFailure = 0;
+  let failedOver: number | undefined;
+  let moved = 0;
+  const deadline = Date.now() + 25_000;
+  const start = Date.now();
+  let asked = false;
+  while (Date.now() < deadline) {
+    if (!asked && Date.now() - start > 300) {
+      asked = true;
+      expect(await topology.cli(topology.sentinels[1], 'SENTINEL', 'FAILOVER', 'm')).toBe('OK');
+    }
+    try {
+      counts.push((await s.hit('failover', 600_000, 1)).count);
+    } catch (error) {
+      const text = errorText(error);
+      for (const secret of SECRETS) expect(text).not.toContain(secret);
+      expect(['ERR_CONNECTION', 'ERR_TIMEOUT', 'ERR_REDIS']).toContain((error as { code: string }).code);
+      failures++;
+      if ((error as { sent?: boolean }).sent !== false) sentFailures++;
+      failedAt ??= Date.now();
+      lastFailure = Date.now();
+      await sleep(20);
+    }
+    if (failedOver === undefined && asked && (await topology.master()) !== old) failedOver = Date.now();
+    if (failedOver !== undefined && Date.now() - failedOver > 1_500 && Date.now() - lastFailure > 1_000) {
+      if (++moved >= 20) break;
+    }
+  }
+  expect(failedOver, 'the sentinels failed over').toBeDefined();
+  const master = await topology.master();
+  expect(master).not.toBe(old);
+  expect(await topology.cli(master, 'ROLE')).toMatch(/^master/);
+  // No hit was counted twice: the n-th successful hit never answered more than n, plus the hits that
+  // failed after being sent (which may have counted).
+  counts.forEach((count, i) => expect(count).toBeLessThanOrEqual(i + 1 + sentFailures));
+  // On the new master every hit counts once: the answers after the move rise by one each.
+  const after = counts.slice(-20);
+  after.forEach((count, i) => expect(count).toBe(after[0] + i));
+  // The store reads from the new master, where the counter is.
+  const final = (await s.hit('failover', 600_000, 0)).count;
+  expect(final).toBe(counts.at(-1));
+  const stored = (await topology.cli(master, '--scan', '--pattern', `${prefix}*`)).split('\n');
+  expect(stored.length).toBe(1);
+  expect(Number(await topology.cli(master, 'GET', stored[0]))).toBe(final);
+  // Hits succeeded again within a few seconds of the first failure.
+  if (failedAt !== undefined) expect(lastFailure - failedAt).toBeLessThan(5_000);
+}
+
 describe.each([
   ['the event loop', true],
   ['the I/O thread', false],
 ])('redisStore through Redis Sentinel on %s', (_, eventLoop) => {
   let topology: Topology;
-  const stores: RedisStore[] = [];
+  const { store, closeAll } = storesOn(eventLoop);
   beforeAll(async () => {
     topology = await startTopology();
   });
   afterAll(async () => {
-    for (const s of stores.splice(0)) await s.close();
+    await closeAll();
     await topology?.stop();
   });
 
-  function store(url: string, options: Omit<Parameters<typeof redisStore>[0] & object, 'url'> = {}): RedisStore {
-    const before = runtime.eventLoop;
-    runtime.eventLoop = eventLoop;
-    try {
-      const made = redisStore({ url, prefix: `sentinel:${randomUUID()}:`, ...options });
-      stores.push(made);
-      return made;
-    } finally {
-      runtime.eventLoop = before;
-    }
-  }
-
   it('counts on the master the sentinels name, and the replica receives the counts', async () => {
     const prefix = `sentinel:${randomUUID()}:`;
-    const before = runtime.eventLoop;
-    runtime.eventLoop = eventLoop;
-    const s = redisStore({ url: topology.url, prefix });
-    runtime.eventLoop = before;
-    stores.push(s);
-    for (let i = 1; i <= 3; i++) expect((await s.hit(KEY_MARKER, 60_000, 1)).count).toBe(i);
-    const master = await topology.master();
-    expect(await topology.cli(master, 'ROLE')).toMatch(/^master/);
-    const replica = Number(/port=(\d+)/.exec(await topology.cli(master, 'INFO', 'replication'))![1]);
-    await topology.cli(master, 'WAIT', '1', '2000');
-    const onMaster = await topology.cli(master, '--scan', '--pattern', `${prefix}*`);
-    const onReplica = await topology.cli(replica, '--scan', '--pattern', `${prefix}*`);
-    expect(onMaster).not.toBe('');
-    expect(onReplica).toBe(onMaster);
+    await countsOnTheMaster(topology, store(topology.url, { prefix }), prefix);
   });
 
   it('follows SENTINEL FAILOVER under a loop of hits: none counted twice, each counted once on the new master', async () => {
     const prefix = `sentinel:${randomUUID()}:`;
-    const s = store(topology.url, { timeoutMs: 1_000, prefix });
-    const old = await topology.master();
-    expect((await s.hit('failover', 600_000, 1)).count).toBe(1);
-    if (process.platform === 'linux') expect(watchers()).toBeGreaterThan(0);
-    const counts = [1];
-    let failures = 0;
-    let sentFailures = 0;
-    let failedAt: number | undefined;
-    let lastFailure = 0;
-    let failedOver: number | undefined;
-    let moved = 0;
-    const deadline = Date.now() + 25_000;
-    const start = Date.now();
-    let asked = false;
-    while (Date.now() < deadline) {
-      if (!asked && Date.now() - start > 300) {
-        asked = true;
-        expect(await topology.cli(topology.sentinels[1], 'SENTINEL', 'FAILOVER', 'm')).toBe('OK');
-      }
-      try {
-        counts.push((await s.hit('failover', 600_000, 1)).count);
-      } catch (error) {
-        const text = errorText(error);
-        for (const secret of SECRETS) expect(text).not.toContain(secret);
-        expect(['ERR_CONNECTION', 'ERR_TIMEOUT', 'ERR_REDIS']).toContain((error as { code: string }).code);
-        failures++;
-        if ((error as { sent?: boolean }).sent !== false) sentFailures++;
-        failedAt ??= Date.now();
-        lastFailure = Date.now();
-        await sleep(20);
-      }
-      if (failedOver === undefined && asked && (await topology.master()) !== old) failedOver = Date.now();
-      if (failedOver !== undefined && Date.now() - failedOver > 1_500 && Date.now() - lastFailure > 1_000) {
-        if (++moved >= 20) break;
-      }
-    }
-    expect(failedOver, 'the sentinels failed over').toBeDefined();
-    const master = await topology.master();
-    expect(master).not.toBe(old);
-    expect(await topology.cli(master, 'ROLE')).toMatch(/^master/);
-    // No hit was counted twice: the n-th successful hit never answered more than n, plus the hits that
-    // failed after being sent (which may have counted).
-    counts.forEach((count, i) => expect(count).toBeLessThanOrEqual(i + 1 + sentFailures));
-    // On the new master every hit counts once: the answers after the move rise by one each.
-    const after = counts.slice(-20);
-    after.forEach((count, i) => expect(count).toBe(after[0] + i));
-    // The store reads from the new master, where the counter is.
-    const final = (await s.hit('failover', 600_000, 0)).count;
-    expect(final).toBe(counts.at(-1));
-    const stored = (await topology.cli(master, '--scan', '--pattern', `${prefix}*`)).split('\n');
-    expect(stored.length).toBe(1);
-    expect(Number(await topology.cli(master, 'GET', stored[0]))).toBe(final);
-    // Hits succeeded again within a few seconds of the first failure.
-    if (failedAt !== undefined) expect(lastFailure - failedAt).toBeLessThan(5_000);
+    await followsFailover(topology, store(topology.url, { timeoutMs: 1_000, prefix }), prefix);
   });
 
   it('runs reset and resetAll on the master', async () => {
@@ -303,6 +363,94 @@ describe.each([
   });
 });
 
+describe.each([
+  ['the event loop', true],
+  ['the I/O thread', false],
+])('redisStore through Redis Sentinel over TLS (rediss+sentinel://) on %s', (_, eventLoop) => {
+  let topology: Topology;
+  let dir: string;
+  let ca: string;
+  let otherCa: string;
+  const { store, closeAll } = storesOn(eventLoop);
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ratestore-sentinel-tls-'));
+    mkdirSync(join(dir, 'other'));
+    const files = await makeCertificates(dir);
+    ca = readFileSync(files.ca, 'utf8');
+    otherCa = readFileSync((await makeCertificates(join(dir, 'other'))).ca, 'utf8');
+    topology = await startTopology(files);
+  });
+  afterAll(async () => {
+    await closeAll();
+    await topology?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('counts over TLS to the sentinels and to the master, trusting tls.ca', async () => {
+    const prefix = `sentinel:${randomUUID()}:`;
+    await countsOnTheMaster(topology, store(topology.url, { prefix, tls: { ca } }), prefix);
+  });
+
+  it('rejects sentinels whose certificate it does not trust with ERR_CONNECTION, naming no secret', async () => {
+    for (const options of [{ tls: { ca: otherCa } }, {}]) {
+      const started = Date.now();
+      const error = await rejection(
+        store(topology.url, { ...options, timeoutMs: 500 }).hit(KEY_MARKER, 60_000, 1),
+        SECRETS,
+      );
+      expect(Date.now() - started).toBeLessThan(1_500);
+      expect(error.code).toBe('ERR_CONNECTION');
+      expect(error.sent).toBe(false);
+      expect(error.message).toMatch(/sentinel.*certificate/i);
+    }
+  });
+
+  it('follows SENTINEL FAILOVER under a loop of hits over TLS', async () => {
+    const prefix = `sentinel:${randomUUID()}:`;
+    await followsFailover(topology, store(topology.url, { timeoutMs: 1_000, prefix, tls: { ca } }), prefix);
+  });
+});
+
+describe('redisStore through Redis Sentinel over TLS: host names', () => {
+  let topology: Topology;
+  let dir: string;
+  let ca: string;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'ratestore-sentinel-names-'));
+    const files = await makeCertificates(dir, { ip: false });
+    ca = readFileSync(files.ca, 'utf8');
+    topology = await startTopology(files);
+  });
+  afterAll(async () => {
+    await topology?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  it("checks the sentinels by the URL's host and the master by the address the sentinels give, on both transports", async () => {
+    // The certificates name localhost only; the sentinels give the master as 127.0.0.1.
+    for (const eventLoop of [true, false]) {
+      const { store, closeAll } = storesOn(eventLoop);
+      try {
+        const byName = topology.url.replaceAll('127.0.0.1', 'localhost');
+        const master = await rejection(
+          store(byName, { tls: { ca }, timeoutMs: 500 }).hit(KEY_MARKER, 60_000, 1),
+          SECRETS,
+        );
+        expect(master.code).toBe('ERR_CONNECTION');
+        expect(master.message).toMatch(/not valid for name "127\.0\.0\.1".*with the master/);
+        const sentinel = await rejection(
+          store(topology.url, { tls: { ca }, timeoutMs: 500 }).hit(KEY_MARKER, 60_000, 1),
+          SECRETS,
+        );
+        expect(sentinel.code).toBe('ERR_CONNECTION');
+        expect(sentinel.message).toMatch(/could not reach any sentinel.*not valid for name/);
+      } finally {
+        await closeAll();
+      }
+    }
+  });
+});
+
 /** The threads of this process that listen to sentinels (Linux only; -1 elsewhere). */
 function watchers(): number {
   if (process.platform !== 'linux') return -1;
@@ -322,9 +470,13 @@ describe('redisStore Sentinel URLs', () => {
     expect(watchers()).toBe(0);
   });
 
-  it('refuses rediss+sentinel://, the cluster setting and malformed URLs with ERR_CONFIG, naming no secret', async () => {
+  it('refuses the cluster setting, tls.ca without TLS and malformed URLs with ERR_CONFIG, naming no secret', async () => {
     for (const [options, expected] of [
-      [{ url: `rediss+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m` }, /TLS to Sentinel/],
+      [
+        { url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m`, tls: { ca: 'x' } },
+        /not a rediss:\/\/, rediss\+sentinel:\/\//,
+      ],
+      [{ url: `rediss+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m`, tls: { ca: 'x' } }, /PEM certificate/],
       [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m`, cluster: true }, /not Redis Cluster nodes/],
       [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1` }, /names no master/],
       [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m?db=2` }, /only the sentinelPassword/],

@@ -188,8 +188,14 @@ export function runFixture(script: string, args: string[], nodeFlags: string[] =
   });
 }
 
-/** A CA and a server certificate for 127.0.0.1, made by openssl. */
-export async function makeCertificates(dir: string): Promise<{ ca: string; cert: string; key: string }> {
+/**
+ * A CA and a server certificate for 127.0.0.1 and localhost (for localhost only with `ip: false`), made by
+ * openssl.
+ */
+export async function makeCertificates(
+  dir: string,
+  { ip = true }: { ip?: boolean } = {},
+): Promise<{ ca: string; cert: string; key: string }> {
   const run = (...args: string[]) =>
     new Promise<void>((resolve, reject) =>
       execFile('openssl', args, { cwd: dir }, (error, _out, stderr) =>
@@ -211,7 +217,7 @@ export async function makeCertificates(dir: string): Promise<{ ca: string; cert:
     '/CN=ratestore test CA',
   );
   await run('req', ...ec, '-keyout', 'server.key', '-out', 'server.csr', '-subj', '/CN=localhost');
-  writeFileSync(join(dir, 'san.cnf'), 'subjectAltName=IP:127.0.0.1,DNS:localhost\n');
+  writeFileSync(join(dir, 'san.cnf'), `subjectAltName=${ip ? 'IP:127.0.0.1,' : ''}DNS:localhost\n`);
   await run(
     'x509',
     '-req',

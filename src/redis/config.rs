@@ -40,7 +40,8 @@ pub struct Options {
     pub token: Option<String>,
     pub prefix: Option<String>,
     pub timeout_ms: Option<u64>,
-    /// `tls.ca`: PEM certificates to trust for `rediss://` instead of the public roots.
+    /// `tls.ca`: PEM certificates to trust for `rediss://` (and `rediss+sentinel://`)
+    /// instead of the public roots.
     pub tls_ca: Option<String>,
     /// The URL names seed nodes of a Redis Cluster (comma-separated).
     pub cluster: Option<bool>,
@@ -70,10 +71,13 @@ pub enum Addr {
         base: String,
     },
     /// Redis Sentinel: the sentinels to ask, in turn, where the master of
-    /// `name` is (`redis+sentinel://host:port[,host:port...]/name`).
+    /// `name` is (`redis+sentinel://host:port[,host:port...]/name`); with
+    /// `tls` (`rediss+sentinel://`), the sentinels and the master alike are
+    /// reached over TLS.
     Sentinel {
         nodes: Vec<(String, u16)>,
         name: String,
+        tls: bool,
     },
 }
 
@@ -85,7 +89,7 @@ pub struct Config {
     pub username: Option<String>,
     pub password: Option<String>,
     pub timeout_ms: u64,
-    /// Certificates to trust instead of the public roots (`rediss://` only).
+    /// Certificates to trust instead of the public roots (TLS URLs only).
     pub tls_ca: Option<Vec<CertificateDer<'static>>>,
     /// For a Redis Cluster, the seed nodes (`addr` is the first): where the
     /// slot map is first asked for.
@@ -182,11 +186,13 @@ impl Config {
             let tls = match &config.addr {
                 Addr::Tcp { tls, .. } => *tls,
                 Addr::Rest { base } => base.starts_with("https:"),
-                Addr::Unix(_) | Addr::Sentinel { .. } => false,
+                Addr::Sentinel { tls, .. } => *tls,
+                Addr::Unix(_) => false,
             };
             if !tls {
                 return Err(Error::Config(format!(
-                    "tls.ca is set but {source} is not a rediss:// or https:// URL; TLS is used only with those"
+                    "tls.ca is set but {source} is not a rediss://, rediss+sentinel:// or https:// URL; TLS is \
+                     used only with those"
                 )));
             }
             config.tls_ca = Some(certificates(ca)?);
@@ -279,7 +285,8 @@ fn parse_cluster(text: &str, source: &str) -> Result<Config> {
 
 fn parse_url(text: &str, source: &str) -> Result<Config> {
     const FORMS: &str = "redis://[[user]:password@]host[:port][/db], rediss://… (TLS), redis+unix:///path/to/socket[?db=N], \
-                         redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name (Sentinel) \
+                         redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name (Sentinel), \
+                         rediss+sentinel://… (Sentinel over TLS) \
                          or https://host (Upstash's REST API)";
     let url = url::Url::parse(text.trim())
         .map_err(|_| Error::Config(format!("{source} is not a valid URL; expected {FORMS}")))?;
@@ -362,20 +369,19 @@ fn is_sentinel(text: &str) -> bool {
 }
 
 /// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]`,
-/// read by hand: a URL parser takes one host, not a list.
+/// or `rediss+sentinel://…` for TLS to the sentinels and to the master, read
+/// by hand: a URL parser takes one host, not a list.
 fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
     const FORM: &str =
-        "redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]";
+        "redis[s]+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]";
     let bad = |what: &str| Error::Config(format!("{source}: {what}"));
     let text = text.trim();
     let (scheme, rest) = text
         .split_once("://")
         .ok_or_else(|| bad(&format!("a Sentinel URL has the form {FORM}")))?;
-    if scheme.eq_ignore_ascii_case("rediss+sentinel") {
-        return Err(bad(
-            "TLS to Sentinel (rediss+sentinel://) is not supported; use redis+sentinel:// on a trusted \
-             network, or rediss:// to the master directly",
-        ));
+    let tls = scheme.eq_ignore_ascii_case("rediss+sentinel");
+    if !tls && !scheme.eq_ignore_ascii_case("redis+sentinel") {
+        return Err(bad(&format!("a Sentinel URL has the form {FORM}")));
     }
     let (rest, query) = match rest.split_once('?') {
         Some((rest, query)) => (rest, Some(query)),
@@ -438,7 +444,7 @@ fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
         }
     }
     Ok(Config {
-        addr: Addr::Sentinel { nodes, name },
+        addr: Addr::Sentinel { nodes, name, tls },
         db: 0,
         username,
         password,
@@ -653,7 +659,8 @@ mod tests {
         o.tls_ca = Some("x".into());
         assert!(config_error(Config::resolve(&o, env(&[]))).contains("PEM certificate"));
         o.url = Some("http://127.0.0.1:1".into());
-        assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// or https://"));
+        assert!(config_error(Config::resolve(&o, env(&[])))
+            .contains("not a rediss://, rediss+sentinel:// or https://"));
     }
 
     #[test]
@@ -679,7 +686,8 @@ mod tests {
     fn tls_ca_needs_rediss_and_a_certificate() {
         let mut o = url("redis://h");
         o.tls_ca = Some("x".into());
-        assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// or https://"));
+        assert!(config_error(Config::resolve(&o, env(&[])))
+            .contains("not a rediss://, rediss+sentinel:// or https://"));
         o.url = Some("rediss://h".into());
         assert!(config_error(Config::resolve(&o, env(&[]))).contains("PEM certificate"));
     }
@@ -784,7 +792,8 @@ mod tests {
             c.addr,
             Addr::Sentinel {
                 nodes,
-                name: "mymaster".into()
+                name: "mymaster".into(),
+                tls: false,
             }
         );
         assert_eq!(c.username.as_deref(), Some("app"));
@@ -800,7 +809,8 @@ mod tests {
             c.addr,
             Addr::Sentinel {
                 nodes: vec![("h".into(), 26379)],
-                name: "my master".into()
+                name: "my master".into(),
+                tls: false,
             }
         );
         assert_eq!(
@@ -815,7 +825,7 @@ mod tests {
     #[test]
     fn bad_sentinel_urls_are_refused_without_their_secrets() {
         for (options, expect) in [
-            (url("rediss+sentinel://:hunter2@h/m"), "TLS to Sentinel"),
+            (url("rediss+sentinel://:hunter2@h"), "names no master"),
             (url("redis+sentinel://:hunter2@h"), "names no master"),
             (url("redis+sentinel://:hunter2@h/"), "master's name"),
             (url("redis+sentinel://:hunter2@h/a/b"), "master's name"),
@@ -844,7 +854,30 @@ mod tests {
         }
         let mut o = url("redis+sentinel://h/m");
         o.tls_ca = Some("x".into());
-        assert!(config_error(Config::resolve(&o, env(&[]))).contains("not a rediss:// or https://"));
+        assert!(config_error(Config::resolve(&o, env(&[])))
+            .contains("not a rediss://, rediss+sentinel:// or https://"));
+    }
+
+    #[test]
+    fn a_tls_sentinel_url_takes_tls_ca_for_the_sentinels_and_the_master() {
+        let mut o = url("rediss+sentinel://:pw@a:1,b/m?sentinelPassword=sp");
+        let c = Config::resolve(&o, env(&[])).unwrap();
+        assert_eq!(
+            c.addr,
+            Addr::Sentinel {
+                nodes: vec![("a".into(), 1), ("b".into(), 26379)],
+                name: "m".into(),
+                tls: true,
+            }
+        );
+        assert_eq!(c.password.as_deref(), Some("pw"));
+        assert_eq!(c.sentinel_password.as_deref(), Some("sp"));
+        assert!(c.tls_ca.is_none());
+        o.tls_ca = Some("x".into());
+        assert!(config_error(Config::resolve(&o, env(&[]))).contains("PEM certificate"));
+        let e = env(&[("REDIS_URL", "REDISS+SENTINEL://h/m")]);
+        let c = Config::resolve(&Options::default(), e).unwrap();
+        assert!(matches!(c.addr, Addr::Sentinel { tls: true, .. }));
     }
 
     #[test]

@@ -76,6 +76,8 @@ enum Target {
     Unix(PathBuf),
     /// Redis Sentinel: each connect asks the sentinels where the master is
     /// (a blocking discovery, on a thread of the runtime's blocking pool).
+    /// Over TLS the discovery checks the master on a connection of its own,
+    /// and the client then opens its TLS connection there.
     Sentinel(Arc<socket::Target>),
 }
 
@@ -241,16 +243,11 @@ impl Link {
         let master = match &self.target {
             Target::Sentinel(target) => {
                 let (target, timeout) = (Arc::clone(target), self.timeout);
-                let socket = tokio::task::spawn_blocking(move || target.connect(timeout))
-                    .await
-                    .map_err(|_| Error::Internal("the Sentinel discovery task failed"))??;
-                let tcp = socket::Target::into_tcp(socket)
-                    .ok_or(Error::Internal("Sentinel gave a connection other than TCP"))?;
-                let tcp = TcpStream::from_std(tcp).map_err(|e| Error::Connection {
-                    text: format!("could not connect to Redis: {e}; the hit was not sent"),
-                    sent: false,
-                })?;
-                Some(tcp)
+                let master =
+                    tokio::task::spawn_blocking(move || target.connect_master_for_client(timeout))
+                        .await
+                        .map_err(|_| Error::Internal("the Sentinel discovery task failed"))??;
+                Some(master)
             }
             _ => None,
         };
@@ -263,7 +260,7 @@ impl Link {
     /// greets the server over it.
     async fn open_on(
         &self,
-        master: Option<TcpStream>,
+        master: Option<socket::Master>,
     ) -> redis::RedisResult<(MultiplexedConnection, BoxFuture<'static, ()>)> {
         let stream: Box<dyn Io> = match &self.target {
             Target::Tcp { host, port, tls } => {
@@ -281,7 +278,17 @@ impl Link {
             #[cfg(not(unix))]
             Target::Unix(_) => unreachable!("refused by Link::new"),
             Target::Sentinel(_) => match master {
-                Some(tcp) => Box::new(tcp),
+                Some(socket::Master::Tcp(tcp)) => Box::new(TcpStream::from_std(tcp)?),
+                Some(socket::Master::Tls {
+                    host,
+                    port,
+                    config,
+                    name,
+                }) => {
+                    let tcp = TcpStream::connect((host.as_str(), port)).await?;
+                    tcp.set_nodelay(true)?;
+                    Box::new(TlsConnector::from(config).connect(name, tcp).await?)
+                }
                 None => return Err(std::io::Error::other("no master was found").into()),
             },
         };

@@ -45,6 +45,21 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>> {
         .map_err(|_| Error::Config("the URL's host is not a valid TLS server name".into()))
 }
 
+/// The master a Sentinel discovery found, for a client of its own (the I/O
+/// thread's).
+pub enum Master {
+    /// Its TCP stream, greeted and checked, before any hit went on it.
+    Tcp(TcpStream),
+    /// Over TLS: where the master is, checked as the master by a connection
+    /// just made (and closed), and the TLS settings to open one there.
+    Tls {
+        host: String,
+        port: u16,
+        config: Arc<ClientConfig>,
+        name: ServerName<'static>,
+    },
+}
+
 enum Stream {
     Tcp(TcpStream),
     #[cfg(unix)]
@@ -94,6 +109,9 @@ pub struct Socket {
 pub struct Target {
     config: Config,
     tls: Option<(Arc<ClientConfig>, ServerName<'static>)>,
+    /// Sentinel over TLS (`rediss+sentinel://`): the TLS settings of the
+    /// sentinels and of the master they name, each checked by its own name.
+    sentinel_tls: Option<Arc<ClientConfig>>,
     /// Sentinel: the `+switch-master` announcements heard for the master.
     switches: Arc<Switches>,
 }
@@ -110,6 +128,7 @@ struct Switches {
 
 impl Target {
     pub fn new(config: &Config) -> Result<Target> {
+        let mut sentinel_tls = None;
         let tls = match &config.addr {
             Addr::Tcp {
                 host, tls: true, ..
@@ -124,25 +143,40 @@ impl Target {
                     "a REST URL was given to the Redis protocol",
                 ))
             }
-            Addr::Sentinel { .. } if config.tls_ca.is_some() => {
+            Addr::Sentinel { tls: false, .. } if config.tls_ca.is_some() => {
                 return Err(Error::Config(
-                    "tls.ca is set but TLS is not supported with Sentinel".into(),
+                    "tls.ca is set but the Sentinel URL is not rediss+sentinel://".into(),
                 ))
+            }
+            Addr::Sentinel {
+                nodes, tls: true, ..
+            } => {
+                // Every sentinel's name is checked now, not at its turn.
+                for (host, _) in nodes {
+                    server_name(host).map_err(|_| {
+                        Error::Config("a sentinel's host is not a valid TLS server name".into())
+                    })?;
+                }
+                sentinel_tls = Some(tls_config(config.tls_ca.as_deref())?);
+                None
             }
             _ => None,
         };
         Ok(Target {
             config: config.clone(),
             tls,
+            sentinel_tls,
             switches: Arc::default(),
         })
     }
 
-    /// A plain target with no TLS: a sentinel, or the master one named.
-    fn plain(config: Config) -> Target {
+    /// A target found through Sentinel: a sentinel, or the master one named,
+    /// with TLS if the Sentinel URL is `rediss+sentinel://`.
+    fn found(config: Config, tls: Option<(Arc<ClientConfig>, ServerName<'static>)>) -> Target {
         Target {
             config,
-            tls: None,
+            tls,
+            sentinel_tls: None,
             switches: Arc::default(),
         }
     }
@@ -151,9 +185,12 @@ impl Target {
     /// (0 for any other target). The first call starts listening for them.
     /// A connection opened at one epoch is replaced once the epoch moves.
     pub fn epoch(&self) -> u64 {
-        if let Addr::Sentinel { nodes, name } = &self.config.addr {
+        if let Addr::Sentinel { nodes, name, .. } = &self.config.addr {
             self.switches.watching.get_or_init(|| {
-                let sentinels = nodes.iter().map(|node| self.sentinel(node)).collect();
+                let sentinels = nodes
+                    .iter()
+                    .filter_map(|node| self.sentinel(node).ok())
+                    .collect();
                 watch(
                     Arc::downgrade(&self.switches),
                     sentinels,
@@ -171,34 +208,71 @@ impl Target {
         self.switches.stopped.store(true, Ordering::SeqCst);
     }
 
-    /// The target of one sentinel, with the sentinels' password.
-    fn sentinel(&self, (host, port): &(String, u16)) -> Target {
-        Target::plain(Config {
-            addr: Addr::Tcp {
-                host: host.clone(),
-                port: *port,
-                tls: false,
+    /// The target of one sentinel, with the sentinels' password, over TLS
+    /// (checked against the sentinel's host in the URL) for `rediss+sentinel://`.
+    fn sentinel(&self, (host, port): &(String, u16)) -> Result<Target> {
+        let tls = match &self.sentinel_tls {
+            Some(config) => Some((
+                Arc::clone(config),
+                server_name(host).map_err(|_| {
+                    Error::Config("a sentinel's host is not a valid TLS server name".into())
+                })?,
+            )),
+            None => None,
+        };
+        let secure = tls.is_some();
+        Ok(Target::found(
+            Config {
+                addr: Addr::Tcp {
+                    host: host.clone(),
+                    port: *port,
+                    tls: secure,
+                },
+                db: 0,
+                username: None,
+                password: self.config.sentinel_password.clone(),
+                timeout_ms: self.config.timeout_ms,
+                tls_ca: None,
+                cluster: None,
+                sentinel_password: None,
             },
-            db: 0,
-            username: None,
-            password: self.config.sentinel_password.clone(),
-            timeout_ms: self.config.timeout_ms,
-            tls_ca: None,
-            cluster: None,
-            sentinel_password: None,
-        })
+            tls,
+        ))
     }
 
     pub fn config(&self) -> &Config {
         &self.config
     }
 
-    /// A connected socket's TCP stream, for a client of its own (the I/O
-    /// thread's): TCP only, and only before a hit went on it.
-    pub fn into_tcp(socket: Socket) -> Option<TcpStream> {
-        match (socket.stream, socket.tls) {
-            (Stream::Tcp(tcp), None) => Some(tcp),
-            _ => None,
+    /// Sentinel: finds the master, connects and checks it within `timeout`
+    /// (as [`Target::connect`]), and answers it for a client of its own
+    /// (the I/O thread's): the TCP stream, non-blocking, before a hit went
+    /// on it; over TLS, where it is, for the client to open a TLS
+    /// connection of its own there.
+    pub fn connect_master_for_client(&self, timeout: Duration) -> Result<Master> {
+        let Addr::Sentinel { nodes, name, .. } = &self.config.addr else {
+            return Err(Error::Internal(
+                "a Sentinel connect for a target that is not Sentinel",
+            ));
+        };
+        let (socket, host, port) = self.connect_master(nodes, name, timeout)?;
+        match (&self.sentinel_tls, socket.stream, socket.tls) {
+            (None, Stream::Tcp(tcp), None) => {
+                tcp.set_read_timeout(None)
+                    .and(tcp.set_write_timeout(None))
+                    .and(tcp.set_nonblocking(true))
+                    .map_err(|e| unsent(format!("could not connect to Redis: {e}")))?;
+                Ok(Master::Tcp(tcp))
+            }
+            (Some(config), _, Some(_)) => Ok(Master::Tls {
+                name: master_name(&host)?,
+                host,
+                port,
+                config: Arc::clone(config),
+            }),
+            _ => Err(Error::Internal(
+                "Sentinel gave a connection of the wrong kind",
+            )),
         }
     }
 
@@ -215,8 +289,10 @@ impl Target {
     /// Connects and greets the server within `timeout`; the socket it
     /// answers blocks, each read and write for at most `timeout`.
     pub fn connect_blocking(&self, timeout: Duration) -> Result<Socket> {
-        if let Addr::Sentinel { nodes, name } = &self.config.addr {
-            return self.connect_master(nodes, name, timeout);
+        if let Addr::Sentinel { nodes, name, .. } = &self.config.addr {
+            return self
+                .connect_master(nodes, name, timeout)
+                .map(|(socket, _, _)| socket);
         }
         let deadline = Instant::now() + timeout;
         let left = || {
@@ -277,9 +353,7 @@ impl Target {
             while tls.is_handshaking() {
                 tls.complete_io(&mut socket.stream.io())
                     .map_err(|e| match e.kind() {
-                        io::ErrorKind::InvalidData => {
-                            unsent(format!("the TLS handshake with Redis failed: {e}"))
-                        }
+                        io::ErrorKind::InvalidData => unsent(format!("{HANDSHAKE_FAILED}: {e}")),
                         _ => failed(e),
                     })?;
             }
@@ -297,13 +371,15 @@ impl Target {
     /// Sentinel: asks the sentinels where the master is, connects there and
     /// greets it, and checks that `ROLE` says master; a server that is not
     /// (yet, or any more) the master, or one that can't be reached, makes
-    /// the sentinels be asked again, until `timeout`.
+    /// the sentinels be asked again, until `timeout`. Answers the socket
+    /// and the master's address as the sentinel gave it. Over TLS the
+    /// master's certificate is checked against that address (usually an IP).
     fn connect_master(
         &self,
         nodes: &[(String, u16)],
         name: &str,
         timeout: Duration,
-    ) -> Result<Socket> {
+    ) -> Result<(Socket, String, u16)> {
         let deadline = Instant::now() + timeout;
         let ms = timeout.as_millis() as u64;
         let left = || {
@@ -314,16 +390,34 @@ impl Target {
         let mut last = None;
         while let Some(budget) = left() {
             let tried = self.ask_sentinels(nodes, name, deadline).and_then(|(host, port)| {
-                let master = Target::plain(Config {
-                    addr: Addr::Tcp {
-                        host,
-                        port,
-                        tls: false,
+                let tls = match &self.sentinel_tls {
+                    Some(config) => Some((Arc::clone(config), master_name(&host)?)),
+                    None => None,
+                };
+                let master = Target::found(
+                    Config {
+                        addr: Addr::Tcp {
+                            host: host.clone(),
+                            port,
+                            tls: tls.is_some(),
+                        },
+                        sentinel_password: None,
+                        ..self.config.clone()
                     },
-                    sentinel_password: None,
-                    ..self.config.clone()
-                });
-                let mut socket = master.connect_blocking(budget)?;
+                    tls,
+                );
+                let mut socket = master.connect_blocking(budget).map_err(|e| match e {
+                    Error::Connection { text, sent } if text.starts_with(HANDSHAKE_FAILED) => {
+                        Error::Connection {
+                            text: format!(
+                                "{text} (with the master, whose certificate must name the address \
+                                 the sentinels give for it)"
+                            ),
+                            sent,
+                        }
+                    }
+                    e => e,
+                })?;
                 match socket.command(&[b"ROLE".to_vec()], ms)? {
                     Reply::Array(Some(parts))
                         if matches!(parts.first(), Some(Reply::Bulk(Some(role))) if role == b"master") =>
@@ -331,7 +425,7 @@ impl Target {
                         socket.stream.set_timeouts(Some(timeout)).map_err(|e| {
                             unsent(format!("could not connect to Redis: {e}"))
                         })?;
-                        Ok(socket)
+                        Ok((socket, host, port))
                     }
                     _ => Err(unsent(
                         "the server the sentinels named as the master is not a master (a failover is under way)"
@@ -343,6 +437,10 @@ impl Target {
                 Ok(socket) => return Ok(socket),
                 // Reachable but wrong: the settings, the name, a password.
                 Err(e @ (Error::Config(_) | Error::Auth(_))) => return Err(e),
+                // A certificate not trusted, or not for the name: asking again won't change it.
+                Err(Error::Connection { text, sent }) if text.contains(HANDSHAKE_FAILED) => {
+                    return Err(Error::Connection { text, sent })
+                }
                 Err(e) => last = Some(e),
             }
             if let Some(wait) = left() {
@@ -378,9 +476,9 @@ impl Target {
                 break;
             };
             let budget = left / (nodes.len() - i) as u32;
-            let sentinel = self.sentinel(node);
-            let answer = sentinel
-                .connect_blocking(budget)
+            let answer = self
+                .sentinel(node)
+                .and_then(|sentinel| sentinel.connect_blocking(budget))
                 .and_then(|mut socket| socket.command(&ask, budget.as_millis().max(1) as u64));
             match answer {
                 Ok(Reply::Array(Some(parts))) => match parts.as_slice() {
@@ -498,6 +596,20 @@ fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout
     // master's connection is lost or answers READONLY.
     drop(spawned);
 }
+
+/// The TLS name of the master at `host`, as a sentinel named it.
+fn master_name(host: &str) -> Result<ServerName<'static>> {
+    ServerName::try_from(host.to_string()).map_err(|_| {
+        Error::Config(
+            "the sentinels named the master by an address that is not a valid TLS server name"
+                .into(),
+        )
+    })
+}
+
+/// How the message of a failed TLS handshake starts (the peer's certificate
+/// not trusted, or not for its name).
+const HANDSHAKE_FAILED: &str = "the TLS handshake with Redis failed";
 
 /// A connect's failure: no hit was sent on it.
 fn unsent(text: String) -> Error {
