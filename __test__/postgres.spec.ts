@@ -1,9 +1,10 @@
 import { randomUUID } from 'node:crypto';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { connect, createServer, type AddressInfo } from 'node:net';
+import { createInterface } from 'node:readline';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { postgresStore, type PostgresStoreOptions } from '../index.js';
 import { rateLimitStoreContract } from './contract.js';
@@ -602,6 +603,68 @@ describe('postgresStore', () => {
     expect(count).toBe(5);
     await store.close();
   }, 30_000);
+
+  it('follows DNS that moves: a new connection resolves the host name again', async () => {
+    // Two servers on one port, at 127.0.0.1 and 127.0.0.2, and a store in a child process whose
+    // /etc/hosts (a file of the test's, bind-mounted in a mount namespace of its own) names one, then the other.
+    const moved = await startPostgres({ host: '127.0.0.2', port: own.port });
+    const dir = mkdtempSync(join(tmpdir(), 'ratestore-dns-'));
+    const hosts = join(dir, 'hosts');
+    const name = 'pg-moves.ratestore.test';
+    writeFileSync(hosts, `127.0.0.1 ${name}\n`);
+    const app = `dns_${randomUUID().replace(/-/g, '')}`;
+    const url = `postgres://postgres:${PASSWORD}@${name}:${own.port}/postgres?application_name=${app}`;
+    const script = join(__dirname, 'fixtures', 'pg-dns-child.js');
+    // As root a mount namespace; else a user namespace too, in which the caller may mount.
+    const unshare = userInfo().uid === 0 ? ['-m'] : ['-rm'];
+    const child = spawn(
+      'unshare',
+      [
+        ...unshare,
+        'sh',
+        '-c',
+        'mount --bind "$1" /etc/hosts && exec "$2" "$3" "$4"',
+        'sh',
+        hosts,
+        process.execPath,
+        script,
+        url,
+      ],
+      { stdio: ['pipe', 'pipe', 'inherit'] },
+    );
+    const answers = createInterface({ input: child.stdout! })[Symbol.asyncIterator]();
+    const hit = async (key: string) => {
+      child.stdin!.write(`${key}\n`);
+      const next = await answers.next();
+      if (next.done) throw new Error('the child process ended (unshare and mount --bind need root or user namespaces)');
+      return JSON.parse(next.value) as { count?: number; code?: string };
+    };
+    const key = `dns:${randomUUID()}`;
+    const total = async (server: { sql(s: string): Promise<string> }) =>
+      server.sql(`SELECT coalesce((SELECT total FROM askdare_counters WHERE key = '${key}'), 0)`);
+    try {
+      expect(await hit(key)).toEqual({ count: 1 });
+      expect(await total(own)).toBe('1');
+      // The name moves; the connection to the old address is lost.
+      writeFileSync(hosts, `127.0.0.2 ${name}\n`);
+      await own.sql(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '${app}'`);
+      let answer = await hit(key);
+      for (let i = 0; i < 20 && answer.count === undefined; i++) {
+        expect(answer.code).toMatch(/^ERR_(CONNECTION|TIMEOUT)$/);
+        await new Promise((r) => setTimeout(r, 100));
+        answer = await hit(key);
+      }
+      // Counted on the server the name now names; the old one kept its count.
+      expect(answer).toEqual({ count: 1 });
+      expect(await total(moved)).toBe('1');
+      expect(await total(own)).toBe('1');
+    } finally {
+      child.stdin!.end();
+      await new Promise((resolve) => child.once('exit', resolve));
+      await moved.stop();
+      rmSync(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 
   it('backs off after a failed connect: calls reject at once, unsent, then one call alone connects', async () => {
     // A TCP proxy in front of the server counts the store's connects.

@@ -36,6 +36,10 @@ export interface PostgresOptions {
   durable?: boolean;
   /** More server settings, each passed as `-c name=value`. */
   settings?: Record<string, string | number>;
+  /** The loopback address it listens on (default 127.0.0.1; any of 127.0.0.0/8 logs in). */
+  host?: string;
+  /** Its port (default a free one). */
+  port?: number;
 }
 
 /** A throwaway cluster: initdb in a temp dir, a free loopback port, password auth on 127.0.0.1 only. */

@@ -56,15 +56,16 @@ async function postgresUserIds() {
   return [uid, gid];
 }
 
-function psql(bin, port, statement) {
+function psql(bin, port, statement, host = '127.0.0.1') {
   const env = { ...process.env, PGPASSWORD: PASSWORD };
-  const args = ['-h', '127.0.0.1', '-p', String(port), '-U', 'postgres', '-d', 'postgres', '-AtXq'];
+  const args = ['-h', host, '-p', String(port), '-U', 'postgres', '-d', 'postgres', '-AtXq'];
   return run(join(bin, 'psql'), [...args, '-v', 'ON_ERROR_STOP=1', '-c', statement], env).then((s) => s.trim());
 }
 
 /**
  * Starts a cluster. Options: `tls` ({ cert, key } PEM files: ssl=on, TLS connections only), `durable`
- * (PostgreSQL's default fsync and synchronous_commit; else both off), `settings` (more `-c name=value`).
+ * (PostgreSQL's default fsync and synchronous_commit; else both off), `settings` (more `-c name=value`),
+ * `host` (the loopback address it listens on, default 127.0.0.1) and `port` (default a free one).
  */
 async function startPostgres(settings = {}) {
   const bin = binDir();
@@ -82,8 +83,15 @@ async function startPostgres(settings = {}) {
   }
   chmodSync(dir, 0o700);
   await as('initdb', ['-D', data, '-U', 'postgres', '--auth=scram-sha-256', `--pwfile=${pwfile}`, '-E', 'UTF8']);
-  const port = await freePort();
-  let options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1`;
+  const host = settings.host ?? '127.0.0.1';
+  if (!/^127\.\d+\.\d+\.\d+$/.test(host)) throw new Error(`a test server listens on loopback only, not ${host}`);
+  const port = settings.port ?? (await freePort());
+  let options = `-p ${port} -k ${dir} -c listen_addresses=${host}`;
+  if (host !== '127.0.0.1') {
+    // Logins from any loopback address, as from 127.0.0.1.
+    const hba = join(data, 'pg_hba.conf');
+    writeFileSync(hba, `${readFileSync(hba, 'utf8')}host all all 127.0.0.0/8 scram-sha-256\n`);
+  }
   if (!settings.durable) options += ' -c fsync=off -c synchronous_commit=off';
   for (const [name, value] of Object.entries(settings.settings ?? {})) options += ` -c ${name}=${value}`;
   if (settings.tls) {
@@ -107,7 +115,7 @@ async function startPostgres(settings = {}) {
   const start = () => as('pg_ctl', ['start', '-D', data, '-w', '-l', log, '-o', options]).then(() => undefined);
   const halt = () => as('pg_ctl', ['stop', '-D', data, '-w', '-m', 'fast']).then(() => undefined);
   await start();
-  const url = `postgres://postgres:${PASSWORD}@127.0.0.1:${port}/postgres`;
+  const url = `postgres://postgres:${PASSWORD}@${host}:${port}/postgres`;
   return {
     url,
     port,
@@ -115,7 +123,7 @@ async function startPostgres(settings = {}) {
     bin,
     /** The postmaster's pid, from postmaster.pid's first line (while it runs). */
     pid: () => Number(readFileSync(join(data, 'postmaster.pid'), 'utf8').split('\n')[0]),
-    sql: (statement) => psql(bin, port, statement),
+    sql: (statement) => psql(bin, port, statement, host),
     restart: () =>
       as('pg_ctl', ['restart', '-D', data, '-w', '-m', 'fast', '-l', log, '-o', options]).then(() => undefined),
     halt,
