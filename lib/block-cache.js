@@ -59,7 +59,13 @@ class BlockCache {
       }
       if (cost >= entry.minCost) (proven ??= new Map()).set(rule, entry);
     }
-    return proven;
+    if (proven === undefined) return undefined;
+    // The answer reports the other limits as the store last answered them: only while every limit that
+    // refused then is still proven here (one whose entry has ended may refuse or not: the store says).
+    let longest;
+    for (const entry of proven.values()) if (longest === undefined || entry.until > longest.until) longest = entry;
+    const complete = set.rules.every((rule, i) => proven.has(rule) || !longest.snapshot[i]?.refused);
+    return complete ? proven : undefined;
   }
 
   /** Forgets what the store answered the set's limits for `key`: a check went to the store and was allowed. */
@@ -87,7 +93,9 @@ class BlockCache {
       if (!(until > performance.now())) continue;
       snapshot ??= set.rules.map((r) => {
         const a = taken.get(r);
-        return a === undefined ? undefined : { remaining: a.remaining, resetEnd: sentAt + a.resetMs };
+        return a === undefined
+          ? undefined
+          : { remaining: a.remaining, resetEnd: sentAt + a.resetMs, refused: !a.allowed };
       });
       const minCost = rule.algorithm === 'fixed-window' ? answer.remaining + 1 : cost;
       const entry = {
