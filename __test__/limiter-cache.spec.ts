@@ -191,6 +191,28 @@ describe('the block cache', () => {
     expect(await server.cli('GET', `cache:${k}:daily`)).toBe('2');
   });
 
+  it('answers from the cache only while every limit that refused is still proven there', async () => {
+    // A sliding limit of 0 refuses every check, but its refusal names a retry time too short to keep:
+    // a cached answer would report it from the fixed window's entry as it last saw it, allowed.
+    const limiter = createLimiter({
+      store,
+      limits: [
+        { name: 'f', limit: 1, windowMs: 60_000 },
+        { name: 's', algorithm: 'sliding-window', limit: 0, windowMs: 50 },
+      ],
+    });
+    const k = key();
+    for (let i = 0; i < 4; i++) {
+      const answer = await limiter.check(k, { cost: 2 });
+      expect(answer.cached).toBeUndefined();
+      expect(answer.limits.map((l) => [l.name, l.allowed])).toEqual([
+        ['f', false],
+        ['s', false],
+      ]);
+      await sleep(60);
+    }
+  });
+
   it('keeps tiers apart: a refusal under one tier refuses nothing under another on the same key', async () => {
     const limiter = createLimiter({
       store,
