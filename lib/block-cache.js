@@ -42,7 +42,8 @@ class BlockCache {
   }
 
   /**
-   * The entries that prove a check of `cost` on `key` under `set` refused now: a Map of rule → entry,
+   * The entries that prove a check of `cost` on `key` under `set` refused now: `{ proven, longest }`, a
+   * Map of rule → entry and the entry that lasts longest (whose snapshot answers for the other limits),
    * or undefined (then the check goes to the store).
    */
   refusing(set, key, cost, now) {
@@ -65,7 +66,7 @@ class BlockCache {
     let longest;
     for (const entry of proven.values()) if (longest === undefined || entry.until > longest.until) longest = entry;
     const complete = set.rules.every((rule, i) => proven.has(rule) || !longest.snapshot[i]?.refused);
-    return complete ? proven : undefined;
+    return complete ? { proven, longest } : undefined;
   }
 
   /** Forgets what the store answered the set's limits for `key`: a check went to the store and was allowed. */

@@ -448,11 +448,11 @@ function createLimiter(options) {
     }
     const { set, cost, tier } = asked;
     if (cache !== undefined) {
-      const proven = cache.refusing(set, key, cost, performance.now());
-      if (proven !== undefined) {
+      const refusal = cache.refusing(set, key, cost, performance.now());
+      if (refusal !== undefined) {
         cache.refusals++;
         counts.checks++;
-        return Promise.resolve(cachedResult(set, proven, tier));
+        return Promise.resolve(cachedResult(set, refusal, tier));
       }
     }
     if (circuit !== undefined && circuit.open) {
@@ -587,10 +587,8 @@ function createLimiter(options) {
    * A refusal from the block cache: each limit whose entry proves it refuses, as that refusal
    * answered it, the others as the store last answered them in it; times count down.
    */
-  function cachedResult(set, proven, tier) {
+  function cachedResult(set, { proven, longest }, tier) {
     const now = performance.now();
-    let longest;
-    for (const entry of proven.values()) if (longest === undefined || entry.until > longest.until) longest = entry;
     const taken = new Map();
     set.rules.forEach((rule, i) => {
       const entry = proven.get(rule);
