@@ -328,30 +328,11 @@ struct Attempt<'a> {
 impl Drop for Attempt<'_> {
     fn drop(&mut self) {
         if !self.done {
-            let ms = self.store.config.timeout_ms;
-            let e = Error::Postgres {
-                code: "ERR_TIMEOUT",
-                text: format!("no answer from PostgreSQL within {ms} ms"),
-                sent: None,
-            };
-            self.store.backoff().failed(Instant::now(), unsent(e));
+            let e = queue::timeout_error(self.store.config.timeout_ms);
+            self.store
+                .backoff()
+                .failed(Instant::now(), queue::with_sent(e, false));
         }
-    }
-}
-
-/// A failed connect's error as the calls refused meanwhile report it: not sent.
-fn unsent(e: Error) -> Error {
-    match e {
-        Error::Postgres {
-            code,
-            text,
-            sent: None,
-        } if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" => Error::Postgres {
-            code,
-            text: format!("{text} while connecting; the call was not sent"),
-            sent: Some(false),
-        },
-        other => other,
     }
 }
 
@@ -498,7 +479,9 @@ impl PgStore {
                 Ok(client)
             }
             Err(e) => {
-                self.backoff().failed(Instant::now(), unsent(e.clone()));
+                // The calls refused meanwhile report it as not sent.
+                self.backoff()
+                    .failed(Instant::now(), queue::with_sent(e.clone(), false));
                 Err(e)
             }
         }
@@ -548,31 +531,26 @@ impl PgStore {
 
     /// One call of an algorithm's function, alone.
     async fn function(&self, client: &Client, call: &Encoded<'_>) -> Result<Answer> {
-        let (sql, params): (&str, [(&(dyn ToSql + Sync), Type); 5]) = match call.kind {
-            Kind::Fixed | Kind::Sliding => (
-                if call.kind == Kind::Fixed {
-                    &self.sql.fixed
-                } else {
-                    &self.sql.sliding
-                },
-                [
-                    (&call.op, Type::INT4),
-                    (&call.key, Type::TEXT),
-                    (&call.a, Type::INT8),
-                    (&call.b, Type::INT8),
-                    (&call.c, Type::INT8),
-                ],
-            ),
-            Kind::Bucket => (
-                &self.sql.bucket,
-                [
-                    (&call.key, Type::TEXT),
-                    (&call.a, Type::INT8),
-                    (&call.b, Type::INT8),
-                    (&call.c, Type::INT8),
-                    (&call.d, Type::INT8),
-                ],
-            ),
+        let sql = match call.kind {
+            Kind::Fixed => &self.sql.fixed,
+            Kind::Sliding => &self.sql.sliding,
+            Kind::Bucket => &self.sql.bucket,
+        };
+        let params: [(&(dyn ToSql + Sync), Type); 5] = match call.kind {
+            Kind::Fixed | Kind::Sliding => [
+                (&call.op, Type::INT4),
+                (&call.key, Type::TEXT),
+                (&call.a, Type::INT8),
+                (&call.b, Type::INT8),
+                (&call.c, Type::INT8),
+            ],
+            Kind::Bucket => [
+                (&call.key, Type::TEXT),
+                (&call.a, Type::INT8),
+                (&call.b, Type::INT8),
+                (&call.c, Type::INT8),
+                (&call.d, Type::INT8),
+            ],
         };
         let rows = client
             .query_typed(sql, &params)

@@ -123,7 +123,7 @@ impl<'k> Encoded<'k> {
 
 /// `e` with the `sent` flag a timeout or a lost connection carries: whether
 /// the call had been handed to the connection.
-pub fn with_sent(e: Error, sent: bool) -> Error {
+pub(super) fn with_sent(e: Error, sent: bool) -> Error {
     match e {
         // (A statement_timeout's error already says what happened to the call.)
         Error::Postgres {
@@ -146,7 +146,8 @@ pub fn with_sent(e: Error, sent: bool) -> Error {
     }
 }
 
-fn timeout_error(ms: u64) -> Error {
+/// No answer within `timeoutMs`; [`with_sent`] adds what became of the call.
+pub(super) fn timeout_error(ms: u64) -> Error {
     Error::Postgres {
         code: "ERR_TIMEOUT",
         text: format!("no answer from PostgreSQL within {ms} ms"),
