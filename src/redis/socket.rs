@@ -153,9 +153,7 @@ impl Target {
             } => {
                 // Every sentinel's name is checked now, not at its turn.
                 for (host, _) in nodes {
-                    server_name(host).map_err(|_| {
-                        Error::Config("a sentinel's host is not a valid TLS server name".into())
-                    })?;
+                    sentinel_name(host)?;
                 }
                 sentinel_tls = Some(tls_config(config.tls_ca.as_deref())?);
                 None
@@ -212,12 +210,7 @@ impl Target {
     /// (checked against the sentinel's host in the URL) for `rediss+sentinel://`.
     fn sentinel(&self, (host, port): &(String, u16)) -> Result<Target> {
         let tls = match &self.sentinel_tls {
-            Some(config) => Some((
-                Arc::clone(config),
-                server_name(host).map_err(|_| {
-                    Error::Config("a sentinel's host is not a valid TLS server name".into())
-                })?,
-            )),
+            Some(config) => Some((Arc::clone(config), sentinel_name(host)?)),
             None => None,
         };
         let secure = tls.is_some();
@@ -598,6 +591,12 @@ fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout
 }
 
 /// The TLS name of the master at `host`, as a sentinel named it.
+/// A sentinel's TLS server name: its host in the URL.
+fn sentinel_name(host: &str) -> Result<ServerName<'static>> {
+    server_name(host)
+        .map_err(|_| Error::Config("a sentinel's host is not a valid TLS server name".into()))
+}
+
 fn master_name(host: &str) -> Result<ServerName<'static>> {
     ServerName::try_from(host.to_string()).map_err(|_| {
         Error::Config(
