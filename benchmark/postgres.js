@@ -15,7 +15,7 @@ const { performance } = require('node:perf_hooks');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { startPostgres, PASSWORD } = require('../scripts/postgres-server.js');
 const { postgresStores, seedTable, seedHit, WINDOW_MS } = require('./stores.js');
-const { summary } = require('./stats.js');
+const { summary, rotated } = require('./stats.js');
 const { measure } = require('./cpu.js');
 
 /** The measured rows: hits in flight (pgbench's clients for the same row), over 10,000 keys or one. */
@@ -198,10 +198,6 @@ async function pgbenchRound(entry, row, server, files, seconds, postmaster) {
   push(samples, 'client us/hit', clientUs / hits);
   push(samples, 'server us/hit', serverUs / hits);
   push(samples, 'errors', Number.isFinite(failed) ? failed : 0);
-}
-
-function rotated(entries, round) {
-  return entries.map((_, i) => entries[(i + round) % entries.length]);
 }
 
 /**

@@ -28,7 +28,7 @@ const {
   REFERENCE_LUA,
 } = require('./stores.js');
 const CLUSTER_STORE = clusterStores.find((s) => !s.peer).name;
-const { summary, bestPeer, table } = require('./stats.js');
+const { summary, bestPeer, table, rotated } = require('./stats.js');
 const { startRedis, redisBenchmark, benchmarkCommand } = require('./redis.js');
 const { startCluster } = require('../scripts/redis-cluster.js');
 const { startRest } = require('../scripts/rest-endpoint.js');
@@ -140,11 +140,6 @@ async function drive(store, hits, width, latencies) {
   const start = performance.now();
   await Promise.all(Array.from({ length: width }, worker));
   return hits / ((performance.now() - start) / 1000);
-}
-
-/** The entries in the order of round `round`: each round starts one further along, so no store always goes first. */
-function rotated(entries, round) {
-  return entries.map((_, i) => entries[(i + round) % entries.length]);
 }
 
 function collect(entries) {

@@ -91,4 +91,9 @@ function table({ title, unit, higherIsBetter, ratioOf, columns, rows, peerIs = '
   return lines.join('\n');
 }
 
-module.exports = { sorted, quantile, median, summary, bestPeer, table };
+/** The entries in the order of round `round`: each round starts one further along, so no store always goes first. */
+function rotated(entries, round) {
+  return entries.map((_, i) => entries[(i + round) % entries.length]);
+}
+
+module.exports = { sorted, quantile, median, summary, bestPeer, table, rotated };
