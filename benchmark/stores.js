@@ -337,8 +337,9 @@ const postgresStores = [
   {
     name: 'postgresStore()',
     about:
-      "`postgresStore({ url, table: 'bench_ratestore' })` (one pipelined connection; each hit one call of its " +
-      'fixed-window function), its tables made by `connect()` before the rounds; no adapter',
+      "`postgresStore({ url, table: 'bench_ratestore' })` (one connection; a hit alone is one call of its " +
+      'fixed-window function, the hits made while a statement is out go together as one statement), its tables ' +
+      'made by `connect()` before the rounds; no adapter',
     table: 'bench_ratestore',
     async create(url) {
       const store = ratestore.postgresStore({ url, table: 'bench_ratestore' });
