@@ -49,7 +49,10 @@ export type RatestoreErrorCode =
  */
 export interface RatestoreError extends Error {
   readonly code: RatestoreErrorCode;
-  /** On `ERR_TIMEOUT` and `ERR_CONNECTION` only: whether the call had left the process (see {@link RedisStoreError}). */
+  /**
+   * On `ERR_TIMEOUT` and `ERR_CONNECTION`: whether the call had left the process (see {@link RedisStoreError});
+   * `false` on the `ERR_REDIS` of a call that met `NOSCRIPT` and was overtaken on its key (it did not run).
+   */
   readonly sent?: boolean;
 }
 

@@ -60,8 +60,8 @@ interface Target {
 
 let redis: RedisServer;
 // The REST endpoint's own server. Each Redis target has a server of its own: the suite checks the order
-// of one store's calls. (After SCRIPT FLUSH, another client reloading a script between two of a store's
-// pipelined calls on one key can still let the later one run first: README, "Calls keep their order".)
+// of one store's calls: another client loading a script between two of them after SCRIPT FLUSH would make
+// the earlier one reject (README, "Calls keep their order"), which the model does not foresee.
 let restRedis: RedisServer;
 let cluster: Cluster;
 let rest: RestEndpoint;

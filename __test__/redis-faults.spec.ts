@@ -10,7 +10,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
-import { slowingProxy } from './support/proxy.js';
+import { interleavingProxy, overtakenPair, slowingProxy } from './support/proxy.js';
 import { errorText, freePort, makeCertificates, perCase, runFixture, type RedisServer } from './support/redis.js';
 
 const KEY_MARKER = '198.51.100.23-key-marker';
@@ -520,5 +520,28 @@ describe.each([
     expect(slows).toEqual(['ERR_TIMEOUT', 'ERR_TIMEOUT', 'ERR_TIMEOUT']);
     expect(typeof (await outcome(s.hit('fast', 60_000, 1)))).toBe('number');
     expect(proxy.connections()).toBe(2);
+  });
+});
+
+describe.each([
+  ['the event loop', true],
+  ['the I/O thread', false],
+])('redisStore on %s: another client loads a script between two calls after SCRIPT FLUSH', (_, eventLoop) => {
+  it('the earlier call, which met NOSCRIPT, rejects unsent and never runs after the later one', async () => {
+    const redis = await server();
+    const proxy = await interleavingProxy(redis.port, cleanups);
+    const before = runtime.eventLoop;
+    runtime.eventLoop = eventLoop;
+    const s = store(`redis://127.0.0.1:${proxy.port}`);
+    runtime.eventLoop = before;
+    // The window script's first use goes as EVAL: the proxy sees its body.
+    expect(await outcome(s.hit('warm', 60_000, 1))).toBe(1);
+    const { first, second, after } = await overtakenPair(s, proxy, (...a) => redis.cli(...a), randomUUID);
+    expect(second).toBe(2);
+    expect(first).toMatchObject({ code: 'ERR_REDIS', sent: false });
+    expect((first as { message: string }).message).toMatch(/did not run \(nothing was counted\)/);
+    // It never ran: the count is the second call's alone, and the store goes on.
+    expect(after).toBe(2);
+    expect(await outcome(s.hit('warm', 60_000, 1))).toBe(2);
   });
 });

@@ -25,6 +25,7 @@ import {
   startRedis,
   type RedisServer,
 } from './support/redis.js';
+import { interleavingProxy, overtakenPair } from './support/proxy.js';
 import { startRest, type RestEndpoint } from './support/rest.js';
 
 const TOKEN = `rest-token-${randomUUID()}`;
@@ -285,6 +286,25 @@ describe('redisStore over REST', () => {
     expect(await calls('eval')).toBeLessThanOrEqual(evals + 10);
     expect((await store.hit(key, 60_000, 0)).count).toBe(11);
     expect(await calls('evalsha')).toBeGreaterThan(evalshas + 10);
+  });
+
+  it('after SCRIPT FLUSH, a call overtaken by a later one on its key (another client loaded the script between them) rejects unsent', async () => {
+    // The endpoint reaches Redis through a proxy that lets another client's command land between two
+    // of a pipeline's calls.
+    const own = await startRedis();
+    cleanups.push(() => own.stop());
+    const proxy = await interleavingProxy(own.port, cleanups);
+    const endpoint = await startRest({ redisPort: proxy.port, token: TOKEN });
+    cleanups.push(() => endpoint.stop());
+    const store = redisStore({ url: endpoint.url, token: TOKEN, prefix, timeoutMs: 5_000 });
+    cleanups.push(() => store.close());
+    expect((await store.hit(`overtaken:${randomUUID()}`, 60_000, 1)).count).toBe(1);
+    const key = () => `overtaken:${randomUUID()}`;
+    const { first, second, after } = await overtakenPair(store, proxy, (...a) => own.cli(...a), key);
+    expect(second).toBe(2);
+    expect(first).toMatchObject({ code: 'ERR_REDIS', sent: false });
+    expect((first as { message: string }).message).toMatch(/did not run \(nothing was counted\)/);
+    expect(after).toBe(2);
   });
 
   it('refuses a key with a lone surrogate with a TypeError, sending nothing', async () => {

@@ -67,6 +67,15 @@ pub enum Error {
         text: String,
         sent: Option<bool>,
     },
+    /// Redis's script cache was flushed while this call was on its way
+    /// (NOSCRIPT: it did not run), and a later call on the same key ran
+    /// first: sent again, it would take effect after that one, so it is not.
+    #[error(
+        "redisStore: Redis's script cache was flushed while this call was on its way and a later call on the same key \
+         ran first; this call did not run (nothing was counted) and is not sent again, so calls on one key never take \
+         effect out of order"
+    )]
+    Overtaken,
     /// The store was closed by `close()`.
     #[error("the store is closed; calls after close() are refused")]
     Closed,
@@ -95,7 +104,7 @@ impl Error {
             Error::Connection { .. } => "ERR_CONNECTION",
             Error::BackingOff { cause, .. } => cause.code(),
             Error::Auth(_) => "ERR_AUTH",
-            Error::Redis(_) => "ERR_REDIS",
+            Error::Redis(_) | Error::Overtaken => "ERR_REDIS",
             Error::Postgres { code, .. } => code,
             Error::Closed => "ERR_CLOSED",
             Error::NodeApi(_) | Error::Internal(_) => "ERR_INTERNAL",
@@ -119,6 +128,8 @@ impl Error {
         match self {
             Error::Timeout { sent, .. } | Error::Connection { sent, .. } => Some(*sent),
             Error::Postgres { sent, .. } => *sent,
+            // It met NOSCRIPT and was not sent again.
+            Error::Overtaken => Some(false),
             // A refused hit was never sent, nor was the connect's that failed.
             Error::BackingOff { cause, .. } => cause.sent(),
             _ => None,

@@ -79,3 +79,138 @@ export async function slowingProxy(
     connections: () => accepted,
   };
 }
+
+/** The bulk strings of the RESP command that ends at `end` in `buf` (a client's commands are arrays of them). */
+function respWords(buf: Buffer, end: number): Buffer[] {
+  const words: Buffer[] = [];
+  let at = buf.indexOf('\r\n', 0) + 2;
+  while (at < end) {
+    const line = buf.indexOf('\r\n', at);
+    const n = Number(buf.toString('latin1', at + 1, line));
+    words.push(buf.subarray(line + 2, line + 2 + n));
+    at = line + 2 + n + 2;
+  }
+  return words;
+}
+
+/**
+ * A loopback TCP proxy that, once `between(run)` is armed, lets the next EVALSHA through alone, waits
+ * for its reply, awaits `run()` (another client's command, say), and only then hands on what the client
+ * wrote behind that EVALSHA (how many commands: what `between` resolves with): another client's
+ * command lands between two pipelined calls, as it can when they reach the server in two reads.
+ * `scripts()` are the bodies of the EVALs seen.
+ */
+export async function interleavingProxy(
+  target: number,
+  cleanups: (() => unknown)[],
+): Promise<{ port: number; between(run: () => Promise<unknown>): Promise<number>; scripts(): string[] }> {
+  const sockets: Socket[] = [];
+  const scripts = new Set<string>();
+  let armed: { run: () => Promise<unknown>; done: (held: number) => void } | undefined;
+  const proxy: Server = createServer((client) => {
+    const upstream = connect(target, '127.0.0.1');
+    let asked = Buffer.alloc(0);
+    let answered = Buffer.alloc(0);
+    let replies = 0;
+    let forwarded = 0;
+    // Set while the bytes behind an EVALSHA wait for its reply.
+    let held: Buffer[] | undefined;
+    let onReply: (() => void) | undefined;
+    client.on('data', (chunk: Buffer) => {
+      asked = Buffer.concat([asked, chunk]);
+      for (let end = respEnd(asked, 0); end > 0; end = respEnd(asked, 0)) {
+        const command = asked.subarray(0, end);
+        asked = asked.subarray(end);
+        const words = respWords(command, end);
+        const verb = words[0]?.toString('latin1').toUpperCase();
+        if (verb === 'EVAL') scripts.add(words[1].toString('utf8'));
+        if (held) {
+          held.push(command);
+          continue;
+        }
+        upstream.write(command);
+        forwarded++;
+        const step = armed;
+        if (verb === 'EVALSHA' && step) {
+          armed = undefined;
+          held = [];
+          const wanted = forwarded;
+          onReply = () => {
+            if (replies < wanted) return;
+            onReply = undefined;
+            void step.run().then(() => {
+              const rest = held ?? [];
+              held = undefined;
+              for (const c of rest) {
+                upstream.write(c);
+                forwarded++;
+              }
+              step.done(rest.length);
+            });
+          };
+        }
+      }
+    });
+    upstream.on('data', (chunk: Buffer) => {
+      client.write(chunk);
+      answered = Buffer.concat([answered, chunk]);
+      for (let end = respEnd(answered, 0); end > 0; end = respEnd(answered, 0)) {
+        answered = answered.subarray(end);
+        replies++;
+      }
+      onReply?.();
+    });
+    for (const socket of [client, upstream]) socket.on('error', () => [client, upstream].forEach((s) => s.destroy()));
+    client.on('close', () => upstream.destroy());
+    sockets.push(client, upstream);
+  });
+  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
+  cleanups.push(
+    () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        proxy.close(() => resolve());
+      }),
+  );
+  return {
+    port: (proxy.address() as { port: number }).port,
+    between: (run) => new Promise<number>((done) => (armed = { run, done })),
+    scripts: () => [...scripts],
+  };
+}
+
+type Hits = { hit(key: string, windowMs: number, amount: number): Promise<{ count: number }> };
+
+/**
+ * Two hits on one key made in one tick, right after SCRIPT FLUSH, with another client loading the
+ * script between them (through `proxy`, in front of the server `cli` reaches): answers how the first
+ * settled (a count, or its error) and the second's count. The two must share a pipeline for the load
+ * to land between them; where they went as two (the second waited for the first, a legitimate order:
+ * 1 then 3), it tries again with another key, up to 20 times.
+ */
+export async function overtakenPair(
+  store: Hits,
+  proxy: Awaited<ReturnType<typeof interleavingProxy>>,
+  cli: (...args: string[]) => Promise<unknown>,
+  key: () => string,
+): Promise<{ first: unknown; second: number; after: number }> {
+  const [body] = proxy.scripts();
+  if (body === undefined) throw new Error('no script went as EVAL through the proxy: warm the store first');
+  for (let attempt = 0; attempt < 20; attempt++) {
+    const k = key();
+    await cli('SCRIPT', 'FLUSH');
+    const between = proxy.between(() => cli('SCRIPT', 'LOAD', body));
+    const first = store.hit(k, 60_000, 1).then(
+      (r) => r.count,
+      (e: unknown) => e,
+    );
+    const second = store.hit(k, 60_000, 2);
+    const held = await between;
+    const [one, two] = [await first, (await second).count];
+    const after = (await store.hit(k, 60_000, 0)).count;
+    if (held > 0) return { first: one, second: two, after };
+    // Two pipelines: the second went once the first (and its retry) had answered.
+    if (one !== 1 || two !== 3 || after !== 3) throw new Error(`out of order: ${String(one)}, ${two}, ${after}`);
+  }
+  throw new Error('the two hits never shared a pipeline in 20 tries');
+}

@@ -2,7 +2,8 @@
 //! [`Query`]), which scripts a connection's server has cached ([`Loaded`]:
 //! a script goes as EVAL on its first use, and again after NOSCRIPT), and
 //! where a pipeline must end so that nothing overtakes an EVALSHA that may
-//! meet NOSCRIPT ([`part_end`]). The event loop's `pipe`, the I/O thread's
+//! meet NOSCRIPT ([`part_end`]), and which NOSCRIPT retry must not go
+//! because a later op on its key already ran ([`overtaken`]). The event loop's `pipe`, the I/O thread's
 //! `store` and `rest` all follow these rules.
 
 use crate::ops::{Args, Op, Script};
@@ -76,6 +77,26 @@ pub fn part_end(queries: &[Query<'_>], chosen: &[usize], evals: &[bool], start: 
     end
 }
 
+/// For each op of one pipeline, in the order they were written, given its
+/// key and whether it met NOSCRIPT: whether it met NOSCRIPT and a later op
+/// on the same key did not. After a SCRIPT FLUSH another client can load the
+/// script between two of them, and the later one runs; the earlier, sent
+/// again, would take effect after it. It rejects instead, unsent
+/// ([`Error::Overtaken`](crate::errors::Error::Overtaken)), so that the ops on
+/// one key that take effect always do so in the order they were made.
+pub fn overtaken(ops: &[(&[u8], bool)]) -> Vec<bool> {
+    let mut ran: Vec<&[u8]> = Vec::new();
+    let mut out = vec![false; ops.len()];
+    for (j, &(key, noscript)) in ops.iter().enumerate().rev() {
+        match noscript {
+            true => out[j] = ran.contains(&key),
+            false if !ran.contains(&key) => ran.push(key),
+            false => {}
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -107,5 +128,19 @@ mod tests {
             part_end(&queries, &chosen, &[true, true, false, false], 0),
             4
         );
+    }
+
+    #[test]
+    fn a_noscript_op_is_overtaken_only_by_a_later_op_on_its_key_that_ran() {
+        let ops: [(&[u8], bool); 6] = [
+            (b"p:a", true),  // a later op on p:a ran
+            (b"p:b", true),  // only another NOSCRIPT on p:b follows
+            (b"p:a", false), // ran
+            (b"p:b", true),
+            (b"p:c", false), // ran, but nothing on p:c met NOSCRIPT before it
+            (b"p:c", true),  // nothing on p:c ran after it
+        ];
+        assert_eq!(overtaken(&ops), [true, false, false, false, false, false]);
+        assert!(overtaken(&[]).is_empty());
     }
 }

@@ -139,6 +139,7 @@ impl Pipe {
                 return;
             }
             for sent in std::mem::take(&mut self.retry) {
+                self.tally.noscript += 1;
                 self.write(sent, true);
             }
         }
@@ -209,7 +210,6 @@ impl Pipe {
                 if code == "NOSCRIPT" && !sent.eval {
                     // The script did not run: it goes again as EVAL, in
                     // turn, once what was written before it has answered.
-                    self.tally.noscript += 1;
                     self.loaded.forget();
                     self.retry.push_back(sent);
                     continue;
@@ -217,6 +217,9 @@ impl Pipe {
                 if health::demotion(code) {
                     health.unusable = true;
                 }
+            }
+            if !self.retry.is_empty() && sent.request.op != Op::Ping {
+                self.overtaken(&sent.request.key, done);
             }
             if !sent.settled {
                 self.unsettled -= 1;
@@ -237,6 +240,28 @@ impl Pipe {
         }
         self.release();
         Ok(health)
+    }
+
+    /// An op on `key` ran while older ops on it wait to go again after
+    /// NOSCRIPT: another client loaded the script meanwhile. Sent again,
+    /// they would take effect after it, so they reject, unsent (see
+    /// [`calls::overtaken`](super::calls::overtaken)).
+    fn overtaken(&mut self, key: &[u8], done: &mut Vec<Done>) {
+        let mut settled = 0;
+        self.retry.retain(|r| {
+            if *r.request.key != *key {
+                return true;
+            }
+            if !r.settled {
+                settled += 1;
+                done.push(Done {
+                    id: r.request.id,
+                    result: Err(Error::Overtaken),
+                });
+            }
+            false
+        });
+        self.unsettled -= settled;
     }
 
     /// Rejects the hits whose deadline has passed; their replies are
@@ -423,6 +448,33 @@ mod tests {
         assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
         assert_eq!(done[1].result.as_ref().unwrap_err().code(), "ERR_REDIS");
         assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
+    }
+
+    #[test]
+    fn a_retry_overtaken_by_a_later_hit_on_its_key_rejects_unsent() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        p.send(request(1, "a", far));
+        let mut done = Vec::new();
+        p.feed(b"*2\r\n:1\r\n:60000\r\n");
+        p.answers(&mut done).unwrap();
+        written(&mut p);
+        // Flushed; another client loads the script between 2 and 3 (both on
+        // "a"): 2 meets NOSCRIPT, 3 runs. 4 on "b" met NOSCRIPT too.
+        p.send(request(2, "a", far));
+        p.send(request(4, "b", far));
+        p.send(request(3, "a", far));
+        written(&mut p);
+        p.feed(b"-NOSCRIPT No matching script\r\n-NOSCRIPT No matching script\r\n*2\r\n:2\r\n:60000\r\n");
+        p.answers(&mut done).unwrap();
+        let ids: Vec<u64> = done.iter().map(|d| d.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        assert_eq!(done[1].result, Err(Error::Overtaken));
+        assert_eq!(done[1].result.as_ref().unwrap_err().sent(), Some(false));
+        // Only the hit on "b" goes again.
+        assert_eq!(written(&mut p), [cmd("EVAL", "b")]);
+        assert_eq!(p.tally.noscript, 1);
+        assert_eq!((p.in_flight(), p.unsettled()), (1, 1));
     }
 
     #[test]

@@ -41,7 +41,7 @@ use serde_json::Value;
 use tokio::time::{timeout_at, Duration, Instant};
 
 use super::calls::Loaded;
-use super::calls::{part_end, Query};
+use super::calls::{overtaken, part_end, Query};
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Stall};
 use super::order::KeyOrder;
@@ -236,10 +236,23 @@ impl Rest {
                 Ok(items) => {
                     let took = started.elapsed();
                     let mut tally = self.monitor.tally();
-                    for ((&i, item), &eval) in chosen.iter().zip(items).zip(&evals) {
+                    let noscript = |(item, &eval): (&Item, &bool)| matches!(item, Err((code, _)) if code == "NOSCRIPT" && !eval && !retry);
+                    let met: Vec<(&[u8], bool)> = chosen
+                        .iter()
+                        .zip(items.iter().zip(&evals))
+                        .map(|(&i, item)| {
+                            (queries[i].key, noscript(item) && queries[i].op != Op::Ping)
+                        })
+                        .collect();
+                    let passed = overtaken(&met);
+                    for (((&i, item), &(_, noscript)), passed) in
+                        chosen.iter().zip(items).zip(&met).zip(passed)
+                    {
                         match item {
-                            // The script cache lacks it: the script did not run.
-                            Err((code, _)) if code == "NOSCRIPT" && !eval && !retry => {
+                            // The script cache lacks it: the script did not
+                            // run. A later call on its key ran: it must not.
+                            _ if noscript && passed => results[i] = Some(Err(Error::Overtaken)),
+                            _ if noscript => {
                                 tally.noscript += 1;
                                 missing.push(i);
                             }

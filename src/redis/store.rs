@@ -20,7 +20,7 @@ use tokio::time::{timeout_at, Instant};
 
 use futures_util::future::join_all;
 
-use super::calls::{part_end, Query};
+use super::calls::{overtaken, part_end, Query};
 use super::cluster::Cluster;
 use super::config::Config;
 use super::health;
@@ -438,10 +438,29 @@ async fn send(
         let now = Instant::now();
         let base = answers.len();
         answers.extend(answered.into_iter().map(|a| (a, now)));
-        let (missing, at): (Vec<usize>, Vec<usize>) = (base..answers.len())
-            .filter(|&j| !evals[j] && matches!(&answers[j].0, Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT"))
-            .map(|j| (chosen[j], j))
-            .unzip();
+        let noscript = |j: usize| {
+            !evals[j]
+                && matches!(&answers[j].0, Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT")
+        };
+        let part: Vec<usize> = (base..answers.len())
+            .filter(|&j| queries[chosen[j]].op != Op::Ping)
+            .collect();
+        let met: Vec<(&[u8], bool)> = part
+            .iter()
+            .map(|&j| (queries[chosen[j]].key, noscript(j)))
+            .collect();
+        let passed = overtaken(&met);
+        let (mut missing, mut at) = (Vec::new(), Vec::new());
+        for (&j, (&(_, noscript), passed)) in part.iter().zip(met.iter().zip(passed)) {
+            match (noscript, passed) {
+                (true, true) => answers[j].0 = Answer::Refused(Error::Overtaken),
+                (true, false) => {
+                    missing.push(chosen[j]);
+                    at.push(j);
+                }
+                _ => {}
+            }
+        }
         if !missing.is_empty() {
             monitor.tally().noscript += missing.len() as u64;
             link.flushed(generation, missing.iter().map(|&i| queries[i].op));
