@@ -35,6 +35,7 @@ use tokio_rustls::TlsConnector;
 use super::calls::Loaded;
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Mark, Stall};
+use super::order::KeyOrder;
 use super::reply::{server_error, Stage};
 use super::socket;
 use super::stats::Monitor;
@@ -97,9 +98,18 @@ pub struct Link {
     monitor: Arc<Monitor>,
     /// The scripts the connection of this generation has sent as EVAL.
     loaded: Mutex<(u64, Loaded)>,
+    /// Per-key turns of one server's pipelines (a cluster keeps its own).
+    order: KeyOrder,
 }
 
 impl Link {
+    /// The turns of one server's pipelines: a pipeline written behind
+    /// another that meets NOSCRIPT would run before that one's retry, so
+    /// one that names a key of an earlier one waits for all its answers.
+    pub fn order(&self) -> &KeyOrder {
+        &self.order
+    }
+
     pub fn new(config: &Config, monitor: Arc<Monitor>) -> Result<Link> {
         let target = match &config.addr {
             Addr::Tcp { host, port, tls } => Target::Tcp {
@@ -146,6 +156,7 @@ impl Link {
             fresh: AtomicU64::new(0),
             monitor,
             loaded: Mutex::default(),
+            order: KeyOrder::default(),
         })
     }
 

@@ -147,8 +147,16 @@ impl Store {
         let monitor = &**self.monitor();
         let answers = match &self.nodes {
             Nodes::Single(link) => {
-                let all: Vec<usize> = (0..queries.len()).collect();
-                on_node(link, queries, &all, false, deadline, monitor).await
+                // Taken in the order the calls were made, held until every
+                // answer is in, NOSCRIPT retries included.
+                let turn = link.order().turn(queries.iter().map(|q| q.key));
+                match timeout_at(deadline, turn).await {
+                    Ok(_turn) => {
+                        let all: Vec<usize> = (0..queries.len()).collect();
+                        on_node(link, queries, &all, false, deadline, monitor).await
+                    }
+                    Err(_) => alike(queries.len(), &|| Answer::TimedOut { sent: false }),
+                }
             }
             Nodes::Cluster(cluster) => routed(cluster, queries, deadline, monitor).await,
             Nodes::Rest(rest) => {
