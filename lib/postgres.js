@@ -1,6 +1,7 @@
 'use strict';
-// postgresStore: the JS face of the native PostgreSQL store. A call is checked here and run on the
-// native I/O thread; its promise resolves with the op's numbers, or with the error it rejects with.
+// postgresStore: the JS face of the native PostgreSQL store. A call is checked here and queued to the
+// native I/O thread by a synchronous call; its promise is settled when its batch of results comes
+// back, as redisStore's are (lib/in-flight.js).
 
 const native = require('./native.js');
 const {
@@ -11,7 +12,8 @@ const {
   rangeError,
   rejection,
 } = require('./check.js');
-const { ServerOperations, decode, WATCHERS } = require('./ops.js');
+const { ServerOperations, WATCHERS } = require('./ops.js');
+const { InFlight } = require('./in-flight.js');
 const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
@@ -23,10 +25,13 @@ const SSLMODES = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full'];
 class PostgresStore extends ServerOperations {
   #native;
   #failures;
+  /** The calls in flight, their promises and the settling of each batch of results. */
+  #inFlight;
   #opened = false;
   #calls = 0;
-  #inFlight = 0;
-  /** close() promises waiting for the calls in flight. */
+  /** A resetAll() in flight (it settles through its own promise). */
+  #resets = 0;
+  /** close() promises waiting for the resetAll()s in flight. */
   #drained = [];
 
   constructor(options) {
@@ -59,7 +64,20 @@ class PostgresStore extends ServerOperations {
         `postgresStore(options): sweepIntervalMs must be an integer from 0 (no sweeping) to ${MAX_SWEEP_MS}, got ${sweepIntervalMs}`,
       );
     }
-    this.#native = new native.PostgresNative(url, table, schema, timeoutMs, createTable, sslmode, ca, sweepIntervalMs);
+    this.#inFlight = new InFlight(this.#failures);
+    const store = new native.PostgresNative(
+      this.#inFlight.settle,
+      url,
+      table,
+      schema,
+      timeoutMs,
+      createTable,
+      sslmode,
+      ca,
+      sweepIntervalMs,
+    );
+    this.#native = store;
+    this.#inFlight.attach(store.results(), (held) => store.hold(held));
   }
 
   stats() {
@@ -67,7 +85,7 @@ class PostgresStore extends ServerOperations {
       kind: 'postgres',
       calls: this.#calls,
       errors: this.#failures.snapshot(),
-      inFlight: this.#inFlight,
+      inFlight: this.#inFlight.count + this.#resets,
       swept: this.#native.swept(),
     };
   }
@@ -82,38 +100,45 @@ class PostgresStore extends ServerOperations {
 
   /** Deletes every counter of the table. */
   resetAll() {
-    const reset = () => this.#track(() => this.#native.resetAll()).then(() => undefined);
-    return this[WATCHERS] !== undefined ? told(this, 'all', '', undefined, reset) : reset();
+    return this[WATCHERS] !== undefined ? told(this, 'all', '', undefined, () => this.#resetAll()) : this.#resetAll();
   }
 
-  _call(op, key, a, b, c, d) {
-    this.#calls++;
-    return this.#track(() => this.#native.call(op, key, a, b, c, d)).then((v) => decode(op, v, 0));
-  }
-
-  /** Runs a native call: its promise resolves with numbers or an Error, which becomes the rejection. */
-  #track(start) {
+  #resetAll() {
     let pending;
     try {
       this.#open();
-      pending = start();
+      pending = this.#native.resetAll();
     } catch (error) {
       return rejection(this.#failures.failed(error));
     }
-    this.#inFlight++;
+    this.#resets++;
     return pending.then((value) => {
-      this.#inFlight--;
-      if (this.#inFlight === 0 && this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();
+      this.#resets--;
+      if (this.#resets === 0 && this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();
       if (value instanceof Error) throw this.#failures.failed(value);
-      return value;
+      return undefined;
     });
+  }
+
+  _call(op, key, a, b, c, d) {
+    const inFlight = this.#inFlight;
+    this.#calls++;
+    const slot = inFlight.slot();
+    try {
+      this.#open();
+      this.#native.call(slot, op, key, a, b, c, d);
+    } catch (error) {
+      inFlight.free(slot);
+      return rejection(this.#failures.failed(error));
+    }
+    return inFlight.track(slot, op);
   }
 
   /** Refuses later calls (ERR_CLOSED) and ends the connection; resolves once the calls in flight have settled. */
   close() {
     this.#native.close();
-    if (this.#inFlight === 0) return Promise.resolve();
-    return new Promise((resolve) => this.#drained.push(resolve));
+    const resets = this.#resets === 0 ? undefined : new Promise((resolve) => this.#drained.push(resolve));
+    return Promise.all([this.#inFlight.drained(), resets]).then(() => undefined);
   }
 }
 

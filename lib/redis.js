@@ -14,30 +14,20 @@ const {
   rejection,
 } = require('./check.js');
 
-const { OP, ServerOperations, decode, WATCHERS } = require('./ops.js');
+const { ServerOperations, WATCHERS } = require('./ops.js');
+const { InFlight } = require('./in-flight.js');
 const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
 const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'onError'];
-/** Numbers per result in the native `results`: the id, then the op's answer. */
-const STRIDE = 7;
 
 class RedisStore extends ServerOperations {
   #native;
-  #results;
-  // A hit in flight is known by a slot: the index of its promise's settle
-  // functions here. Slots are reused once settled, so ids stay small.
-  #resolvers = [];
-  #rejecters = [];
-  /** The op of each slot's call: how its answer becomes a result. */
-  #ops = [];
-  #freeSlots = [];
-  #inFlight = 0;
+  /** The calls in flight, their promises and the settling of each batch of results. */
+  #inFlight;
   /** Calls sent (plain integers: the event loop is one thread). */
   #calls = 0;
   #failures;
-  /** Whether the native side keeps the process (and `#onBatch`) alive: while hits are in flight. */
-  #held = false;
   #opened = false;
   /** A flush of the hits sent this tick is queued. */
   #flushing = false;
@@ -46,29 +36,11 @@ class RedisStore extends ServerOperations {
     this.#flushing = false;
     this.#native.flush();
   };
-  /** close() promises (and a resetAll()) waiting for the hits in flight. */
-  #drained = [];
   /**
    * While a resetAll() waits for the calls before it or runs: the calls (and resetAll()s) made
    * meanwhile, in order, sent once it is done, so that it takes effect between them. Else null.
    */
   #behindReset = null;
-  /** Called with each batch of results. The native side holds it only weakly while idle, so it lives here. */
-  #onBatch = (n, errors, events) => this.#settle(n, errors, events);
-  /** Lets the process go once idle; queued as a microtask, so a caller that hits again at once keeps the hold. */
-  #release = () => {
-    if (this.#inFlight === 0 && this.#held) {
-      this.#held = false;
-      this.#native.unref();
-    }
-  };
-  // One executor for every hit's promise: it hands over the settle functions without a closure per hit.
-  #resolve;
-  #reject;
-  #capture = (resolve, reject) => {
-    this.#resolve = resolve;
-    this.#reject = reject;
-  };
 
   constructor(options) {
     super();
@@ -81,8 +53,19 @@ class RedisStore extends ServerOperations {
     const { ca } = checkOptions('redisStore', tls, ['ca'], 'tls');
     checkOption('redisStore', 'tls.ca', ca, 'string');
     if (timeoutMs !== undefined) checkPositiveInteger('redisStore', 'timeoutMs', timeoutMs);
-    this.#native = native.redisStore(url, token, prefix, timeoutMs, ca, cluster, this.#onBatch, runtime.eventLoop);
-    this.#results = this.#native.results;
+    this.#inFlight = new InFlight(this.#failures);
+    const store = native.redisStore(
+      url,
+      token,
+      prefix,
+      timeoutMs,
+      ca,
+      cluster,
+      this.#inFlight.settle,
+      runtime.eventLoop,
+    );
+    this.#native = store;
+    this.#inFlight.attach(store.results, (held) => (held ? store.ref() : store.unref()));
   }
 
   /**
@@ -110,7 +93,7 @@ class RedisStore extends ServerOperations {
       kind: 'redis',
       calls: this.#calls,
       errors: this.#failures.snapshot(),
-      inFlight: this.#inFlight,
+      inFlight: this.#inFlight.count,
       connects,
       reconnects,
       connectFailures,
@@ -158,8 +141,7 @@ class RedisStore extends ServerOperations {
         },
       );
     };
-    if (this.#inFlight === 0) return reset();
-    return new Promise((resolve) => this.#drained.push(resolve)).then(reset);
+    return this.#inFlight.count === 0 ? reset() : this.#inFlight.drained().then(reset);
   }
 
   /** A call (`args` null: a resetAll) made while a resetAll is under way: made once it is done. */
@@ -180,66 +162,28 @@ class RedisStore extends ServerOperations {
   _call(op, key, a, b, c, d) {
     if (this.#behindReset !== null) return this.#wait([op, key, a, b, c, d]);
     const store = this.#native;
+    const inFlight = this.#inFlight;
     this.#calls++;
-    const slot = this.#freeSlots.length > 0 ? this.#freeSlots.pop() : this.#resolvers.length;
+    const slot = inFlight.slot();
     try {
       this.#open();
       // true is the only success: undefined means it failed and its error could not be thrown.
       if (store.send(slot, op, key, a, b, c, d) !== true) throw notAnswered();
     } catch (error) {
-      this.#freeSlots.push(slot);
+      inFlight.free(slot);
       return rejection(this.#failures.failed(error));
     }
-    this.#inFlight++;
     if (!this.#flushing) {
       this.#flushing = true;
       queueMicrotask(this.#flush);
     }
-    if (!this.#held) {
-      this.#held = true;
-      store.ref();
-    }
-    const promise = new Promise(this.#capture);
-    this.#resolvers[slot] = this.#resolve;
-    this.#rejecters[slot] = this.#reject;
-    this.#ops[slot] = op;
-    return promise;
+    return inFlight.track(slot, op);
   }
 
   /** Refuses later hits (ERR_CLOSED) and ends the connection; resolves once the hits in flight have settled. */
   close() {
     this.#native.close();
-    if (this.#inFlight === 0) return Promise.resolve();
-    return new Promise((resolve) => this.#drained.push(resolve));
-  }
-
-  /** Takes the settle function of a slot and frees the slot. */
-  #take(settlers, slot) {
-    const settle = settlers[slot];
-    this.#resolvers[slot] = this.#rejecters[slot] = undefined;
-    this.#freeSlots.push(slot);
-    this.#inFlight--;
-    return settle;
-  }
-
-  #settle(n, errors, events) {
-    const results = this.#results;
-    for (let i = 0; i < STRIDE * n; i += STRIDE) {
-      const slot = results[i];
-      const op = this.#ops[slot];
-      const result = op === OP.hit ? { count: results[i + 1], resetMs: results[i + 2] } : decode(op, results, i + 1);
-      this.#take(this.#resolvers, slot)(result);
-    }
-    if (errors !== undefined) {
-      for (let i = 0; i < errors.length; i += 2) {
-        this.#take(this.#rejecters, errors[i])(this.#failures.failed(errors[i + 1]));
-      }
-    }
-    if (events !== undefined) for (const event of events) this.#failures.tell(event);
-    if (this.#inFlight === 0) {
-      queueMicrotask(this.#release);
-      if (this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();
-    }
+    return this.#inFlight.drained();
   }
 }
 

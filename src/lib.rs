@@ -8,6 +8,7 @@
 
 pub mod bucket;
 pub mod clock;
+pub mod delivery;
 pub mod errors;
 pub mod histogram;
 pub mod memory;

@@ -1,22 +1,29 @@
-//! postgresStore's binding: each call runs on the shared I/O thread and
-//! settles its own promise through a deferred. The promise resolves with the
-//! op's numbers, or with the error (lib/postgres.js rejects with it), so
-//! the error object is built by the same `raw::error` as every other store's.
+//! postgresStore's binding: `call(id, …)` starts an op on the shared I/O
+//! thread and returns at once; finished calls come back as every threaded
+//! store's do, in batches through `settle::delivery` (numbers in the
+//! store's `results`, errors built by `raw::error`), to the JS side's
+//! settle callback. `resetAll()` is rare and settles its own promise
+//! through a deferred.
 
+use std::panic::AssertUnwindSafe;
+use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use futures_util::FutureExt;
 use napi::bindgen_prelude::*;
 use napi::{sys, JsString};
 use napi_derive::napi;
 
+use super::settle::{self, BATCH, STRIDE};
 use super::{raw, throw_core};
+use crate::delivery::{Completion, Delivery};
 use crate::errors::Error as CoreError;
-use crate::ops::{Answer, Op};
+use crate::ops::Op;
 use crate::postgres::{Config, Options, PgStore};
 use crate::redis::runtime;
 
-/// An op's outcome, turned into a JS value on the JS thread.
+/// `resetAll()`'s outcome, turned into a JS value on the JS thread.
 struct Outcome(std::result::Result<Vec<f64>, CoreError>);
 
 impl ToNapiValue for Outcome {
@@ -33,13 +40,6 @@ impl ToNapiValue for Outcome {
     }
 }
 
-fn numbers(answer: Answer) -> Vec<f64> {
-    answer.values[..answer.len]
-        .iter()
-        .map(|&n| n as f64)
-        .collect()
-}
-
 #[napi]
 pub struct PostgresNative {
     options: Options,
@@ -47,13 +47,23 @@ pub struct PostgresNative {
     closed: bool,
     /// The store's count of swept rows, kept after close().
     swept: Arc<AtomicU64>,
+    /// Where finished calls go; its threadsafe function is `tsfn`.
+    delivery: Arc<Delivery>,
+    tsfn: sys::napi_threadsafe_function,
+    /// The JS settle callback: weak while idle, strong while calls are in
+    /// flight (`hold`). The threadsafe function's context owns it.
+    settle: sys::napi_ref,
+    results: Arc<raw::Numbers>,
 }
 
 #[napi]
 impl PostgresNative {
+    /// `settle(n, errors, events)` gets the finished calls, as redisStore's does.
     #[napi(constructor)]
     #[allow(clippy::too_many_arguments)]
     pub fn new(
+        env: &Env,
+        settle: Unknown,
         url: Option<String>,
         table: Option<String>,
         schema: Option<String>,
@@ -62,8 +72,37 @@ impl PostgresNative {
         sslmode: Option<String>,
         tls_ca: Option<String>,
         sweep_interval_ms: Option<u32>,
-    ) -> Self {
-        PostgresNative {
+    ) -> Result<Self> {
+        if settle.get_type()? != ValueType::Function {
+            return Err(throw_core(
+                env,
+                CoreError::InvalidType("settle must be a function"),
+            ));
+        }
+        let mut settle_ref = ptr::null_mut();
+        // SAFETY: on the JS thread inside this #[napi] callback; a count of 0
+        // makes the reference weak.
+        raw::check(env.raw(), unsafe {
+            sys::napi_create_reference(env.raw(), settle.raw(), 0, &mut settle_ref)
+        })
+        .map_err(|e| throw_core(env, e))?;
+        let results = raw::Numbers::new(STRIDE * BATCH);
+        // SAFETY: as above; the threadsafe function's context takes the reference.
+        let made =
+            unsafe { settle::delivery(env.raw(), "ratestore.postgresStore", &results, settle_ref) };
+        let (delivery, tsfn) = match made {
+            Ok(made) => made,
+            Err(e) => {
+                // SAFETY: nothing took the reference: it is deleted here, once.
+                unsafe { sys::napi_delete_reference(env.raw(), settle_ref) };
+                return Err(throw_core(env, e));
+            }
+        };
+        Ok(PostgresNative {
+            delivery,
+            tsfn,
+            settle: settle_ref,
+            results,
             options: Options {
                 url,
                 table,
@@ -77,7 +116,27 @@ impl PostgresNative {
             swept: Arc::new(AtomicU64::new(0)),
             store: None,
             closed: false,
-        }
+        })
+    }
+
+    /// The numbers of finished calls, `[id, …answer]` per call (see `settle`).
+    #[napi(ts_return_type = "Float64Array")]
+    pub fn results(&self, env: &Env) -> Result<Unknown<'_>> {
+        // SAFETY: on the JS thread inside this #[napi] callback.
+        let array = unsafe { self.results.array(env.raw()) }.map_err(|e| throw_core(env, e))?;
+        // SAFETY: a live value of this callback's scope.
+        Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), array) })
+    }
+
+    /// Keeps the settle callback and the process alive while calls are in
+    /// flight (`true`), or lets them go (`false`).
+    #[napi]
+    pub fn hold(&self, env: &Env, held: bool) -> Result<()> {
+        // SAFETY: on the JS thread inside this #[napi] callback; the
+        // threadsafe function and the reference live until the delivery is
+        // dropped, which `self` holds.
+        unsafe { settle::hold(env.raw(), Some(self.tsfn), self.settle, held) }
+            .map_err(|e| throw_core(env, e))
     }
 
     /// Resolves the settings against `vars` (`process.env`), once.
@@ -117,19 +176,21 @@ impl PostgresNative {
         }
     }
 
-    /// Starts one op; its promise resolves with its numbers or its error.
+    /// Starts one op; it settles under `id` through `settle`. Throws if the
+    /// store can't take it (closed, or its settings failed).
     #[napi]
     #[allow(clippy::too_many_arguments)]
-    pub fn call<'e>(
+    pub fn call(
         &self,
-        env: &'e Env,
+        env: &Env,
+        id: u32,
         op: f64,
         key: JsString,
         a: f64,
         b: f64,
         c: f64,
         d: f64,
-    ) -> Result<Object<'e>> {
+    ) -> Result<()> {
         let started = (|| {
             let op = Op::from_code(op).ok_or(CoreError::InvalidRange("unknown op"))?;
             let args = op.check([a, b, c, d])?;
@@ -143,12 +204,15 @@ impl PostgresNative {
             Ok::<_, CoreError>((self.ready()?, runtime::handle()?, op, args, key))
         })();
         let (store, handle, op, args, key) = started.map_err(|e| throw_core(env, e))?;
-        let (deferred, promise) = env.create_deferred::<Outcome, _>()?;
+        let delivery = Arc::clone(&self.delivery);
         handle.spawn(async move {
-            let result = store.run(op, args, key).await.map(numbers);
-            deferred.resolve(move |_| Ok(Outcome(result)));
+            let result = AssertUnwindSafe(store.run(op, args, key))
+                .catch_unwind()
+                .await
+                .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
+            delivery.push(Completion { id, result });
         });
-        Ok(promise)
+        Ok(())
     }
 
     /// Deletes every counter of the table.

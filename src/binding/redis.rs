@@ -4,99 +4,26 @@
 //! `results` array (memory Rust owns, see [`raw::Numbers`]) as
 //! `[id, count, resetMs, …]`, errors (the slow path) as `[id, error, …]`.
 //!
-//! The threadsafe function is referenced only while hits are in flight (JS
-//! calls `ref`/`unref`), so an idle store never keeps Node.js alive and a
-//! pending hit always does. The JS callback is held the same way: weakly when
-//! idle, so a store nobody holds can be collected. napi-rs' own threadsafe
-//! function holds its callback strongly for its whole life, and the callback
-//! holds the store: a store nobody holds would never be collected and never
-//! close its connection, so this one threadsafe function is wired by hand.
+//! On the event loop the connection settles its stores' hits itself
+//! (`redis_loop`); on the I/O thread through `settle::delivery`, as every
+//! threaded store does.
 
 use std::cell::RefCell;
-use std::collections::VecDeque;
-use std::ffi::c_void;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::rc::Rc;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::Arc;
 
 use napi::bindgen_prelude::*;
 use napi::{sys, JsString};
 use napi_derive::napi;
 
-use super::settle::{settle_args, BATCH, STRIDE};
+use super::settle::{self, BATCH, STRIDE};
 use super::{raw, redis_loop, throw_core};
 use crate::errors::Error as CoreError;
 use crate::ops::{Args, Op};
-use crate::redis::stats::{self, Event};
-use crate::redis::{Batched, Completion, Config, Options};
+use crate::redis::stats;
+use crate::redis::{Batched, Config, Options};
 use crate::window;
-
-/// Deliveries in a row that may fail before the rest is given up (the
-/// environment is then ending): each failure schedules another try.
-const DELIVERY_TRIES: u32 = 8;
-
-/// The threadsafe function, until it is released or finalized: never called after.
-struct Slot(Mutex<Option<Tsfn>>);
-
-struct Tsfn(sys::napi_threadsafe_function);
-
-// SAFETY: Node-API allows calling and releasing a threadsafe function from
-// any thread; the handle is only an opaque pointer to Node's own object.
-unsafe impl Send for Tsfn {}
-
-impl Slot {
-    fn lock(&self) -> MutexGuard<'_, Option<Tsfn>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Asks for `deliver` to run on the JS thread, if the function is alive.
-    fn call(&self) {
-        if let Some(tsfn) = &*self.lock() {
-            // SAFETY: the slot holds the function only until it is released
-            // (`Wake::drop`) or finalized (`finalize`), both under this lock.
-            unsafe {
-                sys::napi_call_threadsafe_function(
-                    tsfn.0,
-                    ptr::null_mut(),
-                    sys::ThreadsafeFunctionCallMode::nonblocking,
-                );
-            }
-        }
-    }
-}
-
-/// The store's wake-up, owned by the core: releases the function when the
-/// core drops it.
-struct Wake(Arc<Slot>);
-
-impl Drop for Wake {
-    fn drop(&mut self) {
-        if let Some(tsfn) = self.0.lock().take() {
-            // SAFETY: as in `Slot::call`; taken out of the slot, so released once.
-            unsafe {
-                sys::napi_release_threadsafe_function(
-                    tsfn.0,
-                    sys::ThreadsafeFunctionReleaseMode::release,
-                );
-            }
-        }
-    }
-}
-
-/// What the threadsafe function's JS-thread side needs; freed by `finalize`.
-struct Context {
-    batched: Weak<Batched>,
-    slot: Arc<Slot>,
-    settle: sys::napi_ref,
-    results: Arc<raw::Numbers>,
-    scratch: Vec<Completion>,
-    /// Finished hits not yet handed to JavaScript.
-    pending: VecDeque<Completion>,
-    /// Connection events not yet handed to JavaScript.
-    events: Vec<Event>,
-    failures: u32,
-}
 
 /// What every function of one store holds.
 struct StoreData {
@@ -146,17 +73,12 @@ impl StoreData {
         let mode = match resolved {
             Err(e) => Mode::Failed(e),
             Ok(config) if config.cluster.is_some() || config.is_rest() || !self.event_loop => {
-                let slot = Arc::new(Slot(Mutex::new(None)));
-                let wake = Wake(Arc::clone(&slot));
-                let batched = Arc::new(Batched::new(
-                    self.options.clone(),
-                    Box::new(move || wake.0.call()),
-                ));
                 // SAFETY: on the JS thread inside `open`'s callback; the
                 // reference is handed to the threadsafe function's context.
-                let tsfn = unsafe {
-                    threadsafe_function(self.env, &batched, &slot, &self.results, self.settle)?
+                let (delivery, tsfn) = unsafe {
+                    settle::delivery(self.env, "ratestore.redisStore", &self.results, self.settle)?
                 };
+                let batched = Arc::new(Batched::new(self.options.clone(), delivery));
                 batched.open(read);
                 Mode::Threaded { batched, tsfn }
             }
@@ -193,32 +115,15 @@ impl StoreData {
         }
     }
 
-    /// `ref()` (a hit is in flight: keep the callback, and for the I/O
-    /// thread the process, alive) or `unref()` (none is any more). On the
-    /// event loop the armed timeout timer keeps the process alive.
+    /// `ref()` (a hit is in flight) or `unref()` (none is any more).
     fn set_held(&self, held: bool) -> std::result::Result<(), CoreError> {
-        let env = self.env;
-        let mut count = 0;
+        let tsfn = match &*self.mode.borrow() {
+            Mode::Threaded { tsfn, .. } => Some(*tsfn),
+            _ => None,
+        };
         // SAFETY: called on the JS thread from a JS call; the reference and
         // the threadsafe function live as long as this data (see `Drop`).
-        unsafe {
-            if let Mode::Threaded { tsfn, .. } = &*self.mode.borrow() {
-                raw::check(
-                    env,
-                    match held {
-                        true => sys::napi_ref_threadsafe_function(env, *tsfn),
-                        false => sys::napi_unref_threadsafe_function(env, *tsfn),
-                    },
-                )?;
-            }
-            raw::check(
-                env,
-                match held {
-                    true => sys::napi_reference_ref(env, self.settle, &mut count),
-                    false => sys::napi_reference_unref(env, self.settle, &mut count),
-                },
-            )
-        }
+        unsafe { settle::hold(self.env, tsfn, self.settle, held) }
     }
 
     fn close(&self) {
@@ -483,67 +388,6 @@ impl Task for ResetAllTask {
     }
 }
 
-/// Creates the store's threadsafe function, idle (unreferenced); its
-/// context takes over `settle_ref` (deleted in `finalize`).
-///
-/// # Safety
-/// Called on the JS thread inside a callback of `env`; `settle_ref` is a
-/// reference of `env`.
-unsafe fn threadsafe_function(
-    env: sys::napi_env,
-    batched: &Arc<Batched>,
-    slot: &Arc<Slot>,
-    results: &Arc<raw::Numbers>,
-    settle_ref: sys::napi_ref,
-) -> std::result::Result<sys::napi_threadsafe_function, CoreError> {
-    let context = Box::into_raw(Box::new(Context {
-        batched: Arc::downgrade(batched),
-        slot: Arc::clone(slot),
-        settle: settle_ref,
-        results: Arc::clone(results),
-        scratch: Vec::new(),
-        pending: VecDeque::new(),
-        events: Vec::new(),
-        failures: 0,
-    }));
-    let mut tsfn = ptr::null_mut();
-    // SAFETY: as the caller promises; `context` is handed to the threadsafe
-    // function, which frees it in `finalize`.
-    let created = unsafe {
-        raw::js_string(env, "ratestore.redisStore").and_then(|name| {
-            raw::check(
-                env,
-                sys::napi_create_threadsafe_function(
-                    env,
-                    ptr::null_mut(),
-                    ptr::null_mut(),
-                    name,
-                    0,
-                    1,
-                    context.cast(),
-                    Some(finalize),
-                    context.cast(),
-                    Some(deliver),
-                    &mut tsfn,
-                ),
-            )
-        })
-    };
-    if let Err(e) = created {
-        // SAFETY: no threadsafe function took `context`: free it (the
-        // reference stays with the caller, which deletes it).
-        drop(unsafe { Box::from_raw(context) });
-        return Err(e);
-    }
-    *slot.lock() = Some(Tsfn(tsfn));
-    // Idle until a hit is in flight.
-    // SAFETY: `tsfn` was just made on this thread.
-    raw::check(env, unsafe {
-        sys::napi_unref_threadsafe_function(env, tsfn)
-    })?;
-    Ok(tsfn)
-}
-
 /// `send(id, op, key, a, b, c, d)` → true: queues an op (see `ops::Op`)
 /// with its numbers; throws if the store can't take it (closed, or its
 /// settings failed). Returns undefined only on failure.
@@ -569,112 +413,4 @@ unsafe extern "C" fn send(env: sys::napi_env, info: sys::napi_callback_info) -> 
             raw::boolean(env, true)
         })
     }
-}
-
-/// Runs on the JS thread when a batch is ready: hands it to `settle`.
-unsafe extern "C" fn deliver(
-    env: sys::napi_env,
-    _js_callback: sys::napi_value,
-    context: *mut c_void,
-    _data: *mut c_void,
-) {
-    if env.is_null() {
-        return; // The environment is being torn down.
-    }
-    // SAFETY: `context` is the Context given at creation, freed only by
-    // `finalize`, which Node-API runs after the last call of this function;
-    // only the JS thread touches it.
-    let context = unsafe { &mut *context.cast::<Context>() };
-    // No panic may cross into Node.
-    // SAFETY: Node-API calls this on the JS thread with its env.
-    let delivered = catch_unwind(AssertUnwindSafe(|| unsafe { deliver_all(env, context) }));
-    if let Ok(Ok(true)) = delivered {
-        context.failures = 0;
-        return;
-    }
-    // Some results are still waiting: try again in a fresh callback, where
-    // an exception JavaScript threw in this one is no longer pending.
-    context.failures += 1;
-    if context.failures <= DELIVERY_TRIES {
-        context.slot.call();
-    } else {
-        context.pending.clear();
-        context.events.clear();
-    }
-}
-
-/// Hands every finished hit to `settle`, at most [`BATCH`] per call; false
-/// if some are left for another try.
-///
-/// # Safety
-/// Called on the JS thread inside the threadsafe function's callback.
-unsafe fn deliver_all(
-    env: sys::napi_env,
-    context: &mut Context,
-) -> std::result::Result<bool, CoreError> {
-    let Some(batched) = context.batched.upgrade() else {
-        context.pending.clear();
-        context.events.clear();
-        return Ok(true);
-    };
-    let mut events = Vec::new();
-    batched.take(&mut context.scratch, &mut events);
-    context.pending.extend(context.scratch.drain(..));
-    context.events.append(&mut events);
-    let mut settle = ptr::null_mut();
-    // SAFETY: the reference lives until `finalize`.
-    raw::check(env, unsafe {
-        sys::napi_get_reference_value(env, context.settle, &mut settle)
-    })?;
-    if settle.is_null() {
-        // The store was collected: nobody waits for these.
-        context.pending.clear();
-        context.events.clear();
-        return Ok(true);
-    }
-    while !context.pending.is_empty() || !context.events.is_empty() {
-        let mut pending = false;
-        // SAFETY: a valid out-pointer.
-        raw::check(env, unsafe {
-            sys::napi_is_exception_pending(env, &mut pending)
-        })?;
-        if pending {
-            // `settle` threw: nothing more can be called in this callback.
-            return Ok(false);
-        }
-        let count = context.pending.len().min(BATCH);
-        // SAFETY: as the caller promises.
-        let (argv, this) = unsafe {
-            (
-                settle_args(
-                    env,
-                    &context.pending,
-                    count,
-                    &context.results,
-                    &context.events,
-                )?,
-                raw::undefined(env)?,
-            )
-        };
-        // Handed over from here: JavaScript settles them, or throws trying.
-        context.pending.drain(..count);
-        context.events.clear();
-        let mut ignored = ptr::null_mut();
-        // SAFETY: `settle` and `argv` are live handles of this scope. An
-        // error means `settle` threw; the next turn of the loop sees it.
-        unsafe {
-            sys::napi_call_function(env, this, settle, argv.len(), argv.as_ptr(), &mut ignored)
-        };
-    }
-    Ok(true)
-}
-
-/// The threadsafe function is gone (released, or the environment is ending).
-unsafe extern "C" fn finalize(env: sys::napi_env, data: *mut c_void, _hint: *mut c_void) {
-    // SAFETY: `data` is the Context given at creation; Node-API runs this
-    // once, after the last `deliver`.
-    let context = unsafe { Box::from_raw(data.cast::<Context>()) };
-    context.slot.lock().take();
-    // SAFETY: the reference was made on this env and is deleted only here.
-    unsafe { sys::napi_delete_reference(env, context.settle) };
 }

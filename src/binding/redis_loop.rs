@@ -26,13 +26,14 @@ use napi::sys;
 use super::raw;
 use super::settle::{settle_args, BATCH};
 use super::uv::{self, Handle, Uv};
+use crate::delivery::Completion;
 use crate::errors::Error;
 use crate::ops::{Args, Op};
 use crate::redis::conn::{self, Io};
 use crate::redis::pipe::Request;
 use crate::redis::socket::{Socket, Target};
 use crate::redis::stats::{self, Event};
-use crate::redis::{Completion, Config};
+use crate::redis::Config;
 use crate::wtf8;
 
 /// Where a connect thread leaves its socket, and how it wakes the loop.

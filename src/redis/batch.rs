@@ -6,7 +6,7 @@
 use std::mem;
 use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock};
 
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, Notify};
@@ -14,16 +14,12 @@ use tokio::sync::{mpsc, Notify};
 use super::calls::Query;
 use super::config::{Config, Options};
 use super::runtime;
-use super::stats::{self, Event, Listener, Monitor, Tally};
+use super::stats::{self, Listener, Monitor, Tally};
 use super::store::Store;
+use crate::delivery::{Completion, Delivery, Shared};
 use crate::errors::{Error, Result};
-use crate::ops::{Answer, Args, Op};
+use crate::ops::{Args, Op};
 use crate::wtf8;
-
-pub struct Completion {
-    pub id: u32,
-    pub result: Result<Answer>,
-}
 
 /// Hits sent as one pipeline at most. A larger batch goes out as several
 /// pipelines, written together; each one's answers go back to JavaScript as
@@ -34,66 +30,6 @@ const PIPELINE: usize = 16;
 /// whose own cost (headers, a round trip through the API's proxy) outweighs
 /// the wait for a larger batch.
 const REST_PIPELINE: usize = 128;
-
-/// A list that two threads share: one adds, the other takes it all. `add`
-/// says whether the taker must be woken.
-struct Shared<T> {
-    list: Mutex<T>,
-    wake: Box<dyn Fn() + Send + Sync>,
-}
-
-impl<T: Default> Shared<T> {
-    fn lock(&self) -> MutexGuard<'_, T> {
-        // Every change leaves the list whole, so a poisoned lock is still usable.
-        self.list.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn add(&self, add: impl FnOnce(&mut T) -> bool) {
-        let wake = add(&mut self.lock());
-        if wake {
-            (self.wake)();
-        }
-    }
-}
-
-/// What goes back to JavaScript: finished hits, and connection events.
-#[derive(Default)]
-struct Finished {
-    completions: Vec<Completion>,
-    events: Vec<Event>,
-}
-
-impl Finished {
-    fn is_empty(&self) -> bool {
-        self.completions.is_empty() && self.events.is_empty()
-    }
-}
-
-impl Shared<Finished> {
-    fn push_all(&self, items: impl IntoIterator<Item = Completion>) {
-        self.add(|list| {
-            let was_empty = list.is_empty();
-            list.completions.extend(items);
-            was_empty && !list.is_empty()
-        });
-    }
-
-    fn take(&self, completions: &mut Vec<Completion>, events: &mut Vec<Event>) {
-        let mut list = self.lock();
-        mem::swap(&mut list.completions, completions);
-        mem::swap(&mut list.events, events);
-    }
-}
-
-impl Listener for Shared<Finished> {
-    fn tell(&self, event: Event) {
-        self.add(|list| {
-            let was_empty = list.is_empty();
-            list.events.push(event);
-            was_empty
-        });
-    }
-}
 
 /// Hits queued for the runtime: their keys side by side in one buffer.
 #[derive(Default)]
@@ -157,21 +93,18 @@ pub struct Batched {
     options: Options,
     open: OnceLock<Result<Open>>,
     closed: AtomicBool,
-    done: Arc<Shared<Finished>>,
+    done: Arc<Delivery>,
 }
 
 impl Batched {
     /// A store that reads its environment and starts its I/O only on
-    /// [`Batched::open`]; `wake` asks the JS thread to [`Batched::take`].
-    pub fn new(options: Options, wake: Box<dyn Fn() + Send + Sync>) -> Batched {
+    /// [`Batched::open`]; its finished hits and connection events go to `done`.
+    pub fn new(options: Options, done: Arc<Delivery>) -> Batched {
         Batched {
             options,
             open: OnceLock::new(),
             closed: AtomicBool::new(false),
-            done: Arc::new(Shared {
-                list: Mutex::default(),
-                wake,
-            }),
+            done,
         }
     }
 
@@ -185,16 +118,13 @@ impl Batched {
             let config = Config::resolve(&self.options, env)?;
             let store = Store::new(&config)?;
             let monitor = Arc::clone(store.monitor());
-            let listener: Arc<Shared<Finished>> = Arc::clone(&self.done);
+            let listener: Arc<Delivery> = Arc::clone(&self.done);
             let listener: std::sync::Weak<dyn Listener> = Arc::downgrade(&listener) as _;
             monitor.listen(listener);
             let runtime = runtime::handle()?;
             let ready = Arc::new(Notify::new());
             let notify = Arc::clone(&ready);
-            let outbox = Arc::new(Shared {
-                list: Mutex::default(),
-                wake: Box::new(move || notify.notify_one()),
-            });
+            let outbox = Arc::new(Shared::new(Box::new(move || notify.notify_one())));
             runtime.spawn(dispatch(
                 Arc::clone(&outbox),
                 ready,
@@ -252,13 +182,6 @@ impl Batched {
         }
     }
 
-    /// Swaps the finished hits and the connection events since the last
-    /// take into `completions` and `events` (which should be empty),
-    /// keeping the lists' memory for the next batch.
-    pub fn take(&self, completions: &mut Vec<Completion>, events: &mut Vec<Event>) {
-        self.done.take(completions, events);
-    }
-
     /// Refuses later hits and, once the hits sent before have settled,
     /// lets go of the connection (it ends unless another store with the
     /// same settings holds it).
@@ -295,7 +218,7 @@ async fn dispatch(
     outbox: Arc<Shared<Outbox>>,
     ready: Arc<Notify>,
     store: Store,
-    done: Arc<Shared<Finished>>,
+    done: Arc<Delivery>,
 ) {
     let store = Arc::new(store);
     // Every batch holds a sender: `settled` ends once all of them have finished.
@@ -324,7 +247,7 @@ async fn dispatch(
 
 async fn batch(
     store: Arc<Store>,
-    done: Arc<Shared<Finished>>,
+    done: Arc<Delivery>,
     outbox: Outbox,
     _in_flight: mpsc::Sender<()>,
 ) {
@@ -374,12 +297,9 @@ mod tests {
     fn a_hit_wakes_the_dispatcher_only_once_it_sleeps() {
         let wakes = Arc::new(AtomicUsize::new(0));
         let counter = Arc::clone(&wakes);
-        let outbox = Shared {
-            list: Mutex::<Outbox>::default(),
-            wake: Box::new(move || {
-                counter.fetch_add(1, Ordering::Relaxed);
-            }),
-        };
+        let outbox = Shared::<Outbox>::new(Box::new(move || {
+            counter.fetch_add(1, Ordering::Relaxed);
+        }));
         let queue = |id| {
             outbox.push(|o| {
                 o.keys.push(b'k');

@@ -18,7 +18,8 @@ use super::health::{Backoff, Gate};
 use super::pipe::{Done, Pipe, Request};
 use super::socket::{Socket, Target};
 use super::stats::Event;
-use super::{Completion, Config};
+use super::Config;
+use crate::delivery::Completion;
 use crate::errors::Error;
 
 /// What a connection asks of the host that runs it.

@@ -29,7 +29,7 @@ pub mod socket;
 pub mod stats;
 pub mod store;
 
-pub use batch::{Batched, Completion};
+pub use batch::Batched;
 pub use calls::Query;
 pub use config::{Config, Options};
 pub use store::Store;

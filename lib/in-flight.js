@@ -1,0 +1,120 @@
+'use strict';
+// The calls a native store has in flight, for every store whose results come back in batches from
+// the native side (redisStore, postgresStore): each call is known by a slot, the index of its
+// promise's settle functions, and `settle(n, errors, events)` is what the native side calls with
+// each batch (see "How a hit travels" in the README).
+
+const { OP, decode } = require('./ops.js');
+
+/** Numbers per result in the native `results`: the id, then the op's answer. */
+const STRIDE = 7;
+
+class InFlight {
+  // Slots are reused once settled, so ids stay small.
+  #resolvers = [];
+  #rejecters = [];
+  /** The op of each slot's call: how its answer becomes a result. */
+  #ops = [];
+  #freeSlots = [];
+  #count = 0;
+  #failures;
+  /** The native `results` array (set by `attach`). */
+  #results = null;
+  /** `hold(true)` keeps the native side (and the settle callback) alive while calls are in flight. */
+  #hold = null;
+  #held = false;
+  /** Promises waiting for the calls in flight to settle (close(), a resetAll()). */
+  #drained = [];
+  /** Lets the process go once idle; queued as a microtask, so a caller that calls again at once keeps the hold. */
+  #release = () => {
+    if (this.#count === 0 && this.#held) {
+      this.#held = false;
+      this.#hold(false);
+    }
+  };
+  // One executor for every call's promise: it hands over the settle functions without a closure per call.
+  #resolve;
+  #reject;
+  #capture = (resolve, reject) => {
+    this.#resolve = resolve;
+    this.#reject = reject;
+  };
+  /** Called by the native side with each batch of results. It holds it only weakly while idle, so it lives here. */
+  settle = (n, errors, events) => this.#settle(n, errors, events);
+
+  /** `failures`: the store's `Failures`, which counts each error and hears the connection events. */
+  constructor(failures) {
+    this.#failures = failures;
+  }
+
+  /** Wires the native store: its results array, and how to hold it while calls are in flight. */
+  attach(results, hold) {
+    this.#results = results;
+    this.#hold = hold;
+  }
+
+  /** Calls sent and not yet settled. */
+  get count() {
+    return this.#count;
+  }
+
+  /** The slot the next call goes under; `free(slot)` if it could not be sent. */
+  slot() {
+    return this.#freeSlots.length > 0 ? this.#freeSlots.pop() : this.#resolvers.length;
+  }
+
+  free(slot) {
+    this.#freeSlots.push(slot);
+  }
+
+  /** The promise of the call of `op` just sent under `slot`. */
+  track(slot, op) {
+    this.#count++;
+    if (!this.#held) {
+      this.#held = true;
+      this.#hold(true);
+    }
+    const promise = new Promise(this.#capture);
+    this.#resolvers[slot] = this.#resolve;
+    this.#rejecters[slot] = this.#reject;
+    this.#ops[slot] = op;
+    return promise;
+  }
+
+  /** Resolves once no call is in flight. */
+  drained() {
+    if (this.#count === 0) return Promise.resolve();
+    return new Promise((resolve) => this.#drained.push(resolve));
+  }
+
+  /** Takes the settle function of a slot and frees the slot. */
+  #take(settlers, slot) {
+    const settle = settlers[slot];
+    this.#resolvers[slot] = this.#rejecters[slot] = undefined;
+    this.#freeSlots.push(slot);
+    this.#count--;
+    return settle;
+  }
+
+  #settle(n, errors, events) {
+    const results = this.#results;
+    for (let i = 0; i < STRIDE * n; i += STRIDE) {
+      const slot = results[i];
+      const op = this.#ops[slot];
+      const result = op === OP.hit ? { count: results[i + 1], resetMs: results[i + 2] } : decode(op, results, i + 1);
+      this.#take(this.#resolvers, slot)(result);
+    }
+    if (errors !== undefined) {
+      for (let i = 0; i < errors.length; i += 2) {
+        this.#take(this.#rejecters, errors[i])(this.#failures.failed(errors[i + 1]));
+      }
+    }
+    if (events !== undefined) for (const event of events) this.#failures.tell(event);
+    if (this.#count === 0) {
+      queueMicrotask(this.#release);
+      if (this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();
+    }
+  }
+}
+
+module.exports = { InFlight };
