@@ -10,7 +10,7 @@ import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
-import { interleavingProxy, overtakenPair, slowingProxy } from './support/proxy.js';
+import { interleavingProxy, listenOnLoopback, overtakenPair, slowingProxy } from './support/proxy.js';
 import { errorText, freePort, makeCertificates, perCase, runFixture, type RedisServer } from './support/redis.js';
 
 const KEY_MARKER = '198.51.100.23-key-marker';
@@ -428,16 +428,9 @@ async function closingEndpoint(
     client.pipe(upstream);
     upstream.pipe(client);
   });
-  await new Promise<void>((resolve) => endpoint.listen(0, '127.0.0.1', resolve));
-  cleanups.push(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        endpoint.close(() => resolve());
-      }),
-  );
+  const port = await listenOnLoopback(endpoint, sockets, cleanups);
   return {
-    port: (endpoint.address() as { port: number }).port,
+    port,
     accepted: () => accepted,
     answer: () => (answering = true),
   };
@@ -455,16 +448,9 @@ async function freezingProxy(target: number): Promise<{ port: number; freeze(): 
     sockets.push(client, upstream);
     live.push([client, upstream]);
   });
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-  cleanups.push(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        proxy.close(() => resolve());
-      }),
-  );
+  const port = await listenOnLoopback(proxy, sockets, cleanups);
   return {
-    port: (proxy.address() as { port: number }).port,
+    port,
     freeze() {
       for (const [client, upstream] of live) {
         client.unpipe(upstream);

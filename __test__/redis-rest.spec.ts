@@ -25,7 +25,7 @@ import {
   startRedis,
   type RedisServer,
 } from './support/redis.js';
-import { interleavingProxy, overtakenPair } from './support/proxy.js';
+import { interleavingProxy, listenOnLoopback, overtakenPair } from './support/proxy.js';
 import { startRest, type RestEndpoint } from './support/rest.js';
 
 const TOKEN = `rest-token-${randomUUID()}`;
@@ -103,19 +103,12 @@ describe('redisStore over REST: order of calls', () => {
         client.resume();
       }, 30);
     });
-    await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-    cleanups.push(
-      () =>
-        new Promise<void>((resolve) => {
-          for (const socket of sockets) socket.destroy();
-          proxy.close(() => resolve());
-        }),
-    );
+    const proxyPort = await listenOnLoopback(proxy, sockets, cleanups);
     const rounds: number[][] = [];
     for (let round = 0; round < 10; round++) {
       // Settings of its own: a new pool each round, one connection open and idle.
       const store = make({
-        url: `http://127.0.0.1:${(proxy.address() as { port: number }).port}`,
+        url: `http://127.0.0.1:${proxyPort}`,
         timeoutMs: 5_000 + round,
       });
       rounds.push(await tickApart(store));

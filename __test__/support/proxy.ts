@@ -20,6 +20,26 @@ function respEnd(buf: Buffer, at: number): number {
 }
 
 /**
+ * Listens on a free loopback port (answered); the cleanup destroys `sockets` (the server's, as it
+ * keeps them) and closes the server.
+ */
+export async function listenOnLoopback(
+  server: Server,
+  sockets: Socket[],
+  cleanups: (() => unknown)[],
+): Promise<number> {
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  cleanups.push(
+    () =>
+      new Promise<void>((resolve) => {
+        for (const socket of sockets) socket.destroy();
+        server.close(() => resolve());
+      }),
+  );
+  return (server.address() as { port: number }).port;
+}
+
+/**
  * A loopback TCP proxy that hands on each reply `delay(key)` ms after its command came (the key of an
  * EVAL/EVALSHA), in order, as a server whose script runs slowly on some keys would; once `slow()`
  * is on. Counts the connections it accepts.
@@ -65,16 +85,9 @@ export async function slowingProxy(
     client.on('close', () => upstream.destroy());
     sockets.push(client, upstream);
   });
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-  cleanups.push(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        proxy.close(() => resolve());
-      }),
-  );
+  const port = await listenOnLoopback(proxy, sockets, cleanups);
   return {
-    port: (proxy.address() as { port: number }).port,
+    port,
     slow: () => (slowing = true),
     connections: () => accepted,
   };
@@ -167,16 +180,9 @@ export async function interleavingProxy(
     client.on('close', () => upstream.destroy());
     sockets.push(client, upstream);
   });
-  await new Promise<void>((resolve) => proxy.listen(0, '127.0.0.1', resolve));
-  cleanups.push(
-    () =>
-      new Promise<void>((resolve) => {
-        for (const socket of sockets) socket.destroy();
-        proxy.close(() => resolve());
-      }),
-  );
+  const port = await listenOnLoopback(proxy, sockets, cleanups);
   return {
-    port: (proxy.address() as { port: number }).port,
+    port,
     between: (run) => new Promise<number>((done) => (armed = { run, done })),
     scripts: () => [...scripts],
   };

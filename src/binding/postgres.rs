@@ -6,7 +6,6 @@
 //! through a deferred.
 
 use std::panic::AssertUnwindSafe;
-use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -15,7 +14,7 @@ use napi::bindgen_prelude::*;
 use napi::{sys, JsString};
 use napi_derive::napi;
 
-use super::settle::{self, BATCH, STRIDE};
+use super::settle;
 use super::{raw, throw_core};
 use crate::delivery::{Completion, Delivery};
 use crate::errors::Error as CoreError;
@@ -73,20 +72,7 @@ impl PostgresNative {
         tls_ca: Option<String>,
         sweep_interval_ms: Option<u32>,
     ) -> Result<Self> {
-        if settle.get_type()? != ValueType::Function {
-            return Err(throw_core(
-                env,
-                CoreError::InvalidType("settle must be a function"),
-            ));
-        }
-        let mut settle_ref = ptr::null_mut();
-        // SAFETY: on the JS thread inside this #[napi] callback; a count of 0
-        // makes the reference weak.
-        raw::check(env.raw(), unsafe {
-            sys::napi_create_reference(env.raw(), settle.raw(), 0, &mut settle_ref)
-        })
-        .map_err(|e| throw_core(env, e))?;
-        let results = raw::Numbers::new(STRIDE * BATCH);
+        let (settle_ref, results) = settle::callback(env, &settle)?;
         // SAFETY: as above; the threadsafe function's context takes the reference.
         let made =
             unsafe { settle::delivery(env.raw(), "ratestore.postgresStore", &results, settle_ref) };

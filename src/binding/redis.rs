@@ -9,7 +9,6 @@
 //! threaded store does.
 
 use std::cell::RefCell;
-use std::ptr;
 use std::rc::Rc;
 use std::sync::Arc;
 
@@ -17,7 +16,7 @@ use napi::bindgen_prelude::*;
 use napi::{sys, JsString};
 use napi_derive::napi;
 
-use super::settle::{self, BATCH, STRIDE};
+use super::settle;
 use super::{raw, redis_loop, throw_core};
 use crate::errors::Error as CoreError;
 use crate::ops::{Args, Op};
@@ -216,20 +215,7 @@ pub fn redis_store<'e>(
         })
     })()
     .map_err(|e| throw_core(env, e))?;
-    if settle.get_type()? != ValueType::Function {
-        return Err(throw_core(
-            env,
-            CoreError::InvalidType("settle must be a function"),
-        ));
-    }
-    let mut settle_ref = ptr::null_mut();
-    // SAFETY: on the JS thread inside this #[napi] callback; a count of 0
-    // makes the reference weak. `StoreData` owns it from here.
-    raw::check(env.raw(), unsafe {
-        sys::napi_create_reference(env.raw(), settle.raw(), 0, &mut settle_ref)
-    })
-    .map_err(|e| throw_core(env, e))?;
-    let results = raw::Numbers::new(STRIDE * BATCH);
+    let (settle_ref, results) = settle::callback(env, &settle)?;
     let data = Rc::new(StoreData {
         env: env.raw(),
         options,

@@ -24,9 +24,10 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::ptr;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use napi::bindgen_prelude::{Env, JsValue, Unknown, ValueType};
 use napi::sys;
 
-use super::raw;
+use super::{raw, throw_core};
 use crate::delivery::{Completion, Delivery};
 use crate::errors::Error as CoreError;
 use crate::redis::stats::Event;
@@ -35,6 +36,29 @@ use crate::redis::stats::Event;
 pub(super) const BATCH: usize = 1024;
 /// Numbers per answer in the results array: the id, then the answer.
 pub(super) const STRIDE: usize = 1 + crate::ops::ANSWER_LEN;
+
+/// Checks that a store's `settle` is a function and takes a reference to
+/// it, weak (strong only while calls are in flight, see [`hold`]), with the
+/// results array its batches are written to. The caller owns the reference.
+pub(super) fn callback(
+    env: &Env,
+    settle: &Unknown,
+) -> napi::Result<(sys::napi_ref, Arc<raw::Numbers>)> {
+    if settle.get_type()? != ValueType::Function {
+        return Err(throw_core(
+            env,
+            CoreError::InvalidType("settle must be a function"),
+        ));
+    }
+    let mut settle_ref = ptr::null_mut();
+    // SAFETY: on the JS thread inside a #[napi] callback of `env`; a count
+    // of 0 makes the reference weak.
+    raw::check(env.raw(), unsafe {
+        sys::napi_create_reference(env.raw(), settle.raw(), 0, &mut settle_ref)
+    })
+    .map_err(|e| throw_core(env, e))?;
+    Ok((settle_ref, raw::Numbers::new(STRIDE * BATCH)))
+}
 
 /// The arguments of one `settle(n, errors, events)` call for the first
 /// `count` completions, with the numbers written into `results`, and the
