@@ -19,6 +19,13 @@ function respEnd(buf: Buffer, at: number): number {
   return line + 2;
 }
 
+/** A proxied connection's two sockets end together, and are kept in `sockets` for the cleanup. */
+function joined(client: Socket, upstream: Socket, sockets: Socket[]): void {
+  for (const socket of [client, upstream]) socket.on('error', () => [client, upstream].forEach((s) => s.destroy()));
+  client.on('close', () => upstream.destroy());
+  sockets.push(client, upstream);
+}
+
 /**
  * Listens on a free loopback port (answered); the cleanup destroys `sockets` (the server's, as it
  * keeps them) and closes the server.
@@ -81,9 +88,7 @@ export async function slowingProxy(
         setTimeout(() => client.destroyed || client.write(reply), Math.max(0, at - Date.now()));
       }
     });
-    for (const socket of [client, upstream]) socket.on('error', () => [client, upstream].forEach((s) => s.destroy()));
-    client.on('close', () => upstream.destroy());
-    sockets.push(client, upstream);
+    joined(client, upstream, sockets);
   });
   const port = await listenOnLoopback(proxy, sockets, cleanups);
   return {
@@ -176,9 +181,7 @@ export async function interleavingProxy(
       }
       onReply?.();
     });
-    for (const socket of [client, upstream]) socket.on('error', () => [client, upstream].forEach((s) => s.destroy()));
-    client.on('close', () => upstream.destroy());
-    sockets.push(client, upstream);
+    joined(client, upstream, sockets);
   });
   const port = await listenOnLoopback(proxy, sockets, cleanups);
   return {
