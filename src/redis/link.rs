@@ -16,8 +16,9 @@
 //! Each link tells its [`Monitor`] what its connection does: a connect, a
 //! failed connect, an open connection lost (with the code its calls met).
 
-use std::collections::hash_map::RandomState;
-use std::hash::BuildHasher;
+use std::collections::hash_map::{DefaultHasher, RandomState};
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hash, Hasher};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -35,7 +36,6 @@ use tokio_rustls::TlsConnector;
 use super::calls::Loaded;
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Mark, Stall};
-use super::order::KeyOrder;
 use super::reply::{server_error, Stage};
 use super::socket;
 use super::stats::Monitor;
@@ -98,16 +98,75 @@ pub struct Link {
     monitor: Arc<Monitor>,
     /// The scripts the connection of this generation has sent as EVAL.
     loaded: Mutex<(u64, Loaded)>,
-    /// Per-key turns of one server's pipelines (a cluster keeps its own).
-    order: KeyOrder,
+    /// The pipelines written here while an older one is still out.
+    written: Mutex<Written>,
+}
+
+/// The keys of the pipelines written on a link, in order, kept from the
+/// oldest one still out: a pipeline that meets NOSCRIPT tells from them
+/// whether a later one named its key (see [`Link::named_after`]).
+#[derive(Default)]
+struct Written {
+    next: u64,
+    /// Each pipeline's number, its keys' hashes, and whether it is done.
+    log: VecDeque<(u64, Vec<u64>, bool)>,
+}
+
+/// A pipeline written on a link, until it is done (dropped).
+pub struct Out<'a> {
+    link: &'a Link,
+    id: u64,
+}
+
+impl Drop for Out<'_> {
+    fn drop(&mut self) {
+        let mut written = self.link.written();
+        if let Some(entry) = written.log.iter_mut().find(|e| e.0 == self.id) {
+            entry.2 = true;
+        }
+        while written.log.front().is_some_and(|e| e.2) {
+            written.log.pop_front();
+        }
+    }
+}
+
+fn key_hash(key: &[u8]) -> u64 {
+    let mut h = DefaultHasher::new();
+    key.hash(&mut h);
+    h.finish()
 }
 
 impl Link {
-    /// The turns of one server's pipelines: a pipeline written behind
-    /// another that meets NOSCRIPT would run before that one's retry, so
-    /// one that names a key of an earlier one waits for all its answers.
-    pub fn order(&self) -> &KeyOrder {
-        &self.order
+    fn written(&self) -> MutexGuard<'_, Written> {
+        // Every change leaves the log whole, so a poisoned lock is still usable.
+        self.written.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Notes a pipeline on `keys` about to be written (call it right before
+    /// the pipeline's first poll, which writes it); it counts as out until
+    /// the answer is dropped.
+    pub fn out<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Out<'_> {
+        let mut written = self.written();
+        written.next += 1;
+        let id = written.next;
+        written
+            .log
+            .push_back((id, keys.map(key_hash).collect(), false));
+        Out { link: self, id }
+    }
+
+    /// Whether a pipeline written after `out` (still out or done since) named
+    /// `key`. After a SCRIPT FLUSH another client may load the script between
+    /// the two: an op of `out` that met NOSCRIPT, sent again, could take
+    /// effect after that pipeline's op on its key, so it is not sent again.
+    pub fn named_after(&self, out: &Out<'_>, key: &[u8]) -> bool {
+        let hash = key_hash(key);
+        let written = self.written();
+        written
+            .log
+            .iter()
+            .filter(|e| e.0 > out.id)
+            .any(|e| e.1.contains(&hash))
     }
 
     pub fn new(config: &Config, monitor: Arc<Monitor>) -> Result<Link> {
@@ -156,7 +215,7 @@ impl Link {
             fresh: AtomicU64::new(0),
             monitor,
             loaded: Mutex::default(),
-            order: KeyOrder::default(),
+            written: Mutex::default(),
         })
     }
 

@@ -1,9 +1,8 @@
 //! Keeps a store's calls on one key in the order they were made where
 //! requests can overtake each other: over Upstash's REST API (each pipeline
 //! is an HTTP request of its own, on whichever pooled connection is free),
-//! and on the I/O thread's connections to one server or a cluster's nodes
-//! (a pipeline that holds an UNLINK or a NOSCRIPT retry back while a later
-//! pipeline goes on the same connection). A pipeline takes a
+//! and in a Redis Cluster (a pipeline that holds an UNLINK or a retry back
+//! while a later pipeline goes on the same connection). A pipeline takes a
 //! turn naming its keys, and waits until no turn taken before it names one
 //! of them; pipelines on other keys go at once.
 

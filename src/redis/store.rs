@@ -147,16 +147,8 @@ impl Store {
         let monitor = &**self.monitor();
         let answers = match &self.nodes {
             Nodes::Single(link) => {
-                // Taken in the order the calls were made, held until every
-                // answer is in, NOSCRIPT retries included.
-                let turn = link.order().turn(queries.iter().map(|q| q.key));
-                match timeout_at(deadline, turn).await {
-                    Ok(_turn) => {
-                        let all: Vec<usize> = (0..queries.len()).collect();
-                        on_node(link, queries, &all, false, deadline, monitor).await
-                    }
-                    Err(_) => alike(queries.len(), &|| Answer::TimedOut { sent: false }),
-                }
+                let all: Vec<usize> = (0..queries.len()).collect();
+                on_node(link, queries, &all, false, deadline, monitor).await
             }
             Nodes::Cluster(cluster) => routed(cluster, queries, deadline, monitor).await,
             Nodes::Rest(rest) => {
@@ -434,6 +426,8 @@ async fn send(
     while start < chosen.len() {
         let end = part_end(queries, chosen, &evals, start);
         let part = &chosen[start..end];
+        // Noted right before the pipeline's first poll writes it.
+        let out = link.out(part.iter().map(|&i| queries[i].key));
         let answered = pipeline(
             &mut conn,
             &evals[start..end],
@@ -459,7 +453,9 @@ async fn send(
             .collect();
         let passed = overtaken(&met);
         let (mut missing, mut at) = (Vec::new(), Vec::new());
-        for (&j, (&(_, noscript), passed)) in part.iter().zip(met.iter().zip(passed)) {
+        for (&j, (&(key, noscript), passed)) in part.iter().zip(met.iter().zip(passed)) {
+            // A later op of this pipeline ran, or a later pipeline named the key.
+            let passed = passed || (noscript && link.named_after(&out, key));
             match (noscript, passed) {
                 (true, true) => answers[j].0 = Answer::Refused(Error::Overtaken),
                 (true, false) => {
@@ -473,6 +469,7 @@ async fn send(
             monitor.tally().noscript += missing.len() as u64;
             link.flushed(generation, missing.iter().map(|&i| queries[i].op));
             let all = vec![true; missing.len()];
+            let _retry = link.out(missing.iter().map(|&i| queries[i].key));
             let retried = pipeline(&mut conn, &all, queries, &missing, asking, deadline).await;
             let now = Instant::now();
             for (j, answer) in at.into_iter().zip(retried) {
