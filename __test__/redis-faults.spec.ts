@@ -490,7 +490,7 @@ describe.each([
       const fast = outcome(s.hit('fast', 60_000, 1));
       // Written before the slow ones, on the I/O thread too (whose pipeline answers a batch at once).
       await sleep(20);
-      // Keys of their own: on the I/O thread a pipeline on a key waits for an earlier one on it.
+      // Keys of their own: no slow hit waits for another on its key.
       const slows = Array.from({ length: slow }, (_, i) => outcome(s.hit(`slow:${i}`, 60_000, 1)));
       return [await fast, ...(await Promise.all(slows))];
     };

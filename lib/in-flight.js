@@ -18,10 +18,10 @@ class InFlight {
   #freeSlots = [];
   #count = 0;
   #failures;
-  /** The native `results` array (set by `attach`). */
-  #results = null;
+  /** The native `results` array (set by `attach`; of that type from the start, so the hot path sees one shape). */
+  #results = new Float64Array(0);
   /** `hold(true)` keeps the native side (and the settle callback) alive while calls are in flight. */
-  #hold = null;
+  #hold = (held) => void held;
   #held = false;
   /** Promises waiting for the calls in flight to settle (close(), a resetAll()). */
   #drained = [];

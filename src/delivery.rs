@@ -3,14 +3,40 @@
 //! a [`Completion`]; a [`Delivery`] collects them, with the connections'
 //! events, and wakes the JS thread once per batch (when its list goes from
 //! empty to not), which then takes them all at once. No Node-API here: the
-//! binding's wake-up is a closure.
+//! binding's wake-up is a closure. Connection events ([`Event`]) travel
+//! with the calls, so that `onError` hears them in order with the results.
 
 use std::mem;
 use std::sync::{Mutex, MutexGuard};
 
 use crate::errors::Result;
 use crate::ops::Answer;
-use crate::redis::stats::{Event, Listener};
+
+/// A change of a connection's state, as `onError` receives it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// The first connection is open.
+    Connected,
+    /// An open connection failed, with the code its calls rejected with.
+    Lost(&'static str),
+    /// A connection is open again after a loss.
+    Reconnected,
+}
+
+impl Event {
+    pub fn kind(self) -> &'static str {
+        match self {
+            Event::Connected => "connected",
+            Event::Lost(_) => "lost",
+            Event::Reconnected => "reconnected",
+        }
+    }
+}
+
+/// Where connection events go: a store that listens to a [`Monitor`].
+pub trait Listener: Send + Sync {
+    fn tell(&self, event: Event);
+}
 
 /// A finished call: its id (the JS side's slot) and its result.
 pub struct Completion {

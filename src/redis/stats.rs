@@ -62,31 +62,7 @@ impl Tally {
     }
 }
 
-/// A change of a connection's state, as `onError` receives it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Event {
-    /// The first connection is open.
-    Connected,
-    /// An open connection failed, with the code its calls rejected with.
-    Lost(&'static str),
-    /// A connection is open again after a loss.
-    Reconnected,
-}
-
-impl Event {
-    pub fn kind(self) -> &'static str {
-        match self {
-            Event::Connected => "connected",
-            Event::Lost(_) => "lost",
-            Event::Reconnected => "reconnected",
-        }
-    }
-}
-
-/// Where connection events go: a store that listens to a [`Monitor`].
-pub trait Listener: Send + Sync {
-    fn tell(&self, event: Event);
-}
+pub use crate::delivery::{Event, Listener};
 
 /// The counts and connection events of the connections a cluster's or a
 /// REST store's nodes keep on the I/O thread, shared (as those connections
