@@ -77,20 +77,21 @@ pub fn part_end(queries: &[Query<'_>], chosen: &[usize], evals: &[bool], start: 
     end
 }
 
-/// For each op of one pipeline, in the order they were written, given its
-/// key and whether it met NOSCRIPT: whether it met NOSCRIPT and a later op
-/// on the same key did not. After a SCRIPT FLUSH another client can load the
+/// For each op of one pipeline, in the order they were written, with
+/// whether it met NOSCRIPT: whether it met NOSCRIPT and a later op on the
+/// same key did not (a PING names no key). After a SCRIPT FLUSH another client can load the
 /// script between two of them, and the later one runs; the earlier, sent
 /// again, would take effect after it. It rejects instead, unsent
 /// ([`Error::Overtaken`](crate::errors::Error::Overtaken)), so that the ops on
 /// one key that take effect always do so in the order they were made.
-pub fn overtaken(ops: &[(&[u8], bool)]) -> Vec<bool> {
+pub fn overtaken(ops: &[(Query<'_>, bool)]) -> Vec<bool> {
     let mut ran: Vec<&[u8]> = Vec::new();
     let mut out = vec![false; ops.len()];
-    for (j, &(key, noscript)) in ops.iter().enumerate().rev() {
+    for (j, &(q, noscript)) in ops.iter().enumerate().rev() {
         match noscript {
-            true => out[j] = ran.contains(&key),
-            false if !ran.contains(&key) => ran.push(key),
+            _ if q.op == Op::Ping => {}
+            true => out[j] = ran.contains(&q.key),
+            false if !ran.contains(&q.key) => ran.push(q.key),
             false => {}
         }
     }
@@ -132,15 +133,26 @@ mod tests {
 
     #[test]
     fn a_noscript_op_is_overtaken_only_by_a_later_op_on_its_key_that_ran() {
-        let ops: [(&[u8], bool); 6] = [
-            (b"p:a", true),  // a later op on p:a ran
-            (b"p:b", true),  // only another NOSCRIPT on p:b follows
-            (b"p:a", false), // ran
-            (b"p:b", true),
-            (b"p:c", false), // ran, but nothing on p:c met NOSCRIPT before it
-            (b"p:c", true),  // nothing on p:c ran after it
+        let q = |key: &'static [u8], op| Query {
+            key,
+            op,
+            args: [60_000, 1, 0, 0],
+        };
+        let ops = [
+            (q(b"p:a", Op::Hit), true),  // a later op on p:a ran
+            (q(b"p:b", Op::Hit), true),  // only another NOSCRIPT on p:b follows
+            (q(b"p:a", Op::Hit), false), // ran
+            (q(b"p:b", Op::Hit), true),
+            (q(b"p:c", Op::Hit), false), // ran, but nothing on p:c met NOSCRIPT before it
+            (q(b"p:c", Op::Hit), true),  // nothing on p:c ran after it
+            (q(b"p:", Op::Hit), true),   // a PING on the bare prefix names no key
+            (q(b"p:", Op::Ping), false),
         ];
-        assert_eq!(overtaken(&ops), [true, false, false, false, false, false]);
-        assert!(overtaken(&[]).is_empty());
+        let overtaken = overtaken(&ops);
+        assert_eq!(
+            overtaken,
+            [true, false, false, false, false, false, false, false]
+        );
+        assert!(super::overtaken(&[]).is_empty());
     }
 }

@@ -33,7 +33,7 @@ use tokio::net::TcpStream;
 use tokio::task::AbortHandle;
 use tokio_rustls::TlsConnector;
 
-use super::calls::Loaded;
+use super::calls::{Loaded, Query};
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Mark, Stall};
 use super::reply::{server_error, Stage};
@@ -142,16 +142,16 @@ impl Link {
         self.written.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Notes a pipeline on `keys` about to be written (call it right before
+    /// Notes a pipeline of `ops` about to be written (call it right before
     /// the pipeline's first poll, which writes it); it counts as out until
-    /// the answer is dropped.
-    pub fn out<'k>(&self, keys: impl Iterator<Item = &'k [u8]>) -> Out<'_> {
+    /// the answer is dropped. A PING names no key.
+    pub fn out<'q>(&self, ops: impl Iterator<Item = Query<'q>>) -> Out<'_> {
+        let keys = ops.filter(|q| q.op != Op::Ping).map(|q| key_hash(q.key));
+        let keys = keys.collect();
         let mut written = self.written();
         written.next += 1;
         let id = written.next;
-        written
-            .log
-            .push_back((id, keys.map(key_hash).collect(), false));
+        written.log.push_back((id, keys, false));
         Out { link: self, id }
     }
 

@@ -236,12 +236,13 @@ impl Rest {
                 Ok(items) => {
                     let took = started.elapsed();
                     let mut tally = self.monitor.tally();
-                    let noscript = |(item, &eval): (&Item, &bool)| matches!(item, Err((code, _)) if code == "NOSCRIPT" && !eval && !retry);
-                    let met: Vec<(&[u8], bool)> = chosen
+                    // Which met NOSCRIPT (an EVAL, or a retry, meeting it is an error).
+                    let met: Vec<(Query, bool)> = chosen
                         .iter()
                         .zip(items.iter().zip(&evals))
-                        .map(|(&i, item)| {
-                            (queries[i].key, noscript(item) && queries[i].op != Op::Ping)
+                        .map(|(&i, (item, &eval))| {
+                            let noscript = matches!(item, Err((code, _)) if code == "NOSCRIPT");
+                            (queries[i], noscript && !eval && !retry)
                         })
                         .collect();
                     let passed = overtaken(&met);

@@ -427,7 +427,7 @@ async fn send(
         let end = part_end(queries, chosen, &evals, start);
         let part = &chosen[start..end];
         // Noted right before the pipeline's first poll writes it.
-        let out = link.out(part.iter().map(|&i| queries[i].key));
+        let out = link.out(part.iter().map(|&i| queries[i]));
         let answered = pipeline(
             &mut conn,
             &evals[start..end],
@@ -440,36 +440,31 @@ async fn send(
         let now = Instant::now();
         let base = answers.len();
         answers.extend(answered.into_iter().map(|a| (a, now)));
-        let noscript = |j: usize| {
-            !evals[j]
-                && matches!(&answers[j].0, Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT")
-        };
-        let part: Vec<usize> = (base..answers.len())
-            .filter(|&j| queries[chosen[j]].op != Op::Ping)
+        let met: Vec<(Query, bool)> = (base..answers.len())
+            .map(|j| {
+                let noscript = !evals[j]
+                    && matches!(&answers[j].0, Answer::Value(Value::ServerError(e)) if e.code() == "NOSCRIPT");
+                (queries[chosen[j]], noscript)
+            })
             .collect();
-        let met: Vec<(&[u8], bool)> = part
-            .iter()
-            .map(|&j| (queries[chosen[j]].key, noscript(j)))
-            .collect();
-        let passed = overtaken(&met);
         let (mut missing, mut at) = (Vec::new(), Vec::new());
-        for (&j, (&(key, noscript), passed)) in part.iter().zip(met.iter().zip(passed)) {
+        for ((j, (q, noscript)), passed) in (base..).zip(&met).zip(overtaken(&met)) {
+            if !noscript {
+                continue;
+            }
             // A later op of this pipeline ran, or a later pipeline named the key.
-            let passed = passed || (noscript && link.named_after(&out, key));
-            match (noscript, passed) {
-                (true, true) => answers[j].0 = Answer::Refused(Error::Overtaken),
-                (true, false) => {
-                    missing.push(chosen[j]);
-                    at.push(j);
-                }
-                _ => {}
+            if passed || link.named_after(&out, q.key) {
+                answers[j].0 = Answer::Refused(Error::Overtaken);
+            } else {
+                missing.push(chosen[j]);
+                at.push(j);
             }
         }
         if !missing.is_empty() {
             monitor.tally().noscript += missing.len() as u64;
             link.flushed(generation, missing.iter().map(|&i| queries[i].op));
             let all = vec![true; missing.len()];
-            let _retry = link.out(missing.iter().map(|&i| queries[i].key));
+            let _retry = link.out(missing.iter().map(|&i| queries[i]));
             let retried = pipeline(&mut conn, &all, queries, &missing, asking, deadline).await;
             let now = Instant::now();
             for (j, answer) in at.into_iter().zip(retried) {
