@@ -73,7 +73,8 @@ impl PostgresNative {
         sweep_interval_ms: Option<u32>,
     ) -> Result<Self> {
         let (settle_ref, results) = settle::callback(env, &settle)?;
-        // SAFETY: as above; the threadsafe function's context takes the reference.
+        // SAFETY: on the JS thread inside this #[napi] callback; on success
+        // the threadsafe function's context takes the reference.
         let made =
             unsafe { settle::delivery(env.raw(), "ratestore.postgresStore", &results, settle_ref) };
         let (delivery, tsfn) = match made {

@@ -183,9 +183,10 @@ struct Context {
 
 /// A store's [`Delivery`] and the threadsafe function its wake-up calls,
 /// idle (unreferenced) until [`hold`]: `settle_ref`'s function gets the
-/// completions, their numbers in `results`. The function's context takes
-/// over `settle_ref` (deleted in `finalize`, once the delivery is dropped,
-/// which releases the function). `name` names it in diagnostics.
+/// completions, their numbers in `results`. On success the function's
+/// context takes over `settle_ref` (deleted in `finalize`, once the delivery
+/// is dropped, which releases the function); on an error it stays with the
+/// caller. `name` names it in diagnostics.
 ///
 /// # Safety
 /// Called on the JS thread inside a callback of `env`; `settle_ref` is a
@@ -241,9 +242,17 @@ pub(super) unsafe fn delivery(
     *slot.lock() = Some(Tsfn(tsfn));
     // Idle until a call is in flight.
     // SAFETY: `tsfn` was just made on this thread.
-    raw::check(env, unsafe {
+    if let Err(e) = raw::check(env, unsafe {
         sys::napi_unref_threadsafe_function(env, tsfn)
-    })?;
+    }) {
+        // The reference stays with the caller, as on every error: the
+        // finalizer, which runs once `delivery` (dropped here) has released
+        // the function, must not delete it too.
+        // SAFETY: `context` lives until that finalizer, which can't run
+        // before this callback returns (both are on the JS thread).
+        unsafe { (*context).settle = ptr::null_mut() };
+        return Err(e);
+    }
     Ok((delivery, tsfn))
 }
 
@@ -388,8 +397,10 @@ unsafe extern "C" fn finalize(env: sys::napi_env, data: *mut c_void, _hint: *mut
     // once, after the last `deliver`.
     let context = unsafe { Box::from_raw(data.cast::<Context>()) };
     context.slot.lock().take();
-    // SAFETY: the reference was made on this env and is deleted only here.
-    unsafe { sys::napi_delete_reference(env, context.settle) };
+    if !context.settle.is_null() {
+        // SAFETY: the reference was made on this env and is deleted only here.
+        unsafe { sys::napi_delete_reference(env, context.settle) };
+    }
 }
 
 /// `[{ type: 'connected' | 'lost' | 'reconnected', code? }]`: constant
