@@ -81,6 +81,28 @@ class InFlight {
     return promise;
   }
 
+  /**
+   * Counts a call that settles through a promise of its own (postgresStore's resetAll()) as in flight
+   * until it settles, so that `drained()` waits for it too; answers that promise's outcome.
+   */
+  follow(pending) {
+    this.#count++;
+    const done = () => {
+      this.#count--;
+      this.#idle();
+    };
+    return pending.then(
+      (value) => {
+        done();
+        return value;
+      },
+      (error) => {
+        done();
+        throw error;
+      },
+    );
+  }
+
   /** Resolves once no call is in flight. */
   drained() {
     if (this.#count === 0) return Promise.resolve();
@@ -110,6 +132,11 @@ class InFlight {
       }
     }
     if (events !== undefined) for (const event of events) this.#failures.tell(event);
+    this.#idle();
+  }
+
+  /** Once no call is in flight: lets the native side go (soon) and resolves what waits for that. */
+  #idle() {
     if (this.#count === 0) {
       queueMicrotask(this.#release);
       if (this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();

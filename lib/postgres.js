@@ -29,10 +29,6 @@ class PostgresStore extends ServerOperations {
   #inFlight;
   #opened = false;
   #calls = 0;
-  /** A resetAll() in flight (it settles through its own promise). */
-  #resets = 0;
-  /** close() promises waiting for the resetAll()s in flight. */
-  #drained = [];
 
   constructor(options) {
     super();
@@ -85,7 +81,7 @@ class PostgresStore extends ServerOperations {
       kind: 'postgres',
       calls: this.#calls,
       errors: this.#failures.snapshot(),
-      inFlight: this.#inFlight.count + this.#resets,
+      inFlight: this.#inFlight.count,
       swept: this.#native.swept(),
     };
   }
@@ -111,10 +107,8 @@ class PostgresStore extends ServerOperations {
     } catch (error) {
       return rejection(this.#failures.failed(error));
     }
-    this.#resets++;
-    return pending.then((value) => {
-      this.#resets--;
-      if (this.#resets === 0 && this.#drained.length > 0) for (const resolve of this.#drained.splice(0)) resolve();
+    // It settles through its own promise, with an Error to reject with.
+    return this.#inFlight.follow(pending).then((value) => {
       if (value instanceof Error) throw this.#failures.failed(value);
       return undefined;
     });
@@ -137,8 +131,7 @@ class PostgresStore extends ServerOperations {
   /** Refuses later calls (ERR_CLOSED) and ends the connection; resolves once the calls in flight have settled. */
   close() {
     this.#native.close();
-    const resets = this.#resets === 0 ? undefined : new Promise((resolve) => this.#drained.push(resolve));
-    return Promise.all([this.#inFlight.drained(), resets]).then(() => undefined);
+    return this.#inFlight.drained();
   }
 }
 
