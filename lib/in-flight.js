@@ -87,20 +87,10 @@ class InFlight {
    */
   follow(pending) {
     this.#count++;
-    const done = () => {
+    return pending.finally(() => {
       this.#count--;
       this.#idle();
-    };
-    return pending.then(
-      (value) => {
-        done();
-        return value;
-      },
-      (error) => {
-        done();
-        throw error;
-      },
-    );
+    });
   }
 
   /** Resolves once no call is in flight. */

@@ -402,6 +402,18 @@ mod tests {
         (word.into(), key.into())
     }
 
+    /// A pipe whose hit 1 on "a" was sent (loading the window script) and
+    /// answered, and the results so far.
+    fn warmed(deadline: Instant) -> (Pipe, Vec<Done>) {
+        let mut p = pipe();
+        p.send(request(1, "a", deadline));
+        let mut done = Vec::new();
+        p.feed(b"*2\r\n:1\r\n:60000\r\n");
+        p.answers(&mut done).unwrap();
+        written(&mut p);
+        (p, done)
+    }
+
     #[test]
     fn a_script_goes_as_eval_on_its_first_use_then_as_evalsha() {
         let far = Instant::now() + Duration::from_secs(5);
@@ -418,12 +430,7 @@ mod tests {
     #[test]
     fn after_noscript_the_retries_go_in_order_ahead_of_later_hits() {
         let far = Instant::now() + Duration::from_secs(5);
-        let mut p = pipe();
-        p.send(request(1, "a", far));
-        let mut done = Vec::new();
-        p.feed(b"*2\r\n:1\r\n:60000\r\n");
-        p.answers(&mut done).unwrap();
-        written(&mut p);
+        let (mut p, mut done) = warmed(far);
         // The cache is flushed: both meet NOSCRIPT.
         p.send(request(2, "b", far));
         p.send(request(3, "c", far));
@@ -453,12 +460,7 @@ mod tests {
     #[test]
     fn a_retry_overtaken_by_a_later_hit_on_its_key_rejects_unsent() {
         let far = Instant::now() + Duration::from_secs(5);
-        let mut p = pipe();
-        p.send(request(1, "a", far));
-        let mut done = Vec::new();
-        p.feed(b"*2\r\n:1\r\n:60000\r\n");
-        p.answers(&mut done).unwrap();
-        written(&mut p);
+        let (mut p, mut done) = warmed(far);
         // Flushed; another client loads the script between 2 and 3 (both on
         // "a"): 2 meets NOSCRIPT, 3 runs. 4 on "b" met NOSCRIPT too.
         p.send(request(2, "a", far));
