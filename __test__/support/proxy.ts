@@ -132,8 +132,9 @@ export async function interleavingProxy(
     let answered = Buffer.alloc(0);
     let replies = 0;
     let forwarded = 0;
-    // Set while the bytes behind an EVALSHA wait for its reply.
+    // Set while the bytes behind an EVALSHA wait for its reply; how many EVALSHAs are among them.
     let held: Buffer[] | undefined;
+    let heldEvalshas = 0;
     let onReply: (() => void) | undefined;
     client.on('data', (chunk: Buffer) => {
       asked = Buffer.concat([asked, chunk]);
@@ -145,6 +146,7 @@ export async function interleavingProxy(
         if (verb === 'EVAL') scripts.add(words[1].toString('utf8'));
         if (held) {
           held.push(command);
+          if (verb === 'EVALSHA') heldEvalshas++;
           continue;
         }
         upstream.write(command);
@@ -153,6 +155,7 @@ export async function interleavingProxy(
         if (verb === 'EVALSHA' && step) {
           armed = undefined;
           held = [];
+          heldEvalshas = 0;
           const wanted = forwarded;
           onReply = () => {
             if (replies < wanted) return;
@@ -164,9 +167,7 @@ export async function interleavingProxy(
                 upstream.write(c);
                 forwarded++;
               }
-              step.done(
-                rest.filter((c) => respWords(c, c.length)[0]?.toString('latin1').toUpperCase() === 'EVALSHA').length,
-              );
+              step.done(heldEvalshas);
             });
           };
         }
@@ -196,9 +197,9 @@ type Hits = { hit(key: string, windowMs: number, amount: number): Promise<{ coun
 /**
  * Two hits on one key made in one tick, right after SCRIPT FLUSH, with another client loading the
  * script between them (through `proxy`, in front of the server `cli` reaches): answers how the first
- * settled (a count, or its error) and the second's count. The two must share a pipeline for the load
- * to land between them; where they went as two (the second waited for the first, a legitimate order:
- * 1 then 3), it tries again with another key, up to 20 times.
+ * settled (a count, or its error) and the second's count. The second must reach the proxy behind the
+ * first's EVALSHA for the load to land between them; where it went only once the first (and its retry)
+ * had answered, a legitimate order (1 then 3), it tries again with another key, up to 20 times.
  */
 export async function overtakenPair(
   store: Hits,
@@ -221,8 +222,6 @@ export async function overtakenPair(
     const [one, two] = [await first, (await second).count];
     const after = (await store.hit(k, 60_000, 0)).count;
     if (held > 0) return { first: one, second: two, after };
-    // Two pipelines: the second went once the first (and its retry) had answered; or the second
-    // never shared the first's read.
     if (one !== 1 || two !== 3 || after !== 3) throw new Error(`out of order: ${String(one)}, ${two}, ${after}`);
   }
   throw new Error('the two hits never shared a pipeline in 20 tries');
