@@ -285,7 +285,8 @@ export interface RedisStoreOptions {
    * environment variable, then `KV_URL`, `UPSTASH_REDIS_REST_URL`, `KV_REST_API_URL`, read on the first
    * hit. With `cluster`, one or more comma-separated seed node URLs (`redis://h1:7000,redis://h2:7001`).
    * Redis Sentinel: `redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]`
-   * (the credentials are the master's; `sentinelPassword` the sentinels'); each connect asks the sentinels
+   * (the credentials are the master's; `sentinelPassword` the sentinels', with `sentinelUsername=...` before it
+   * for a sentinels' ACL user); each connect asks the sentinels
    * where the master of `name` is. `rediss+sentinel://…`: TLS to the sentinels and to the master (whose
    * certificate must name the address the sentinels give, usually an IP), trusting `tls.ca` if given.
    * Over REST a key must be a well-formed string (no lone surrogate), or the call rejects with a `TypeError`.

@@ -14,8 +14,11 @@ import { errorText, freePort, makeCertificates, redisCli, rejection } from './su
 
 const MASTER_PASSWORD = 'master-password-marker-5d2e';
 const SENTINEL_PASSWORD = 'sentinel-password-marker-91f0';
+/** An ACL user of the sentinels' own, beside their default user's requirepass. */
+const SENTINEL_USER = 'watcher';
+const SENTINEL_USER_PASSWORD = 'sentinel-acl-password-marker-7c41';
 const KEY_MARKER = '198.51.100.77-key-marker';
-const SECRETS = [MASTER_PASSWORD, SENTINEL_PASSWORD, KEY_MARKER];
+const SECRETS = [MASTER_PASSWORD, SENTINEL_PASSWORD, SENTINEL_USER_PASSWORD, KEY_MARKER];
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
 
 const requireCjs = createRequire(__filename);
@@ -27,6 +30,8 @@ interface Topology {
   sentinels: number[];
   /** The URL with every sentinel and both passwords (rediss+sentinel:// over TLS). */
   url: string;
+  /** The same, reaching the sentinels as their ACL user. */
+  aclUrl: string;
   cli(port: number, ...args: string[]): Promise<string>;
   /** The master's port as the first sentinel names it. */
   master(): Promise<number>;
@@ -90,6 +95,8 @@ async function startTopology(tls?: TlsFiles): Promise<Topology> {
         'bind 127.0.0.1',
         'protected-mode no',
         `requirepass ${SENTINEL_PASSWORD}`,
+        // Everything a client of the sentinels needs, +switch-master's channel included.
+        `user ${SENTINEL_USER} on >${SENTINEL_USER_PASSWORD} ~* &* +@all`,
         `sentinel monitor m 127.0.0.1 ${primary} 2`,
         `sentinel auth-pass m ${MASTER_PASSWORD}`,
         'sentinel down-after-milliseconds m 1000',
@@ -130,6 +137,7 @@ async function startTopology(tls?: TlsFiles): Promise<Topology> {
   return {
     sentinels,
     url: `${tls ? 'rediss' : 'redis'}+sentinel://:${MASTER_PASSWORD}@${hosts}/m?sentinelPassword=${SENTINEL_PASSWORD}`,
+    aclUrl: `${tls ? 'rediss' : 'redis'}+sentinel://:${MASTER_PASSWORD}@${hosts}/m?sentinelUsername=${SENTINEL_USER}&sentinelPassword=${SENTINEL_USER_PASSWORD}`,
     cli,
     async master() {
       const answer = await cli(sentinels[0], 'SENTINEL', 'get-master-addr-by-name', 'm');
@@ -195,10 +203,15 @@ function storesOn(eventLoop: boolean): {
   };
 }
 
-/** Whether a client of a sentinel is subscribed (a store listening for +switch-master). */
-async function listened(topology: Topology): Promise<boolean> {
+/**
+ * Whether a client of a sentinel is subscribed (a store listening for +switch-master), as `user` if
+ * given.
+ */
+async function listened(topology: Topology, user?: string): Promise<boolean> {
   const lists = await Promise.all(topology.sentinels.map((port) => topology.cli(port, 'CLIENT', 'LIST')));
-  return lists.some((list) => /\bsub=[1-9]/.test(list));
+  return lists.some((list) =>
+    list.split('\n').some((client) => /\bsub=[1-9]/.test(client) && (!user || client.includes(` user=${user} `))),
+  );
 }
 
 /** Three hits count 1, 2, 3 on the master the sentinels name, and the replica receives the counts. */
@@ -317,6 +330,19 @@ describe.each([
     const error = await rejection(store(url).hit(KEY_MARKER, 60_000, 1), SECRETS);
     expect(error.code).toBe('ERR_CONFIG');
     expect(error.message).toMatch(/the sentinels know no master of the name in the URL/);
+  });
+
+  it('asks the sentinels as their ACL user (sentinelUsername), and listens for failovers as it', async () => {
+    const s = store(topology.aclUrl);
+    for (let i = 1; i <= 3; i++) expect((await s.hit(KEY_MARKER, 60_000, 1)).count).toBe(i);
+    const deadline = Date.now() + 3_000;
+    while (!(await listened(topology, SENTINEL_USER)) && Date.now() < deadline) await sleep(50);
+    expect(await listened(topology, SENTINEL_USER), 'subscribed as the ACL user').toBe(true);
+    // The user's password is not the default user's: a wrong user name is refused.
+    const url = topology.aclUrl.replace(`sentinelUsername=${SENTINEL_USER}`, 'sentinelUsername=nobody');
+    const error = await rejection(store(url).hit(KEY_MARKER, 60_000, 1), SECRETS);
+    expect(error.code).toBe('ERR_AUTH');
+    expect(error.message).toMatch(/sentinel/);
   });
 
   it('rejects a wrong sentinelPassword with ERR_AUTH', async () => {
@@ -479,7 +505,14 @@ describe('redisStore Sentinel URLs', () => {
       [{ url: `rediss+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m`, tls: { ca: 'x' } }, /PEM certificate/],
       [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m`, cluster: true }, /not Redis Cluster nodes/],
       [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1` }, /names no master/],
-      [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m?db=2` }, /only the sentinelPassword/],
+      [
+        { url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m?db=2` },
+        /only the sentinelUsername and sentinelPassword/,
+      ],
+      [
+        { url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m?sentinelUsername=u` },
+        /its password as sentinelPassword/,
+      ],
       [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1,,127.0.0.1:2/m` }, /not host\[:port\]/],
     ] as const) {
       const s = redisStore(options);

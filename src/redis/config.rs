@@ -32,6 +32,9 @@ const DEFAULT_PORT: u16 = 6379;
 const DEFAULT_SENTINEL_PORT: u16 = 26379;
 /// The query parameter of a `redis+sentinel://` URL that holds the sentinels' password.
 pub const SENTINEL_PASSWORD: &str = "sentinelPassword";
+/// The query parameter of a `redis+sentinel://` URL that names the sentinels'
+/// ACL user (with `sentinelPassword` as that user's password).
+pub const SENTINEL_USERNAME: &str = "sentinelUsername";
 
 /// The options as given to `redisStore(options)`, their types already checked.
 #[derive(Clone, Debug, Default)]
@@ -96,6 +99,8 @@ pub struct Config {
     pub cluster: Option<Vec<Addr>>,
     /// The sentinels' password (Sentinel only; the URL's credentials are the master's).
     pub sentinel_password: Option<String>,
+    /// The sentinels' ACL user, if not `default` (Sentinel only).
+    pub sentinel_username: Option<String>,
 }
 
 // Written by hand so that no debug print shows the password.
@@ -113,6 +118,7 @@ impl std::fmt::Debug for Config {
                 "sentinel_password",
                 &self.sentinel_password.as_ref().map(|_| "[redacted]"),
             )
+            .field("sentinel_username", &self.sentinel_username)
             .finish()
     }
 }
@@ -359,6 +365,7 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
         tls_ca: None,
         cluster: None,
         sentinel_password: None,
+        sentinel_username: None,
     })
 }
 
@@ -368,12 +375,12 @@ fn is_sentinel(text: &str) -> bool {
     text.starts_with("redis+sentinel:") || text.starts_with("rediss+sentinel:")
 }
 
-/// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]`,
+/// `redis+sentinel://[user:password@]host[:port][,host[:port]...]/name[?sentinelUsername=...&sentinelPassword=...]`,
 /// or `rediss+sentinel://…` for TLS to the sentinels and to the master, read
 /// by hand: a URL parser takes one host, not a list.
 fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
     const FORM: &str =
-        "redis[s]+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]";
+        "redis[s]+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?[sentinelUsername=...&]sentinelPassword=...]";
     let bad = |what: &str| Error::Config(format!("{source}: {what}"));
     let text = text.trim();
     let (scheme, rest) = text
@@ -432,16 +439,23 @@ fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
             (user, password.map(|p| decode(p, "password")).transpose()?)
         }
     };
-    let mut sentinel_password = None;
+    let (mut sentinel_password, mut sentinel_username) = (None, None);
     for (key, value) in url::form_urlencoded::parse(query.unwrap_or_default().as_bytes()) {
         match key.as_ref() {
             SENTINEL_PASSWORD => sentinel_password = Some(value.into_owned()),
+            SENTINEL_USERNAME if !value.is_empty() => sentinel_username = Some(value.into_owned()),
+            SENTINEL_USERNAME => return Err(bad(&format!("{SENTINEL_USERNAME} is empty"))),
             _ => {
                 return Err(bad(&format!(
-                    "a Sentinel URL takes only the {SENTINEL_PASSWORD} query parameter"
+                    "a Sentinel URL takes only the {SENTINEL_USERNAME} and {SENTINEL_PASSWORD} query parameters"
                 )))
             }
         }
+    }
+    if sentinel_username.is_some() && sentinel_password.is_none() {
+        return Err(bad(&format!(
+            "{SENTINEL_USERNAME} is the sentinels' ACL user: give its password as {SENTINEL_PASSWORD}"
+        )));
     }
     Ok(Config {
         addr: Addr::Sentinel { nodes, name, tls },
@@ -452,6 +466,7 @@ fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
         tls_ca: None,
         cluster: None,
         sentinel_password,
+        sentinel_username,
     })
 }
 
@@ -820,6 +835,17 @@ mod tests {
         // Only a password: the default user.
         let c = Config::resolve(&url("redis+sentinel://:pw@h/m/"), env(&[])).unwrap();
         assert_eq!((c.username, c.password.as_deref()), (None, Some("pw")));
+        assert_eq!(c.sentinel_username, None);
+        // The sentinels' ACL user, beside its password.
+        let c = Config::resolve(
+            &url("redis+sentinel://h/m?sentinelUsername=watch%20er&sentinelPassword=s%26p"),
+            env(&[]),
+        )
+        .unwrap();
+        assert_eq!(c.sentinel_username.as_deref(), Some("watch er"));
+        assert_eq!(c.sentinel_password.as_deref(), Some("s&p"));
+        assert_eq!((&c.username, &c.password), (&None, &None));
+        assert!(!format!("{c:?}").contains("s&p"));
     }
 
     #[test]
@@ -837,7 +863,15 @@ mod tests {
             (url("redis+sentinel://:hunter2@/m"), "not host[:port]"),
             (
                 url("redis+sentinel://:hunter2@h/m?db=1"),
-                "only the sentinelPassword",
+                "only the sentinelUsername and sentinelPassword",
+            ),
+            (
+                url("redis+sentinel://:hunter2@h/m?sentinelUsername=u"),
+                "give its password as sentinelPassword",
+            ),
+            (
+                url("redis+sentinel://:hunter2@h/m?sentinelUsername=&sentinelPassword=hunter2"),
+                "sentinelUsername is empty",
             ),
             (url("redis+sentinel://:%ff@h/m"), "password in the URL"),
             (url("redis+sentinel:hunter2"), "has the form"),

@@ -222,12 +222,13 @@ impl Target {
                     tls: secure,
                 },
                 db: 0,
-                username: None,
+                username: self.config.sentinel_username.clone(),
                 password: self.config.sentinel_password.clone(),
                 timeout_ms: self.config.timeout_ms,
                 tls_ca: None,
                 cluster: None,
                 sentinel_password: None,
+                sentinel_username: None,
             },
             tls,
         ))
@@ -395,6 +396,7 @@ impl Target {
                             tls: tls.is_some(),
                         },
                         sentinel_password: None,
+                        sentinel_username: None,
                         ..self.config.clone()
                     },
                     tls,
