@@ -311,6 +311,14 @@ export interface RedisStoreOptions {
    * environment variable (`1` or `true`), read on the first hit; else false.
    */
   cluster?: boolean;
+  /**
+   * How many replicas must have a call's writes before it is answered (Redis `WAIT n timeoutMs/2`, once per
+   * pipeline). With Sentinel and as many as the master has, a failover keeps every count a call answered:
+   * a call the replicas did not confirm in time rejects with `ERR_REDIS`, `sent: true` (it counted on the
+   * master). Costs a replica round trip per pipeline; with fewer replicas up, every call rejects. One
+   * server or Sentinel only. Default 0: no wait.
+   */
+  waitForReplicas?: number;
   /** TLS settings for `rediss://`, `rediss+sentinel://` and `https://`. */
   tls?: {
     /** PEM certificate(s) to trust instead of the public roots: for a server with a private CA. */

@@ -35,6 +35,11 @@ interface Topology {
   cli(port: number, ...args: string[]): Promise<string>;
   /** The master's port as the first sentinel names it. */
   master(): Promise<number>;
+  /**
+   * Resolves once every sentinel names one master, with no failover under way, and that master has its
+   * replica in sync (after a failover: once the old master has rejoined as the replica).
+   */
+  healthy(): Promise<void>;
   stop(): Promise<void>;
 }
 
@@ -62,6 +67,8 @@ async function startTopology(tls?: TlsFiles): Promise<Topology> {
   };
   // A replica's full sync writes an RDB file whatever --save says: keep it in the topology's own folder.
   const common = ['--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--protected-mode', 'no', '--dir', dir];
+  // A replica that (re)joins syncs at once, not after the default 5 s wait for more replicas.
+  common.push('--repl-diskless-sync-delay', '0');
   const auth = ['--requirepass', MASTER_PASSWORD, '--masterauth', MASTER_PASSWORD];
   // The TLS settings, as `name value` pairs: for the servers' flags and the sentinels' files alike.
   const tlsSettings = tls
@@ -143,6 +150,26 @@ async function startTopology(tls?: TlsFiles): Promise<Topology> {
       const answer = await cli(sentinels[0], 'SENTINEL', 'get-master-addr-by-name', 'm');
       return Number(answer.split('\n')[1]);
     },
+    async healthy() {
+      const until = Date.now() + 30_000;
+      for (;;) {
+        const views = await Promise.all(
+          sentinels.map(async (port) => {
+            const lines = (await cli(port, 'SENTINEL', 'MASTER', 'm')).split('\n');
+            const field = (name: string) => lines[lines.indexOf(name) + 1];
+            return `${field('port')} ${field('flags')}`;
+          }),
+        );
+        const port = Number(views[0].split(' ')[0]);
+        const agreed = views.every((view) => view === `${port} master`);
+        const info = agreed ? await cli(port, 'INFO', 'replication').catch(() => '') : '';
+        const replica = /slave0:ip=[^,]+,port=(\d+),state=online/.exec(info);
+        const link = replica ? await cli(Number(replica[1]), 'INFO', 'replication').catch(() => '') : '';
+        if (/^role:master/m.test(info) && link.includes('master_link_status:up')) return;
+        if (Date.now() > until) throw new Error(`the topology did not settle: ${views.join('; ')}`);
+        await sleep(200);
+      }
+    },
     async stop() {
       await Promise.all(
         children.map(
@@ -216,6 +243,7 @@ async function listened(topology: Topology, user?: string): Promise<boolean> {
 
 /** Three hits count 1, 2, 3 on the master the sentinels name, and the replica receives the counts. */
 async function countsOnTheMaster(topology: Topology, s: RedisStore, prefix: string): Promise<void> {
+  await topology.healthy();
   for (let i = 1; i <= 3; i++) expect((await s.hit(KEY_MARKER, 60_000, 1)).count).toBe(i);
   const master = await topology.master();
   expect(await topology.cli(master, 'ROLE')).toMatch(/^master/);
@@ -229,9 +257,11 @@ async function countsOnTheMaster(topology: Topology, s: RedisStore, prefix: stri
 
 /**
  * `SENTINEL FAILOVER` under a loop of hits on `s` (made with timeoutMs 1000 and `prefix`): none counted
- * twice, each counted once on the new master, and hits succeed again within a few seconds.
+ * twice, each counted once on the new master, and hits succeed again within a few seconds. `fenced`
+ * (`waitForReplicas: 1`): none lost either, every count a hit answered is on the new master.
  */
-async function followsFailover(topology: Topology, s: RedisStore, prefix: string): Promise<void> {
+async function followsFailover(topology: Topology, s: RedisStore, prefix: string, fenced = false): Promise<void> {
+  await topology.healthy();
   const old = await topology.master();
   expect((await s.hit('failover', 600_000, 1)).count).toBe(1);
   if (process.platform === 'linux') expect(watchers()).toBeGreaterThan(0);
@@ -278,6 +308,10 @@ async function followsFailover(topology: Topology, s: RedisStore, prefix: string
   // No hit was counted twice: the n-th successful hit never answered more than n, plus the hits that
   // failed after being sent (which may have counted).
   counts.forEach((count, i) => expect(count).toBeLessThanOrEqual(i + 1 + sentFailures));
+  // With the fence, no count a hit answered was lost: the n-th successful hit answered at least n, the
+  // hits before it all being on whichever master answered it.
+  if (fenced)
+    counts.forEach((count, i) => expect(count, `hit ${i + 1} of ${counts.length}`).toBeGreaterThanOrEqual(i + 1));
   // On the new master every hit counts once: the answers after the move rise by one each.
   const after = counts.slice(-20);
   after.forEach((count, i) => expect(count).toBe(after[0] + i));
@@ -287,8 +321,13 @@ async function followsFailover(topology: Topology, s: RedisStore, prefix: string
   const stored = (await topology.cli(master, '--scan', '--pattern', `${prefix}*`)).split('\n');
   expect(stored.length).toBe(1);
   expect(Number(await topology.cli(master, 'GET', stored[0]))).toBe(final);
-  // Hits succeeded again within a few seconds of the first failure.
-  if (failedAt !== undefined) expect(lastFailure - failedAt).toBeLessThan(5_000);
+  // Hits succeeded again within a few seconds of the first failure; with the fence, once the new master
+  // has a replica again (the old master, once the sentinels have made it one and it has synced).
+  if (failedAt !== undefined) expect(lastFailure - failedAt).toBeLessThan(fenced ? 20_000 : 5_000);
+  if (fenced)
+    console.log(
+      `fenced failover: ${counts.length} answered, ${failures} failed, for ${lastFailure - (failedAt ?? lastFailure)} ms`,
+    );
 }
 
 describe.each([
@@ -313,6 +352,37 @@ describe.each([
   it('follows SENTINEL FAILOVER under a loop of hits: none counted twice, each counted once on the new master', async () => {
     const prefix = `sentinel:${randomUUID()}:`;
     await followsFailover(topology, store(topology.url, { timeoutMs: 1_000, prefix }), prefix);
+  });
+
+  it('with waitForReplicas, follows SENTINEL FAILOVER under a loop of hits and loses no count a hit answered', async () => {
+    const prefix = `sentinel:${randomUUID()}:`;
+    const s = store(topology.url, { timeoutMs: 1_000, prefix, waitForReplicas: 1 });
+    await followsFailover(topology, s, prefix, true);
+  });
+
+  it('with waitForReplicas, answers once the replica has the count, and rejects, sent, what too few replicas confirm', async () => {
+    const prefix = `sentinel:${randomUUID()}:`;
+    await topology.healthy();
+    const s = store(topology.url, { prefix, waitForReplicas: 1 });
+    const master = await topology.master();
+    const replica = Number(/port=(\d+)/.exec(await topology.cli(master, 'INFO', 'replication'))![1]);
+    for (let i = 1; i <= 3; i++) {
+      expect((await s.hit(KEY_MARKER, 60_000, 1)).count).toBe(i);
+      // Answered only once the replica had it: no WAIT of the test's own.
+      const keys = (await topology.cli(replica, '--scan', '--pattern', `${prefix}*`)).split('\n');
+      expect(keys.length).toBe(1);
+      expect(Number(await topology.cli(replica, 'GET', keys[0]))).toBe(i);
+    }
+    // Two replicas asked for, one there: the hit ran on the master but is not answered.
+    const two = store(topology.url, { prefix, waitForReplicas: 2, timeoutMs: 600 });
+    const started = Date.now();
+    const error = await rejection(two.hit(KEY_MARKER, 60_000, 1), SECRETS);
+    expect(Date.now() - started).toBeGreaterThanOrEqual(250);
+    expect(Date.now() - started).toBeLessThan(600);
+    expect(error.code).toBe('ERR_REDIS');
+    expect(error.sent).toBe(true);
+    expect(error.message).toMatch(/only 1 of the 2 replicas that waitForReplicas asks for confirmed it within 300 ms/);
+    expect((await s.hit(KEY_MARKER, 60_000, 0)).count).toBe(4);
   });
 
   it('runs reset and resetAll on the master', async () => {
@@ -496,7 +566,7 @@ describe('redisStore Sentinel URLs', () => {
     expect(watchers()).toBe(0);
   });
 
-  it('refuses the cluster setting, tls.ca without TLS and malformed URLs with ERR_CONFIG, naming no secret', async () => {
+  it('refuses the cluster setting, tls.ca without TLS, malformed URLs and waitForReplicas off one server with ERR_CONFIG, naming no secret', async () => {
     for (const [options, expected] of [
       [
         { url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1/m`, tls: { ca: 'x' } },
@@ -514,6 +584,11 @@ describe('redisStore Sentinel URLs', () => {
         /its password as sentinelPassword/,
       ],
       [{ url: `redis+sentinel://:${MASTER_PASSWORD}@127.0.0.1:1,,127.0.0.1:2/m` }, /not host\[:port\]/],
+      [
+        { url: `redis://:${MASTER_PASSWORD}@127.0.0.1:1,redis://127.0.0.1:2`, cluster: true, waitForReplicas: 1 },
+        /waitForReplicas is for one server or a Sentinel-watched master/,
+      ],
+      [{ url: 'http://127.0.0.1:1', token: MASTER_PASSWORD, waitForReplicas: 1 }, /not a Redis Cluster nor Upstash/],
     ] as const) {
       const s = redisStore(options);
       const error = await rejection(s.hit(KEY_MARKER, 60_000, 1), SECRETS);

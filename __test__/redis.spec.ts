@@ -77,12 +77,17 @@ describe('redisStore', () => {
       { timeoutMs: '100' },
       { tls: 'ca' },
       { tls: { ca: 1 } },
+      { waitForReplicas: '1' },
     ]) {
       expect(() => create(options), JSON.stringify(options)).toThrow(TypeError);
     }
     expect(() => create({ timeout: 5 })).toThrow(/unknown option "timeout"/);
     expect(() => create({ tls: { cert: 'x' } })).toThrow(/unknown option "tls.cert"/);
     for (const timeoutMs of [0, -1, 1.5, NaN, 2 ** 53]) expect(() => create({ timeoutMs })).toThrow(RangeError);
+    for (const waitForReplicas of [-1, 1.5, NaN, 1001, Infinity]) {
+      expect(() => create({ waitForReplicas }), String(waitForReplicas)).toThrow(/waitForReplicas must be an integer/);
+    }
+    expect(() => create({ waitForReplicas: 0 })).not.toThrow();
     for (const url of ['https://example.upstash.io', 'http://example.org', 'not a url', 'redis://:x@host/nodb']) {
       expect(() => create({ url })).not.toThrow();
     }

@@ -11,6 +11,7 @@ const {
   checkWellFormed,
   checkPositiveInteger,
   notAnswered,
+  rangeError,
   rejection,
 } = require('./check.js');
 
@@ -19,7 +20,9 @@ const { InFlight } = require('./in-flight.js');
 const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
-const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'onError'];
+const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'waitForReplicas', 'onError'];
+/** The most replicas waitForReplicas may ask for. */
+const MAX_WAIT_REPLICAS = 1000;
 
 class RedisStore extends ServerOperations {
   #native;
@@ -44,7 +47,11 @@ class RedisStore extends ServerOperations {
 
   constructor(options) {
     super();
-    const { url, token, prefix, timeoutMs, tls, cluster, onError } = checkOptions('redisStore', options, OPTIONS);
+    const { url, token, prefix, timeoutMs, tls, cluster, waitForReplicas, onError } = checkOptions(
+      'redisStore',
+      options,
+      OPTIONS,
+    );
     this.#failures = new Failures('redisStore', onError);
     checkOption('redisStore', 'url', url, 'string');
     checkOption('redisStore', 'token', token, 'string');
@@ -53,6 +60,14 @@ class RedisStore extends ServerOperations {
     const { ca } = checkOptions('redisStore', tls, ['ca'], 'tls');
     checkOption('redisStore', 'tls.ca', ca, 'string');
     if (timeoutMs !== undefined) checkPositiveInteger('redisStore', 'timeoutMs', timeoutMs);
+    if (waitForReplicas !== undefined) {
+      checkOption('redisStore', 'waitForReplicas', waitForReplicas, 'number');
+      if (!(Number.isInteger(waitForReplicas) && waitForReplicas >= 0 && waitForReplicas <= MAX_WAIT_REPLICAS)) {
+        throw rangeError(
+          `redisStore(options): waitForReplicas must be an integer from 0 to ${MAX_WAIT_REPLICAS}, got ${waitForReplicas}`,
+        );
+      }
+    }
     this.#inFlight = new InFlight(this.#failures);
     const store = native.redisStore(
       url,
@@ -61,6 +76,7 @@ class RedisStore extends ServerOperations {
       timeoutMs,
       ca,
       cluster,
+      waitForReplicas,
       this.#inFlight.settle,
       runtime.eventLoop,
     );

@@ -76,6 +76,14 @@ pub enum Error {
          effect out of order"
     )]
     Overtaken,
+    /// With `waitForReplicas`: the call ran on the master, but fewer
+    /// replicas than asked confirmed it (Redis `WAIT`) within `ms`, so a
+    /// failover now could lose it; no answer is given for it.
+    #[error(
+        "redisStore: the call ran on the master, but only {acked} of the {wanted} replicas that waitForReplicas asks \
+         for confirmed it within {ms} ms; it counted there, and a failover may lose it"
+    )]
+    Unconfirmed { acked: i64, wanted: u32, ms: u64 },
     /// The store was closed by `close()`.
     #[error("the store is closed; calls after close() are refused")]
     Closed,
@@ -104,7 +112,7 @@ impl Error {
             Error::Connection { .. } => "ERR_CONNECTION",
             Error::BackingOff { cause, .. } => cause.code(),
             Error::Auth(_) => "ERR_AUTH",
-            Error::Redis(_) | Error::Overtaken => "ERR_REDIS",
+            Error::Redis(_) | Error::Overtaken | Error::Unconfirmed { .. } => "ERR_REDIS",
             Error::Postgres { code, .. } => code,
             Error::Closed => "ERR_CLOSED",
             Error::NodeApi(_) | Error::Internal(_) => "ERR_INTERNAL",
@@ -130,6 +138,8 @@ impl Error {
             Error::Postgres { sent, .. } => *sent,
             // It met NOSCRIPT and was not sent again.
             Error::Overtaken => Some(false),
+            // It ran on the master.
+            Error::Unconfirmed { .. } => Some(true),
             // A refused hit was never sent, nor was the connect's that failed.
             Error::BackingOff { cause, .. } => cause.sent(),
             _ => None,

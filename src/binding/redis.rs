@@ -166,15 +166,18 @@ impl Drop for StoreData {
     }
 }
 
-/// `redisStore(url, token, prefix, timeoutMs, ca, cluster, settle, eventLoop)` →
+/// `redisStore(url, token, prefix, timeoutMs, ca, cluster, waitForReplicas, settle, eventLoop)` →
 /// `{ results, open, send, flush, stats, ref, unref, close }`.
 /// `settle(n, errors, events)` is called with `n` results in `results`, each
 /// `[id, …answer]` in six numbers, `errors` (`[id, error, …]`, or
 /// undefined) and the connection's `events` (or undefined). `eventLoop:
 /// false` keeps one server off the host's event loop (on the I/O thread).
+/// The most replicas `waitForReplicas` may ask for.
+const MAX_WAIT_REPLICAS: u32 = 1_000;
+
 #[napi(
     js_name = "redisStore",
-    ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, settle: (n: number, errors: unknown[] | undefined, events: { type: string; code?: string }[] | undefined) => void, eventLoop?: boolean | undefined",
+    ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, waitForReplicas: number | undefined, settle: (n: number, errors: unknown[] | undefined, events: { type: string; code?: string }[] | undefined) => void, eventLoop?: boolean | undefined",
     ts_return_type = "{ results: Float64Array; open(env: object): void; resetAll(): Promise<void>; send(id: number, op: number, key: string, a: number, b: number, c: number, d: number): true | undefined; flush(): void; stats(): number[]; ref(): void; unref(): void; close(): void }"
 )]
 #[allow(clippy::too_many_arguments)]
@@ -186,6 +189,7 @@ pub fn redis_store<'e>(
     timeout_ms: Option<f64>,
     ca: Option<String>,
     cluster: Option<bool>,
+    wait_replicas: Option<f64>,
     settle: Unknown<'e>,
     event_loop: Option<bool>,
 ) -> Result<Object<'e>> {
@@ -197,6 +201,14 @@ pub fn redis_store<'e>(
                 ))
             }
             ms => ms.map(|ms| ms as u64),
+        };
+        let wait_replicas = match wait_replicas {
+            Some(n) if !(n.fract() == 0.0 && (0.0..=f64::from(MAX_WAIT_REPLICAS)).contains(&n)) => {
+                return Err(CoreError::InvalidRange(
+                    "waitForReplicas must be an integer from 0 to 1000",
+                ))
+            }
+            n => n.map(|n| n as u32),
         };
         let prefix = match prefix {
             None => None,
@@ -212,6 +224,7 @@ pub fn redis_store<'e>(
             timeout_ms,
             tls_ca: ca,
             cluster,
+            wait_replicas,
         })
     })()
     .map_err(|e| throw_core(env, e))?;

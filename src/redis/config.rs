@@ -48,6 +48,9 @@ pub struct Options {
     pub tls_ca: Option<String>,
     /// The URL names seed nodes of a Redis Cluster (comma-separated).
     pub cluster: Option<bool>,
+    /// `waitForReplicas`: how many replicas must confirm a call's writes
+    /// (Redis `WAIT`) before it is answered; 0 or none: no wait.
+    pub wait_replicas: Option<u32>,
 }
 
 impl Options {
@@ -101,6 +104,20 @@ pub struct Config {
     pub sentinel_password: Option<String>,
     /// The sentinels' ACL user, if not `default` (Sentinel only).
     pub sentinel_username: Option<String>,
+    /// How many replicas must confirm each call (see [`Fence`]); 0: none.
+    pub wait_replicas: u32,
+}
+
+/// `waitForReplicas`: each write a connection sends is followed, once per
+/// pipeline, by `WAIT replicas timeout_ms`, and the calls before it are
+/// answered only once that many replicas confirm them, so that a failover
+/// that promotes one of them keeps every count a call answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Fence {
+    pub replicas: u32,
+    /// Half the store's timeoutMs: the calls it holds reject with
+    /// [`Error::Unconfirmed`] before their own timeout.
+    pub timeout_ms: u64,
 }
 
 // Written by hand so that no debug print shows the password.
@@ -119,6 +136,7 @@ impl std::fmt::Debug for Config {
                 &self.sentinel_password.as_ref().map(|_| "[redacted]"),
             )
             .field("sentinel_username", &self.sentinel_username)
+            .field("wait_replicas", &self.wait_replicas)
             .finish()
     }
 }
@@ -167,6 +185,14 @@ impl Config {
             (false, false) => parse_single(&url, &source)?,
         };
         config.timeout_ms = timeout_ms;
+        config.wait_replicas = options.wait_replicas.unwrap_or(0);
+        if config.wait_replicas > 0 && (config.cluster.is_some() || config.is_rest()) {
+            return Err(Error::Config(
+                "waitForReplicas is for one server or a Sentinel-watched master (redis://, rediss://, redis+unix://, \
+                 redis[s]+sentinel://), not a Redis Cluster nor Upstash's REST API"
+                    .into(),
+            ));
+        }
         let token = match config.is_rest() {
             // The token of the URL's own variable first, as askdare-upstash reads them.
             true => options.token.clone().or_else(|| {
@@ -209,6 +235,14 @@ impl Config {
     /// The target is Upstash's REST API rather than a Redis server.
     pub fn is_rest(&self) -> bool {
         matches!(self.addr, Addr::Rest { .. })
+    }
+
+    /// The `WAIT` that follows each pipeline, if `waitForReplicas` asks for one.
+    pub fn fence(&self) -> Option<Fence> {
+        (self.wait_replicas > 0).then(|| Fence {
+            replicas: self.wait_replicas,
+            timeout_ms: (self.timeout_ms / 2).max(1),
+        })
     }
 
     /// The texts no message may show.
@@ -366,6 +400,7 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
         cluster: None,
         sentinel_password: None,
         sentinel_username: None,
+        wait_replicas: 0,
     })
 }
 
@@ -467,6 +502,7 @@ fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
         cluster: None,
         sentinel_password,
         sentinel_username,
+        wait_replicas: 0,
     })
 }
 

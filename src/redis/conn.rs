@@ -97,7 +97,7 @@ impl<I: Io, T> Conn<I, T> {
             key,
             connect_timeout: Duration::from_millis(config.timeout_ms),
             link: Link::Down,
-            pipe: Pipe::new(config.secrets()),
+            pipe: Pipe::new(config.secrets(), config.fence()),
             waiting: VecDeque::new(),
             backoff: Backoff::new(rand::random()),
             answered: false,
@@ -247,6 +247,7 @@ impl<I: Io, T> Conn<I, T> {
         let Link::Up { socket, .. } = &mut self.link else {
             return;
         };
+        self.pipe.seal();
         if self.pipe.out.is_empty() {
             return;
         }

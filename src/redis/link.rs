@@ -34,7 +34,7 @@ use tokio::task::AbortHandle;
 use tokio_rustls::TlsConnector;
 
 use super::calls::{Loaded, Query};
-use super::config::{Addr, Config};
+use super::config::{Addr, Config, Fence};
 use super::health::{Backoff, Gate, Mark, Stall};
 use super::reply::{server_error, Stage};
 use super::socket;
@@ -100,6 +100,8 @@ pub struct Link {
     loaded: Mutex<(u64, Loaded)>,
     /// The pipelines written here while an older one is still out.
     written: Mutex<Written>,
+    /// `waitForReplicas`: the `WAIT` that ends each batch of calls.
+    fence: Option<Fence>,
 }
 
 /// The keys of the pipelines written on a link, in order, kept from the
@@ -202,6 +204,7 @@ impl Link {
             settings = settings.set_password(password);
         }
         Ok(Link {
+            fence: config.fence(),
             target,
             settings,
             timeout: Duration::from_millis(config.timeout_ms),
@@ -220,6 +223,11 @@ impl Link {
     }
 
     /// What this link's connections count and tell.
+    /// The `WAIT` each batch of calls ends with, if `waitForReplicas` asks for one.
+    pub fn fence(&self) -> Option<Fence> {
+        self.fence
+    }
+
     pub fn monitor(&self) -> &Arc<Monitor> {
         &self.monitor
     }

@@ -13,11 +13,18 @@
 //! as EVAL, in their order, ahead of the ops held meanwhile. An UNLINK (a
 //! reset), which can't meet NOSCRIPT, waits the same way for the EVALSHAs
 //! written before it. Nothing else is ever sent again.
+//!
+//! With a [`Fence`] (`waitForReplicas`), each batch written ends with
+//! `WAIT`, and an op's answer is held until the first `WAIT` written after
+//! its own reply's command answers: enough replicas, and it is given; fewer
+//! (or an error), and the op rejects [`Error::Unconfirmed`], since the
+//! count it made on the master may be lost by a failover.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::calls::Loaded;
+use super::config::Fence;
 use super::health::{self, Mark, Stall};
 use super::reply;
 use super::resp::{self, Malformed, Parser, Reply};
@@ -84,11 +91,27 @@ pub struct Pipe {
     stall: Stall,
     /// What this connection's calls met, over its life.
     pub tally: Tally,
+    /// `waitForReplicas`, if set, and its state.
+    fence: Option<Fence>,
+    /// Ops written (their replies to come) since the connection opened.
+    written: u64,
+    /// Op replies read since the connection opened.
+    read: u64,
+    /// For each `WAIT` written and not answered, `written` when it was:
+    /// its reply comes once `read` reaches that.
+    waits: VecDeque<u64>,
+    /// Answered ops (and their results) waiting for the next `WAIT`'s reply.
+    confirming: VecDeque<(Sent, Result<Answer>)>,
 }
 
 impl Pipe {
-    pub fn new(secrets: Vec<Vec<u8>>) -> Pipe {
+    pub fn new(secrets: Vec<Vec<u8>>, fence: Option<Fence>) -> Pipe {
         Pipe {
+            fence,
+            written: 0,
+            read: 0,
+            waits: VecDeque::new(),
+            confirming: VecDeque::new(),
             secrets,
             out: Vec::new(),
             sent: VecDeque::new(),
@@ -105,7 +128,7 @@ impl Pipe {
 
     /// Hits handed over whose reply has not come (timed-out ones included).
     pub fn in_flight(&self) -> usize {
-        self.sent.len() + self.retry.len() + self.held.len()
+        self.confirming.len() + self.sent.len() + self.retry.len() + self.held.len()
     }
 
     /// Hits sent that are still waiting for their result.
@@ -115,7 +138,11 @@ impl Pipe {
 
     /// Every op not answered yet, oldest first.
     fn queued(&self) -> impl Iterator<Item = &Sent> {
-        self.retry.iter().chain(&self.sent).chain(&self.held)
+        let confirming = self.confirming.iter().map(|(sent, _)| sent);
+        confirming
+            .chain(&self.retry)
+            .chain(&self.sent)
+            .chain(&self.held)
     }
 
     /// Encodes a hit for sending (or holds it while NOSCRIPT retries wait).
@@ -181,6 +208,24 @@ impl Pipe {
             }
         }
         self.sent.push_back(sent);
+        self.written += 1;
+    }
+
+    /// Ends what `out` holds with `WAIT` if there is a fence and an op was
+    /// written since the last one: called right before `out` is written.
+    pub fn seal(&mut self) {
+        let Some(fence) = self.fence else {
+            return;
+        };
+        if self.waits.back().copied().unwrap_or(self.read) < self.written {
+            let replicas = fence.replicas.to_string();
+            let ms = fence.timeout_ms.to_string();
+            resp::encode(
+                &mut self.out,
+                &[b"WAIT", replicas.as_bytes(), ms.as_bytes()],
+            );
+            self.waits.push_back(self.written);
+        }
     }
 
     /// Adds bytes read from the socket.
@@ -199,9 +244,16 @@ impl Pipe {
         let mut now = None;
         let mut in_time = false;
         while let Some(reply) = self.parser.next()? {
+            if self.waits.front() == Some(&self.read) {
+                self.waits.pop_front();
+                health.answered = true;
+                self.confirmed(reply, done);
+                continue;
+            }
             let Some(sent) = self.sent.pop_front() else {
                 return Err(Malformed); // A reply nothing asked for.
             };
+            self.read += 1;
             if !sent.eval && sent.request.op.script().is_some() {
                 self.evalsha -= 1;
             }
@@ -222,13 +274,18 @@ impl Pipe {
                 self.overtaken(&sent.request.key, done);
             }
             if !sent.settled {
-                self.unsettled -= 1;
                 in_time = true;
+                let result =
+                    outcome(sent.request.op, reply).map_err(|e| self.redact(e, &sent.request));
+                if self.fence.is_some() && result.is_ok() {
+                    // Given once the replicas confirm it.
+                    self.confirming.push_back((sent, result));
+                    continue;
+                }
+                self.unsettled -= 1;
                 let now = *now.get_or_insert_with(Instant::now);
                 self.tally
                     .answered(now.saturating_duration_since(sent.request.sent_at));
-                let result =
-                    outcome(sent.request.op, reply).map_err(|e| self.redact(e, &sent.request));
                 done.push(Done {
                     id: sent.request.id,
                     result,
@@ -240,6 +297,46 @@ impl Pipe {
         }
         self.release();
         Ok(health)
+    }
+
+    /// A `WAIT` answered: the ops answered before it are given if enough
+    /// replicas confirmed them, else they reject (they ran on the master).
+    fn confirmed(&mut self, reply: Reply, done: &mut Vec<Done>) {
+        let Some(fence) = self.fence else {
+            return;
+        };
+        let acked = match &reply {
+            Reply::Int(n) => Some(*n),
+            _ => None,
+        };
+        let enough = acked.is_some_and(|n| n >= i64::from(fence.replicas));
+        let now = Instant::now();
+        for (sent, result) in std::mem::take(&mut self.confirming) {
+            if sent.settled {
+                continue;
+            }
+            self.unsettled -= 1;
+            let result = match (enough, &reply) {
+                (true, _) => {
+                    self.tally
+                        .answered(now.saturating_duration_since(sent.request.sent_at));
+                    result
+                }
+                // WAIT refused (a replica can't WAIT, say): the server's error.
+                (false, Reply::Error(..)) => {
+                    outcome(Op::Ping, reply.clone()).map_err(|e| self.redact(e, &sent.request))
+                }
+                (false, _) => Err(Error::Unconfirmed {
+                    acked: acked.unwrap_or(0),
+                    wanted: fence.replicas,
+                    ms: fence.timeout_ms,
+                }),
+            };
+            done.push(Done {
+                id: sent.request.id,
+                result,
+            });
+        }
     }
 
     /// An op on `key` ran while older ops on it wait to go again after
@@ -272,7 +369,8 @@ impl Pipe {
     pub fn expire(&mut self, now: Instant, done: &mut Vec<Done>) -> bool {
         let mut expired = 0;
         let mut oldest = None;
-        let written = self.retry.iter_mut().chain(&mut self.sent);
+        let confirming = self.confirming.iter_mut().map(|(sent, _)| sent);
+        let written = confirming.chain(&mut self.retry).chain(&mut self.sent);
         // Held ops were never written: they go unsent.
         let queued = written
             .map(|s| (s, true))
@@ -311,9 +409,9 @@ impl Pipe {
     /// The connection is gone: every hit on it rejects with `error`, which
     /// says whether they were sent. Nothing is sent again.
     pub fn fail(&mut self, error: &Error, done: &mut Vec<Done>) {
-        let all = self
-            .retry
-            .drain(..)
+        let confirming = self.confirming.drain(..).map(|(sent, _)| sent);
+        let all = confirming
+            .chain(self.retry.drain(..))
             .chain(self.sent.drain(..))
             .chain(self.held.drain(..));
         for sent in all {
@@ -327,6 +425,8 @@ impl Pipe {
         }
         self.unsettled = 0;
         self.evalsha = 0;
+        (self.written, self.read) = (0, 0);
+        self.waits.clear();
         self.out.clear();
         self.parser = Parser::default();
         // The next connection may reach a server that never ran a script.
@@ -380,7 +480,7 @@ mod tests {
     }
 
     fn pipe() -> Pipe {
-        Pipe::new(vec![b"hunter2".to_vec()])
+        Pipe::new(vec![b"hunter2".to_vec()], None)
     }
 
     /// The commands `out` holds, each as its first word and its key.
@@ -412,6 +512,121 @@ mod tests {
         p.answers(&mut done).unwrap();
         written(&mut p);
         (p, done)
+    }
+
+    /// A pipe whose answers wait for one replica's `WAIT`, 500 ms.
+    fn fenced() -> Pipe {
+        let fence = Fence {
+            replicas: 1,
+            timeout_ms: 500,
+        };
+        Pipe::new(vec![b"hunter2".to_vec()], Some(fence))
+    }
+
+    const ANSWER: &[u8] = b"*2\r\n:1\r\n:60000\r\n";
+
+    #[test]
+    fn a_fence_ends_each_batch_with_wait_and_holds_the_answers_until_it_answers() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = fenced();
+        p.seal();
+        assert!(p.out.is_empty(), "nothing written, nothing to wait for");
+        p.send(request(1, "a", far));
+        p.send(request(2, "b", far));
+        p.seal();
+        p.seal();
+        assert_eq!(
+            written(&mut p),
+            [cmd("EVAL", "a"), cmd("EVALSHA", "b"), cmd("WAIT", "")]
+        );
+        let mut done = Vec::new();
+        p.feed(&[ANSWER, ANSWER].concat());
+        p.answers(&mut done).unwrap();
+        assert!(done.is_empty(), "held until the replicas confirm");
+        assert_eq!((p.in_flight(), p.unsettled()), (2, 2));
+        p.send(request(3, "c", far));
+        p.seal();
+        assert_eq!(written(&mut p), [cmd("EVALSHA", "c"), cmd("WAIT", "")]);
+        // The first WAIT: one replica has a and b. Then c, and too few for it.
+        p.feed(&[b":1\r\n".as_slice(), ANSWER, b":0\r\n"].concat());
+        p.answers(&mut done).unwrap();
+        let ids: Vec<u64> = done.iter().map(|d| d.id).collect();
+        assert_eq!(ids, [1, 2, 3]);
+        assert_eq!(done[0].result, Ok(Answer::new(&[1, 60_000])));
+        assert_eq!(
+            done[2].result,
+            Err(Error::Unconfirmed {
+                acked: 0,
+                wanted: 1,
+                ms: 500
+            })
+        );
+        assert_eq!(done[2].result.as_ref().unwrap_err().sent(), Some(true));
+        assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
+    }
+
+    #[test]
+    fn behind_a_fence_errors_go_at_once_and_retries_wait_for_their_own_wait() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = fenced();
+        p.send(request(1, "a", far));
+        p.seal();
+        let mut done = Vec::new();
+        p.feed(ANSWER);
+        p.feed(b":1\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.len(), 1);
+        written(&mut p);
+        // b meets NOSCRIPT, c a script error; the WAIT's reply comes after both.
+        p.send(request(2, "b", far));
+        p.send(request(3, "c", far));
+        p.seal();
+        assert_eq!(
+            written(&mut p),
+            [cmd("EVALSHA", "b"), cmd("EVALSHA", "c"), cmd("WAIT", "")]
+        );
+        p.feed(b"-NOSCRIPT No matching script\r\n-NOTCOUNTER not a counter\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.len(), 2, "the script error is not held");
+        assert_eq!(done[1].id, 3);
+        p.seal();
+        assert_eq!(written(&mut p), [cmd("EVAL", "b"), cmd("WAIT", "")]);
+        // The first WAIT answers (it held nothing), then b's retry and its own WAIT.
+        p.feed(&[b":1\r\n".as_slice(), ANSWER].concat());
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.len(), 2, "b waits for the WAIT after its retry");
+        p.feed(b":1\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done[2].id, 2);
+        assert_eq!(done[2].result, Ok(Answer::new(&[1, 60_000])));
+    }
+
+    #[test]
+    fn a_held_answer_times_out_and_a_refused_wait_rejects_with_its_error() {
+        let soon = Instant::now() + Duration::from_millis(100);
+        let mut p = fenced();
+        p.send(request(1, "a", soon));
+        p.send(request(2, "b", soon + Duration::from_secs(5)));
+        p.seal();
+        let mut done = Vec::new();
+        p.feed(&[ANSWER, ANSWER].concat());
+        p.answers(&mut done).unwrap();
+        assert_eq!(p.next_deadline(), Some(soon));
+        p.expire(soon, &mut done);
+        assert_eq!(done.len(), 1);
+        assert_eq!(
+            done[0].result,
+            Err(Error::Timeout {
+                ms: 2_000,
+                sent: true
+            })
+        );
+        p.feed(b"-ERR WAIT cannot be used with replica instances\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.len(), 2);
+        assert_eq!(done[1].id, 2);
+        assert_eq!(done[1].result.as_ref().unwrap_err().code(), "ERR_REDIS");
+        assert_eq!(p.unsettled(), 0);
     }
 
     #[test]

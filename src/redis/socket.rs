@@ -229,6 +229,7 @@ impl Target {
                 cluster: None,
                 sentinel_password: None,
                 sentinel_username: None,
+                wait_replicas: 0,
             },
             tls,
         ))

@@ -22,7 +22,7 @@ use futures_util::future::join_all;
 
 use super::calls::{overtaken, part_end, Query};
 use super::cluster::Cluster;
-use super::config::Config;
+use super::config::{Config, Fence};
 use super::health;
 use super::link::{classify, Link};
 use super::reply::{self, server_error, Reply, Stage};
@@ -291,7 +291,8 @@ async fn on_node(
         Err(_) => return all(&|| Answer::TimedOut { sent: false }),
     };
     let mark = link.mark();
-    let answers = send(
+    let fence = link.fence().map(|fence| (fence, conn.clone()));
+    let mut answers = send(
         conn,
         (link, generation),
         queries,
@@ -301,6 +302,9 @@ async fn on_node(
         monitor,
     )
     .await;
+    if let Some((fence, mut conn)) = fence {
+        confirm(&mut conn, fence, &mut answers, deadline).await;
+    }
     let timeouts = answers
         .iter()
         .filter(|(a, _)| matches!(a, Answer::TimedOut { .. }))
@@ -315,6 +319,45 @@ async fn on_node(
         link.answered(generation);
     }
     answers
+}
+
+/// `waitForReplicas`: once the ops' answers are in, one `WAIT` on the same
+/// connection (after every write of theirs) says whether enough replicas
+/// have them. The answers stand only if so; else each op that ran rejects
+/// with [`Error::Unconfirmed`] (or WAIT's own error), as it may be lost in
+/// a failover. Ops that failed or never ran keep their answers.
+async fn confirm(
+    conn: &mut MultiplexedConnection,
+    fence: Fence,
+    answers: &mut [Timed],
+    deadline: Instant,
+) {
+    let ran = |a: &Answer| matches!(a, Answer::Value(v) if !matches!(v, Value::ServerError(_)));
+    if !answers.iter().any(|(a, _)| ran(a)) {
+        return;
+    }
+    let mut wait = redis::cmd("WAIT");
+    wait.arg(fence.replicas).arg(fence.timeout_ms);
+    let reply = timeout_at(deadline, conn.send_packed_command(&wait)).await;
+    let now = Instant::now();
+    for (answer, at) in answers.iter_mut().filter(|(a, _)| ran(a)) {
+        *at = now;
+        match &reply {
+            Ok(Ok(Value::Int(n))) if *n >= i64::from(fence.replicas) => {}
+            Ok(Ok(Value::ServerError(e))) => {
+                *answer = Answer::Refused(server_error(e.code(), e.details(), Stage::Sent))
+            }
+            Ok(Ok(other)) => {
+                *answer = Answer::Refused(Error::Unconfirmed {
+                    acked: if let Value::Int(n) = other { *n } else { 0 },
+                    wanted: fence.replicas,
+                    ms: fence.timeout_ms,
+                })
+            }
+            Ok(Err(e)) => *answer = Answer::Failed(e.clone()),
+            Err(_) => *answer = Answer::TimedOut { sent: true },
+        }
+    }
 }
 
 /// Sends each hit to its slot's master and follows MOVED and ASK, whose
