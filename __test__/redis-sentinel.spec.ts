@@ -324,10 +324,6 @@ async function followsFailover(topology: Topology, s: RedisStore, prefix: string
   // Hits succeeded again within a few seconds of the first failure; with the fence, once the new master
   // has a replica again (the old master, once the sentinels have made it one and it has synced).
   if (failedAt !== undefined) expect(lastFailure - failedAt).toBeLessThan(fenced ? 20_000 : 5_000);
-  if (fenced)
-    console.log(
-      `fenced failover: ${counts.length} answered, ${failures} failed, for ${lastFailure - (failedAt ?? lastFailure)} ms`,
-    );
 }
 
 describe.each([
