@@ -19,8 +19,8 @@ function answers(port) {
   });
 }
 
-/** Starts a redis-server with no persistence; resolves { port, pid, version, stop }. */
-async function startRedis() {
+/** Starts a redis-server with no persistence (and `args`); resolves { port, pid, version, stop }. */
+async function startRedis(args = []) {
   const version = await run('redis-server', ['--version']).then(
     ({ stdout }) => /v=(\S+)/.exec(stdout)?.[1] ?? stdout.trim(),
     () => {
@@ -30,7 +30,7 @@ async function startRedis() {
   const port = await freePort();
   const server = spawn(
     'redis-server',
-    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no'],
+    ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--daemonize', 'no', ...args],
     { stdio: 'ignore' },
   );
   const exited = new Promise((resolve) => server.once('exit', resolve));

@@ -6,11 +6,11 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,cluster,consume,flood,rest,cpu,postgres
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,replica,cluster,consume,flood,rest,cpu,postgres
 //   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
 const { execFile, spawn } = require('node:child_process');
-const { writeFileSync, readFileSync } = require('node:fs');
+const { mkdtempSync, readFileSync, rmSync, writeFileSync } = require('node:fs');
 const os = require('node:os');
 const { join } = require('node:path');
 const { performance } = require('node:perf_hooks');
@@ -21,6 +21,7 @@ const {
   turnover,
   floor,
   redisStores,
+  replicaStores,
   clusterStores,
   restStores,
   postgresStores,
@@ -52,6 +53,7 @@ const SIZES = {
     workerHits: 200_000,
     redisRounds: 5,
     redisHits: { 1: 8_000, 16: 40_000, 256: 80_000 },
+    replicaHits: { 1: 3_000, 16: 15_000, 256: 30_000 },
     restHits: { 1: 2_000, 256: 20_000 },
     benchmarkRequests: 500_000,
     floodChecks: 200_000,
@@ -69,6 +71,7 @@ const SIZES = {
     workerHits: 50_000,
     redisRounds: 2,
     redisHits: { 1: 3_000, 16: 15_000, 256: 30_000 },
+    replicaHits: { 1: 1_500, 16: 8_000, 256: 15_000 },
     restHits: { 1: 1_000, 256: 10_000 },
     benchmarkRequests: 200_000,
     floodChecks: 100_000,
@@ -85,6 +88,7 @@ const SIZES = {
     workerHits: 1_000,
     redisRounds: 1,
     redisHits: { 1: 100, 16: 300, 256: 600 },
+    replicaHits: { 1: 50, 16: 200, 256: 400 },
     restHits: { 1: 50, 256: 300 },
     benchmarkRequests: 2_000,
     floodChecks: 20_000,
@@ -99,6 +103,7 @@ const SCENARIOS = [
   'full',
   'workers',
   'redis',
+  'replica',
   'cluster',
   'consume',
   'flood',
@@ -399,6 +404,62 @@ async function redis(size, notes) {
   } finally {
     for (const { store } of entries) await store?.close?.();
     await server.stop();
+  }
+}
+
+/**
+ * A primary with one replica (in sync before the first round): what answering only what the replica has
+ * costs, with `waitForReplicas` and with a `WAIT` after every hit.
+ */
+async function replica(size) {
+  const dir = mkdtempSync(join(os.tmpdir(), 'ratestore-bench-replica-'));
+  const sync = ['--dir', dir, '--repl-diskless-sync-delay', '0'];
+  const primary = await startRedis(sync);
+  const entries = [];
+  let secondary;
+  try {
+    secondary = await startRedis([...sync, '--replicaof', '127.0.0.1', String(primary.port)]);
+    await inSync(primary.port);
+    for (const spec of replicaStores) entries.push({ ...spec, store: await spec.create(primary.port) });
+    for (const { store } of entries) await drive(store, size.replicaHits[16], 16);
+    const samples = WIDTHS.map(() => collect(entries));
+    for (let round = 0; round < size.redisRounds; round++) {
+      for (const [w, width] of WIDTHS.entries()) {
+        for (const entry of rotated(entries, round))
+          await redisRound(samples[w], entry, size.replicaHits[width], width, primary);
+      }
+    }
+    return WIDTHS.map((width, w) => ({
+      id: `replica-${width}`,
+      title:
+        `Redis with a replica, ${width} in flight: answered once the replica has the count ` +
+        '(the reference script, 10,000 keys; redis-server cores: the primary)',
+      unit: 'ops/s; latency in us per hit',
+      higherIsBetter: true,
+      ratioOf: 'ops/s',
+      columns: REDIS_COLUMNS,
+      rows: rows(entries, samples[w]),
+    }));
+  } finally {
+    for (const { store } of entries) await store?.close?.();
+    await secondary?.stop();
+    await primary.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Resolves once the primary on `port` has a replica online, within 20 s. */
+async function inSync(port) {
+  const Redis = require('ioredis');
+  const client = new Redis({ host: '127.0.0.1', port });
+  try {
+    for (let tries = 0; tries < 200; tries++) {
+      if (/slave0:.*state=online/.test(await client.info('replication'))) return;
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    throw new Error('the replica did not sync with the primary within 20 s');
+  } finally {
+    client.disconnect();
   }
 }
 
@@ -720,6 +781,7 @@ async function main() {
   if (only.has('full')) show(await full(size));
   if (only.has('workers')) show(await workers(size));
   if (only.has('redis')) show(await redis(size, notes));
+  if (only.has('replica')) show(await replica(size));
   if (only.has('cluster')) show(await cluster(size));
   if (only.has('consume')) show(await consumeScenario(size));
   if (only.has('flood')) show(await flood(size, gc));
@@ -785,6 +847,8 @@ function results(tables, verdicts, notes, args, minutes) {
     "  all their hits over the slowest thread's time.",
     '- Redis: one redis-server started by the benchmark (no persistence), one connection per store; the limit',
     '  row is redis-benchmark with its default 50 connections, each pipelining 16.',
+    '- Redis with a replica: a primary and its replica started by the benchmark (no persistence, in sync before the',
+    "  first round), one connection per store to the primary; the redis-server column is the primary's CPU.",
     '- Redis Cluster: six redis-server processes started by the benchmark (scripts/redis-cluster.js: 3 masters with',
     '  a replica each, on this one machine), one connection per master per store.',
     "- REST: the test endpoint of Upstash's REST protocol (scripts/rest-endpoint.js, a Node.js process of its own, one",
@@ -817,6 +881,7 @@ function results(tables, verdicts, notes, args, minutes) {
       turnover,
       floor,
       ...redisStores,
+      ...replicaStores,
       ...clusterStores,
       ...restStores,
       ...memoryConsumers,

@@ -116,19 +116,7 @@ const redisStores = [
     about: 'the same script as a node-redis `defineScript` (EVALSHA, EVAL after NOSCRIPT), one connection',
     peer: true,
     async create(port) {
-      const { createClient, defineScript } = require('redis');
-      const referenceHit = defineScript({
-        SCRIPT: REFERENCE_LUA,
-        NUMBER_OF_KEYS: 1,
-        parseCommand(parser, key, windowMs, amount) {
-          parser.pushKey(key);
-          parser.push(String(windowMs), String(amount));
-        },
-        transformReply: (reply) => reply,
-      });
-      const client = createClient({ socket: { host: '127.0.0.1', port }, scripts: { referenceHit } });
-      await client.connect();
-      await client.scriptLoad(REFERENCE_LUA);
+      const client = await nodeRedis(port);
       return {
         hit: (key, windowMs, amount) => client.referenceHit(`bench:node-redis:${key}`, windowMs, amount),
         close: () => client.quit(),
@@ -159,6 +147,75 @@ const redisStores = [
     async create(port) {
       const store = ratestore.redisStore({ url: `redis://127.0.0.1:${port}`, prefix: 'bench:ratestore:' });
       await store.hit('warm-up', WINDOW_MS, 0); // connects
+      return store;
+    },
+  },
+];
+
+/** The node-redis client of the Redis tables, with the reference script as `client.referenceHit`. */
+async function nodeRedis(port) {
+  const { createClient, defineScript } = require('redis');
+  const referenceHit = defineScript({
+    SCRIPT: REFERENCE_LUA,
+    NUMBER_OF_KEYS: 1,
+    parseCommand(parser, key, windowMs, amount) {
+      parser.pushKey(key);
+      parser.push(String(windowMs), String(amount));
+    },
+    transformReply: (reply) => reply,
+  });
+  const client = createClient({ socket: { host: '127.0.0.1', port }, scripts: { referenceHit } });
+  await client.connect();
+  await client.scriptLoad(REFERENCE_LUA);
+  return client;
+}
+
+/**
+ * Stores on a primary with one replica: `create(port)` (the primary's) resolves a connected store. What
+ * answering only counts the replica has costs: `waitForReplicas` against no wait, and against `WAIT`
+ * after each hit, as a JS client would write it.
+ */
+const replicaStores = [
+  {
+    name: 'node-redis 5 EVALSHA, then WAIT 1',
+    about:
+      'the node-redis client of the Redis tables, each hit followed by `WAIT 1 1000` sent in the same tick ' +
+      '(so pipelined with it); answered once WAIT says the replica has it',
+    peer: true,
+    async create(port) {
+      const client = await nodeRedis(port);
+      return {
+        async hit(key, windowMs, amount) {
+          const [answer, replicas] = await Promise.all([
+            client.referenceHit(`bench:node-redis-wait:${key}`, windowMs, amount),
+            client.sendCommand(['WAIT', '1', '1000']),
+          ]);
+          if (replicas < 1) throw new Error('the replica did not confirm the hit');
+          return answer;
+        },
+        close: () => client.quit(),
+      };
+    },
+  },
+  {
+    name: 'redisStore(), no wait',
+    about: '`redisStore({ url, prefix })` as in the Redis tables: answered when the primary answers',
+    async create(port) {
+      const store = ratestore.redisStore({ url: `redis://127.0.0.1:${port}`, prefix: 'bench:ratestore:' });
+      await store.hit('warm-up', WINDOW_MS, 0);
+      return store;
+    },
+  },
+  {
+    name: 'redisStore({ waitForReplicas: 1 })',
+    about: '`WAIT 1 1000` once per pipeline; each hit answered once it says the replica has the pipeline',
+    async create(port) {
+      const store = ratestore.redisStore({
+        url: `redis://127.0.0.1:${port}`,
+        prefix: 'bench:ratestore-wait:',
+        waitForReplicas: 1,
+      });
+      await store.hit('warm-up', WINDOW_MS, 0);
       return store;
     },
   },
@@ -374,6 +431,7 @@ module.exports = {
   turnover,
   floor,
   redisStores,
+  replicaStores,
   clusterStores,
   restStores,
   postgresStores,
