@@ -313,10 +313,11 @@ export interface RedisStoreOptions {
   cluster?: boolean;
   /**
    * How many replicas must have a call's writes before it is answered (Redis `WAIT n timeoutMs/2`, once per
-   * pipeline). With Sentinel and as many as the master has, a failover keeps every count a call answered:
-   * a call the replicas did not confirm in time rejects with `ERR_REDIS`, `sent: true` (it counted on the
-   * master). Costs a replica round trip per pipeline; with fewer replicas up, every call rejects. One
-   * server or Sentinel only. Default 0: no wait.
+   * pipeline). Set to every replica the master has, a Sentinel failover keeps every count a call answered
+   * (fewer is not enough: a replica not promoted confirms the old master's writes in the gap). A call the
+   * replicas did not confirm in time rejects with `ERR_REDIS`, `sent: true` (it counted on the master).
+   * Costs a replica round trip per pipeline; with fewer replicas up, every call rejects. One server or
+   * Sentinel only. Default 0: no wait.
    */
   waitForReplicas?: number;
   /** TLS settings for `rediss://`, `rediss+sentinel://` and `https://`. */
