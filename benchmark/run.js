@@ -375,15 +375,10 @@ async function redis(size, notes) {
     const sha = await scriptLoad(server.port);
     notes.benchmarkCommand = benchmarkCommand(server.port, sha, size.benchmarkRequests).replace(/-p \d+/, '-p PORT');
     for (const { store } of entries) await drive(store, size.redisHits[16], 16);
-    const samples = WIDTHS.map(() => collect(entries));
     const limit = [];
-    for (let round = 0; round < size.redisRounds; round++) {
-      for (const [w, width] of WIDTHS.entries()) {
-        for (const entry of rotated(entries, round))
-          await redisRound(samples[w], entry, size.redisHits[width], width, server);
-      }
+    const samples = await widthRounds(entries, WIDTHS, size.redisHits, size.redisRounds, server, async () => {
       limit.push(await redisBenchmark(server.port, sha, { requests: size.benchmarkRequests, pipeline: 16 }));
-    }
+    });
     const benchmarkRow = {
       store: 'limit: redis-benchmark EVALSHA -P 16',
       values: {
@@ -392,15 +387,13 @@ async function redis(size, notes) {
         'p99 us': summary(limit.map((l) => l.p99Us)),
       },
     };
-    return WIDTHS.map((width, w) => ({
-      id: `redis-${width}`,
-      title: `Redis, ${width} in flight: the reference script on one connection per store (10,000 keys)`,
-      unit: 'ops/s; latency in us per hit',
-      higherIsBetter: true,
-      ratioOf: 'ops/s',
-      columns: REDIS_COLUMNS,
-      rows: [...rows(entries, samples[w]), benchmarkRow],
-    }));
+    return WIDTHS.map((width, w) =>
+      redisTable(
+        `redis-${width}`,
+        `Redis, ${width} in flight: the reference script on one connection per store (10,000 keys)`,
+        [...rows(entries, samples[w]), benchmarkRow],
+      ),
+    );
   } finally {
     for (const { store } of entries) await store?.close?.();
     await server.stop();
@@ -422,24 +415,15 @@ async function replica(size) {
     await inSync(primary.port);
     for (const spec of replicaStores) entries.push({ ...spec, store: await spec.create(primary.port) });
     for (const { store } of entries) await drive(store, size.replicaHits[16], 16);
-    const samples = WIDTHS.map(() => collect(entries));
-    for (let round = 0; round < size.redisRounds; round++) {
-      for (const [w, width] of WIDTHS.entries()) {
-        for (const entry of rotated(entries, round))
-          await redisRound(samples[w], entry, size.replicaHits[width], width, primary);
-      }
-    }
-    return WIDTHS.map((width, w) => ({
-      id: `replica-${width}`,
-      title:
+    const samples = await widthRounds(entries, WIDTHS, size.replicaHits, size.redisRounds, primary);
+    return WIDTHS.map((width, w) =>
+      redisTable(
+        `replica-${width}`,
         `Redis with a replica, ${width} in flight: answered once the replica has the count ` +
-        '(the reference script, 10,000 keys; redis-server cores: the primary)',
-      unit: 'ops/s; latency in us per hit',
-      higherIsBetter: true,
-      ratioOf: 'ops/s',
-      columns: REDIS_COLUMNS,
-      rows: rows(entries, samples[w]),
-    }));
+          '(the reference script, 10,000 keys; redis-server cores: the primary)',
+        rows(entries, samples[w]),
+      ),
+    );
   } finally {
     for (const { store } of entries) await store?.close?.();
     await secondary?.stop();
@@ -461,6 +445,34 @@ async function inSync(port) {
   } finally {
     client.disconnect();
   }
+}
+
+/**
+ * `rounds` rounds of every entry at each of `widths` in flight (`hits[width]` hits each), in an order that
+ * turns round by round, then `afterRound()`; one set of samples per width.
+ */
+async function widthRounds(entries, widths, hits, rounds, server, afterRound = async () => {}) {
+  const samples = widths.map(() => collect(entries));
+  for (let round = 0; round < rounds; round++) {
+    for (const [w, width] of widths.entries()) {
+      for (const entry of rotated(entries, round)) await redisRound(samples[w], entry, hits[width], width, server);
+    }
+    await afterRound();
+  }
+  return samples;
+}
+
+/** A Redis table: throughput and latency per hit, the ratio taken of ops/s. */
+function redisTable(id, title, tableRows) {
+  return {
+    id,
+    title,
+    unit: 'ops/s; latency in us per hit',
+    higherIsBetter: true,
+    ratioOf: 'ops/s',
+    columns: REDIS_COLUMNS,
+    rows: tableRows,
+  };
 }
 
 /** A process's CPU time so far (user + system, every thread), in ms: /proc's clock ticks of 10 ms. */
@@ -538,20 +550,13 @@ async function cluster(size) {
   try {
     for (const spec of clusterStores) entries.push({ ...spec, store: await spec.create(server.url) });
     for (const { store } of entries) await drive(store, size.redisHits[16], 16);
-    const samples = collect(entries);
-    for (let round = 0; round < size.redisRounds; round++) {
-      for (const entry of rotated(entries, round)) await redisRound(samples, entry, size.redisHits[256], 256);
-    }
+    const [samples] = await widthRounds(entries, [256], size.redisHits, size.redisRounds);
     return [
-      {
-        id: 'cluster-256',
-        title: 'Redis Cluster, 256 in flight: the reference script on 3 masters with a replica each (10,000 keys)',
-        unit: 'ops/s; latency in us per hit',
-        higherIsBetter: true,
-        ratioOf: 'ops/s',
-        columns: REDIS_COLUMNS,
-        rows: rows(entries, samples),
-      },
+      redisTable(
+        'cluster-256',
+        'Redis Cluster, 256 in flight: the reference script on 3 masters with a replica each (10,000 keys)',
+        rows(entries, samples),
+      ),
     ];
   } finally {
     for (const { store } of entries) await store?.close?.();
@@ -568,23 +573,15 @@ async function rest(size) {
   try {
     for (const spec of restStores) entries.push({ ...spec, store: await spec.create({ url: endpoint.url, token }) });
     for (const { store } of entries) await drive(store, size.restHits[256], 256);
-    const samples = REST_WIDTHS.map(() => collect(entries));
-    for (let round = 0; round < size.redisRounds; round++) {
-      for (const [w, width] of REST_WIDTHS.entries()) {
-        for (const entry of rotated(entries, round)) await redisRound(samples[w], entry, size.restHits[width], width);
-      }
-    }
-    return REST_WIDTHS.map((width, w) => ({
-      id: `rest-${width}`,
-      title:
+    const samples = await widthRounds(entries, REST_WIDTHS, size.restHits, size.redisRounds);
+    return REST_WIDTHS.map((width, w) =>
+      redisTable(
+        `rest-${width}`,
         `REST, ${width} in flight: the reference script over Upstash's REST protocol, through a test endpoint ` +
-        '(scripts/rest-endpoint.js) on one redis-server (10,000 keys)',
-      unit: 'ops/s; latency in us per hit',
-      higherIsBetter: true,
-      ratioOf: 'ops/s',
-      columns: REDIS_COLUMNS,
-      rows: rows(entries, samples[w]),
-    }));
+          '(scripts/rest-endpoint.js) on one redis-server (10,000 keys)',
+        rows(entries, samples[w]),
+      ),
+    );
   } finally {
     for (const { store } of entries) await store?.close?.();
     await endpoint.stop();
