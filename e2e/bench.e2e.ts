@@ -34,6 +34,9 @@ describe.each([
         /^Redis, 1 in flight/,
         /^Redis, 16 in flight/,
         /^Redis, 256 in flight/,
+        /^Redis with a replica, 1 in flight/,
+        /^Redis with a replica, 16 in flight/,
+        /^Redis with a replica, 256 in flight/,
         /^Redis Cluster, 256 in flight/,
         /^Consume in memory/,
         /^Consume on Redis/,
@@ -49,7 +52,14 @@ describe.each([
         /^PostgreSQL, paced/,
       ].map((title) => expect.stringMatching(title)),
     );
-    for (const store of ['memoryStore()', 'redisStore()', 'node-redis 5 EVALSHA', 'ioredis EVALSHA', 'postgresStore()'])
+    for (const store of [
+      'memoryStore()',
+      'redisStore()',
+      'node-redis 5 EVALSHA',
+      'ioredis EVALSHA',
+      'postgresStore()',
+      'redisStore({ waitForReplicas: 1 })',
+    ])
       expect(stdout).toContain(`| ${store} |`);
     // The CPU table: a row per store under each load, memoryStore's among them.
     for (const store of ['redisStore()', 'node-redis 5 EVALSHA', 'ioredis EVALSHA', 'memoryStore()'])
