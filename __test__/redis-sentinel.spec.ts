@@ -378,7 +378,13 @@ describe.each([
     expect(error.code).toBe('ERR_REDIS');
     expect(error.sent).toBe(true);
     expect(error.message).toMatch(/only 1 of the 2 replicas that waitForReplicas asks for confirmed it within 300 ms/);
-    expect((await s.hit(KEY_MARKER, 60_000, 0)).count).toBe(4);
+    // reset(key) and ping() wait for the replicas too; resetAll() does not.
+    for (const call of [two.reset(KEY_MARKER), two.ping()]) {
+      const refused = await rejection(call, SECRETS);
+      expect([refused.code, refused.sent]).toEqual(['ERR_REDIS', true]);
+    }
+    expect((await s.hit(KEY_MARKER, 60_000, 0)).count).toBe(0);
+    await two.resetAll();
   });
 
   it('runs reset and resetAll on the master', async () => {
