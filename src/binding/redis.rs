@@ -166,15 +166,15 @@ impl Drop for StoreData {
     }
 }
 
+/// The most replicas `waitForReplicas` may ask for.
+const MAX_WAIT_REPLICAS: u32 = 1_000;
+
 /// `redisStore(url, token, prefix, timeoutMs, ca, cluster, waitForReplicas, settle, eventLoop)` →
 /// `{ results, open, send, flush, stats, ref, unref, close }`.
 /// `settle(n, errors, events)` is called with `n` results in `results`, each
 /// `[id, …answer]` in six numbers, `errors` (`[id, error, …]`, or
 /// undefined) and the connection's `events` (or undefined). `eventLoop:
 /// false` keeps one server off the host's event loop (on the I/O thread).
-/// The most replicas `waitForReplicas` may ask for.
-const MAX_WAIT_REPLICAS: u32 = 1_000;
-
 #[napi(
     js_name = "redisStore",
     ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, waitForReplicas: number | undefined, settle: (n: number, errors: unknown[] | undefined, events: { type: string; code?: string }[] | undefined) => void, eventLoop?: boolean | undefined",
