@@ -117,6 +117,8 @@ export interface RedisStoreStats extends StoreStats {
   readonly noscriptReloads: number;
   /** MOVED and ASK redirections followed (Redis Cluster). */
   readonly redirections: number;
+  /** Calls that ran on the master but that fewer replicas than `waitForReplicas` confirmed (they rejected). */
+  readonly unconfirmed: number;
   readonly latencyMs: LatencyStats;
 }
 
@@ -285,9 +287,8 @@ export interface RedisStoreOptions {
    * environment variable, then `KV_URL`, `UPSTASH_REDIS_REST_URL`, `KV_REST_API_URL`, read on the first
    * hit. With `cluster`, one or more comma-separated seed node URLs (`redis://h1:7000,redis://h2:7001`).
    * Redis Sentinel: `redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/name[?sentinelPassword=...]`
-   * (the credentials are the master's; `sentinelPassword` the sentinels', with `sentinelUsername=...` before it
-   * for a sentinels' ACL user); each connect asks the sentinels
-   * where the master of `name` is. `rediss+sentinel://…`: TLS to the sentinels and to the master (whose
+   * (the credentials are the master's; `sentinelPassword` the sentinels', with `sentinelUsername=...` beside it
+   * for a sentinels' ACL user, in either order); each connect asks the sentinels where the master of `name` is. `rediss+sentinel://…`: TLS to the sentinels and to the master (whose
    * certificate must name the address the sentinels give, usually an IP), trusting `tls.ca` if given.
    * Over REST a key must be a well-formed string (no lone surrogate), or the call rejects with a `TypeError`.
    */
@@ -312,12 +313,13 @@ export interface RedisStoreOptions {
    */
   cluster?: boolean;
   /**
-   * How many replicas must have a call's writes before it is answered (Redis `WAIT n timeoutMs/2`, once per
-   * pipeline). Set to every replica the master has, a Sentinel failover keeps every count a call answered
-   * (fewer is not enough: a replica not promoted confirms the old master's writes in the gap). A call the
-   * replicas did not confirm in time rejects with `ERR_REDIS`, `sent: true` (it counted on the master).
-   * Costs a replica round trip per pipeline; with fewer replicas up, every call rejects. One server or
-   * Sentinel only. Default 0: no wait.
+   * How many replicas must have a call's writes before it is answered (Redis `WAIT n ms`, one out per
+   * connection at a time, serving every call written before it; at most `timeoutMs / 2`). Set to every
+   * replica the master has, a Sentinel failover keeps every count a call answered (fewer is not enough: a
+   * replica not promoted confirms the old master's writes in the gap). A call the replicas did not confirm
+   * in time, or whose `WAIT` Redis refused (the ACL user needs `wait`), rejects with `ERR_REDIS`,
+   * `sent: true` (it counted on the master); `stats().unconfirmed` counts them. Costs a replica round trip
+   * per pipeline; with fewer replicas up, every call rejects. One server or Sentinel only. Default 0: no wait.
    */
   waitForReplicas?: number;
   /** TLS settings for `rediss://`, `rediss+sentinel://` and `https://`. */

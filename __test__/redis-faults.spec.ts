@@ -11,7 +11,15 @@ import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { redisStore, type RedisStore } from '../index.js';
 import { interleavingProxy, listenOnLoopback, overtakenPair, slowingProxy } from './support/proxy.js';
-import { errorText, freePort, makeCertificates, perCase, runFixture, type RedisServer } from './support/redis.js';
+import {
+  errorText,
+  freePort,
+  makeCertificates,
+  perCase,
+  rejection as rejectionOf,
+  runFixture,
+  type RedisServer,
+} from './support/redis.js';
 
 const KEY_MARKER = '198.51.100.23-key-marker';
 const PASSWORD_MARKER = 'password-marker-77c1';
@@ -530,5 +538,62 @@ describe.each([
     // It never ran: the count is the second call's alone, and the store goes on.
     expect(after).toBe(2);
     expect(await outcome(s.hit('warm', 60_000, 1))).toBe(2);
+  });
+});
+
+describe.each([
+  ['the event loop', true],
+  ['the I/O thread', false],
+])('redisStore on %s with waitForReplicas and too few replicas', (_, eventLoop) => {
+  it('under load, rejects every call unconfirmed (sent) before timeoutMs, on the one connection', async () => {
+    const redis = await server();
+    const connections = await connectionCounter(redis);
+    const before = runtime.eventLoop;
+    runtime.eventLoop = eventLoop;
+    // At Redis's default hz 10 a WAIT answers up to 100 ms after its time: a call written behind one waits
+    // for it, then for its own, and timeoutMs must leave room for both.
+    const timeoutMs = 1_000;
+    // No replica: every WAIT answers 0 after its time, blocking the connection on the server meanwhile.
+    const s = store(redis.url, { timeoutMs, waitForReplicas: 1 });
+    runtime.eventLoop = before;
+    let calls = 0;
+    let slowest = 0;
+    const seen: string[] = [];
+    const pending: Promise<void>[] = [];
+    const call = async () => {
+      const started = performance.now();
+      calls++;
+      const error = await rejectionOf(s.hit(KEY_MARKER, 60_000, 1), [KEY_MARKER]);
+      slowest = Math.max(slowest, performance.now() - started);
+      seen.push(`${error.code} ${error.sent} ${/only 0 of the 1 replicas/.test(error.message)}`);
+    };
+    // Two calls every 10 ms for 2.5 s: calls arrive on many ticks while a WAIT is out.
+    const begun = performance.now();
+    for (let tick = 1; tick <= 250; tick++) {
+      pending.push(call(), call());
+      await sleep(begun + tick * 10 - performance.now());
+    }
+    await Promise.all(pending);
+    expect(new Set(seen)).toEqual(new Set(['ERR_REDIS true true']));
+    expect(slowest).toBeLessThan(timeoutMs);
+    expect(await connections()).toBe(1);
+    // Each ran on the master (so each says sent: true), once.
+    const keys = (await redis.cli('--scan', '--pattern', '*')).split('\n');
+    expect(Number(await redis.cli('GET', keys[0]))).toBe(calls);
+    const stats = s.stats();
+    expect([stats.unconfirmed, stats.timeouts, stats.connectionLosses]).toEqual([calls, 0, 0]);
+  });
+
+  it('rejects, sent, naming the permission, when the ACL user may not run WAIT', async () => {
+    const redis = await server();
+    await redis.cli('ACL', 'SETUSER', 'app', 'on', `>${PASSWORD_MARKER}`, '~*', '+@all', '-wait');
+    const before = runtime.eventLoop;
+    runtime.eventLoop = eventLoop;
+    const s = store(`redis://app:${PASSWORD_MARKER}@127.0.0.1:${redis.port}`, { waitForReplicas: 1 });
+    runtime.eventLoop = before;
+    const error = await rejectionOf(s.hit(KEY_MARKER, 60_000, 1), [KEY_MARKER, PASSWORD_MARKER]);
+    expect([error.code, error.sent]).toEqual(['ERR_REDIS', true]);
+    expect(error.message).toMatch(/refused the WAIT .*NOPERM.*needs the wait command \(\+wait\)/);
+    expect(s.stats().unconfirmed).toBe(1);
   });
 });

@@ -98,6 +98,7 @@ class RedisStore extends ServerOperations {
       timeouts,
       noscript,
       redirections,
+      unconfirmed,
       count,
       sumUs,
       p50,
@@ -117,6 +118,7 @@ class RedisStore extends ServerOperations {
       timeouts,
       noscriptReloads: noscript,
       redirections,
+      unconfirmed,
       latencyMs: { count, sumMs: sumUs / 1000, p50: p50 / 1000, p90: p90 / 1000, p99: p99 / 1000, max: max / 1000 },
     };
   }

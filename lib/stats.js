@@ -58,6 +58,7 @@ const HELP = {
   timeouts: ['counter', 'Calls that got no answer within timeoutMs'],
   noscript_reloads: ['counter', 'Scripts sent again whole (EVAL) after NOSCRIPT'],
   redirections: ['counter', 'MOVED and ASK redirections followed (Redis Cluster)'],
+  unconfirmed: ['counter', 'Calls that ran on the master but that fewer replicas than waitForReplicas confirmed'],
   call_latency_seconds: ['summary', 'Time from sending a call to Redis to its answer, over the store’s life'],
 };
 
@@ -111,6 +112,7 @@ function metricsText(stores) {
       add('timeouts', label, stats.timeouts);
       add('noscript_reloads', label, stats.noscriptReloads);
       add('redirections', label, stats.redirections);
+      add('unconfirmed', label, stats.unconfirmed);
       const l = stats.latencyMs;
       for (const [quantile, ms] of [
         ['0.5', l.p50],

@@ -84,6 +84,15 @@ pub enum Error {
          for confirmed it within {ms} ms; it counted there, and a failover may lose it"
     )]
     Unconfirmed { acked: i64, wanted: u32, ms: u64 },
+    /// With `waitForReplicas`: the call ran on the master, but Redis
+    /// refused the `WAIT` after it (`NOPERM`: the ACL user lacks `wait`; a
+    /// demoted master), so no replica is known to have it.
+    #[error(
+        "redisStore: the call ran on the master, but Redis refused the WAIT that waitForReplicas sends after it \
+         ({text}){}; it counted there, and a failover may lose it",
+        if *noperm { ": the ACL user needs the wait command (+wait)" } else { "" }
+    )]
+    WaitRefused { text: String, noperm: bool },
     /// The store was closed by `close()`.
     #[error("the store is closed; calls after close() are refused")]
     Closed,
@@ -112,7 +121,10 @@ impl Error {
             Error::Connection { .. } => "ERR_CONNECTION",
             Error::BackingOff { cause, .. } => cause.code(),
             Error::Auth(_) => "ERR_AUTH",
-            Error::Redis(_) | Error::Overtaken | Error::Unconfirmed { .. } => "ERR_REDIS",
+            Error::Redis(_)
+            | Error::Overtaken
+            | Error::Unconfirmed { .. }
+            | Error::WaitRefused { .. } => "ERR_REDIS",
             Error::Postgres { code, .. } => code,
             Error::Closed => "ERR_CLOSED",
             Error::NodeApi(_) | Error::Internal(_) => "ERR_INTERNAL",
@@ -139,7 +151,7 @@ impl Error {
             // It met NOSCRIPT and was not sent again.
             Error::Overtaken => Some(false),
             // It ran on the master.
-            Error::Unconfirmed { .. } => Some(true),
+            Error::Unconfirmed { .. } | Error::WaitRefused { .. } => Some(true),
             // A refused hit was never sent, nor was the connect's that failed.
             Error::BackingOff { cause, .. } => cause.sent(),
             _ => None,
@@ -167,6 +179,10 @@ impl Error {
             },
             Error::Auth(t) => Error::Auth(clean(t)),
             Error::Redis(t) => Error::Redis(clean(t)),
+            Error::WaitRefused { text, noperm } => Error::WaitRefused {
+                text: clean(text),
+                noperm,
+            },
             Error::Postgres { code, text, sent } => Error::Postgres {
                 code,
                 text: clean(text),

@@ -11,6 +11,7 @@ use percent_encoding::percent_decode_str;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
+use super::fence::Fence;
 use crate::errors::{Error, Result};
 
 /// Where the URL is looked for, in order, when the `url` option is not set:
@@ -106,18 +107,6 @@ pub struct Config {
     pub sentinel_username: Option<String>,
     /// How many replicas must confirm each call (see [`Fence`]); 0: none.
     pub wait_replicas: u32,
-}
-
-/// `waitForReplicas`: each write a connection sends is followed, once per
-/// pipeline, by `WAIT replicas timeout_ms`, and the calls before it are
-/// answered only once that many replicas confirm them, so that a failover
-/// that promotes one of them keeps every count a call answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Fence {
-    pub replicas: u32,
-    /// Half the store's timeoutMs: the calls it holds reject with
-    /// [`Error::Unconfirmed`] before their own timeout.
-    pub timeout_ms: u64,
 }
 
 // Written by hand so that no debug print shows the password.

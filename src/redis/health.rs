@@ -120,7 +120,7 @@ pub fn demotion(code: &str) -> bool {
 }
 
 /// What a connection had answered when a hit was sent on it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Mark(u64);
 
 /// Timeouts on one connection, to tell a stuck one from a slow hit. After

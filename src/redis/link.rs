@@ -34,9 +34,10 @@ use tokio::task::AbortHandle;
 use tokio_rustls::TlsConnector;
 
 use super::calls::{Loaded, Query};
-use super::config::{Addr, Config, Fence};
+use super::config::{Addr, Config};
+use super::fence::{Fence, Verdict};
 use super::health::{Backoff, Gate, Mark, Stall};
-use super::reply::{server_error, Stage};
+use super::reply::{server_error, Reply, Stage};
 use super::socket;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
@@ -100,8 +101,40 @@ pub struct Link {
     loaded: Mutex<(u64, Loaded)>,
     /// The pipelines written here while an older one is still out.
     written: Mutex<Written>,
-    /// `waitForReplicas`: the `WAIT` that ends each batch of calls.
+    /// `waitForReplicas`: the `WAIT` that follows the calls' writes.
     fence: Option<Fence>,
+    /// The `WAIT`s on this generation's connection.
+    rounds: Mutex<Rounds>,
+    /// Wakes the calls waiting for a round when one answers.
+    round_done: tokio::sync::Notify,
+}
+
+/// What a `WAIT` on the I/O thread came to, for every call it covered.
+#[derive(Clone, Debug)]
+pub enum Confirmation {
+    /// Its reply, read.
+    Verdict(Verdict),
+    /// The connection failed before it answered.
+    Failed(RedisError),
+    /// No answer in the `WAIT`'s time and the link's timeout after it.
+    TimedOut,
+}
+
+/// `waitForReplicas` on one connection: one `WAIT` out at a time. A
+/// `WAIT` covers the writes its connection made before it, so each serves
+/// every call whose pipeline was written before it; the calls written
+/// after the one out wait for the next, written once it answers.
+#[derive(Default)]
+struct Rounds {
+    /// The connection these are on.
+    generation: u64,
+    /// The `WAIT` out: the last pipeline (see [`Link::out`]) written before it.
+    out: Option<u64>,
+    /// The earliest deadline of the calls waiting for the next `WAIT`.
+    earliest: Option<Instant>,
+    /// The last `WAIT` answered: the last pipeline written before it, and
+    /// what it came to.
+    said: Option<(u64, Confirmation)>,
 }
 
 /// The keys of the pipelines written on a link, in order, kept from the
@@ -118,6 +151,13 @@ struct Written {
 pub struct Out<'a> {
     link: &'a Link,
     id: u64,
+}
+
+impl Out<'_> {
+    /// Its number: later pipelines have higher ones.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
 }
 
 impl Drop for Out<'_> {
@@ -219,15 +259,117 @@ impl Link {
             monitor,
             loaded: Mutex::default(),
             written: Mutex::default(),
+            rounds: Mutex::default(),
+            round_done: tokio::sync::Notify::new(),
         })
     }
 
-    /// What this link's connections count and tell.
-    /// The `WAIT` each batch of calls ends with, if `waitForReplicas` asks for one.
+    /// The fence (`WAIT`) the calls' writes go through, if `waitForReplicas` asks for one.
     pub fn fence(&self) -> Option<Fence> {
         self.fence
     }
 
+    fn rounds(&self, generation: u64) -> MutexGuard<'_, Rounds> {
+        // Each change leaves the rounds whole, so a poisoned lock is still usable.
+        let mut rounds = self.rounds.lock().unwrap_or_else(|e| e.into_inner());
+        if rounds.generation < generation {
+            // A new connection: a `WAIT` on it covers nothing of the old one.
+            *rounds = Rounds {
+                generation,
+                ..Rounds::default()
+            };
+        }
+        rounds
+    }
+
+    /// Waits, within `deadline`, for a `WAIT` written on `conn` (the
+    /// connection of `generation`) after `written`, the last pipeline of
+    /// the call (see [`Link::out`]), and answers what it came to. One
+    /// `WAIT` is out at a time, its time cut to answer before the earliest
+    /// deadline of the calls it serves.
+    pub async fn confirm(
+        self: &Arc<Self>,
+        fence: Fence,
+        (generation, written): (u64, u64),
+        conn: &MultiplexedConnection,
+        deadline: Instant,
+    ) -> Confirmation {
+        let mut waiting = false;
+        loop {
+            let notified = self.round_done.notified();
+            tokio::pin!(notified);
+            {
+                let mut rounds = self.rounds(generation);
+                // Enabled under the lock a `WAIT` takes to finish: no wake-up is missed.
+                notified.as_mut().enable();
+                if rounds.generation != generation {
+                    // Its connection was replaced: a `WAIT` there answers for it alone.
+                    break;
+                }
+                if let Some((covered, said)) = &rounds.said {
+                    if *covered >= written {
+                        return said.clone();
+                    }
+                }
+                match rounds.out {
+                    // The `WAIT` out covers this call: it waits for its answer.
+                    Some(covered) if covered >= written => {}
+                    // It waits for the next one.
+                    Some(_) => {
+                        if !waiting {
+                            waiting = true;
+                            let earliest = rounds.earliest.map_or(deadline, |e| e.min(deadline));
+                            rounds.earliest = Some(earliest);
+                        }
+                    }
+                    None => {
+                        let earliest = rounds.earliest.take().map_or(deadline, |e| e.min(deadline));
+                        let ms = fence.wait_ms(Instant::now(), Some(earliest));
+                        // Read with no await before the `WAIT` task is made:
+                        // every pipeline up to it was written before it.
+                        let covered = self.written().next;
+                        rounds.out = Some(covered);
+                        // A task of its own: it answers for every call it
+                        // covers, whichever of them gives up first.
+                        let (link, conn) = (Arc::clone(self), conn.clone());
+                        tokio::spawn(async move {
+                            let said = link.wait(fence, ms, &conn).await;
+                            let mut rounds = link.rounds(generation);
+                            if rounds.generation == generation {
+                                rounds.out = None;
+                                rounds.said = Some((covered, said));
+                            }
+                            drop(rounds);
+                            link.round_done.notify_waiters();
+                        });
+                    }
+                }
+            }
+            if tokio::time::timeout_at(deadline.into(), notified)
+                .await
+                .is_err()
+            {
+                return Confirmation::TimedOut;
+            }
+        }
+        let ms = fence.wait_ms(Instant::now(), Some(deadline));
+        self.wait(fence, ms, conn).await
+    }
+
+    /// Sends `WAIT replicas ms` on `conn`; gives up `timeout` after `ms`.
+    async fn wait(&self, fence: Fence, ms: u64, conn: &MultiplexedConnection) -> Confirmation {
+        let mut wait = redis::cmd("WAIT");
+        wait.arg(fence.replicas).arg(ms);
+        let mut conn = conn.clone();
+        let limit = Duration::from_millis(ms) + self.timeout;
+        match tokio::time::timeout(limit, conn.send_packed_command(&wait)).await {
+            Ok(Ok(value)) => Confirmation::Verdict(fence.verdict(read(&value), ms)),
+            Ok(Err(e)) => Confirmation::Failed(e),
+            Err(_) => Confirmation::TimedOut,
+        }
+    }
+
+    /// What this link's connections count and tell.
     pub fn monitor(&self) -> &Arc<Monitor> {
         &self.monitor
     }
@@ -530,6 +672,25 @@ fn tls_connector(
 
 /// The one mapping from the Redis client's errors to the store's. Text from
 /// outside is redacted by the store before it reaches a message.
+/// A reply from the `redis` crate as every transport reads it.
+pub fn read(value: &redis::Value) -> Reply<'_> {
+    use redis::Value;
+    match value {
+        Value::Array(items) => Reply::Array(
+            items
+                .iter()
+                .map(|v| match v {
+                    Value::Int(n) => Some(*n),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Value::Int(n) => Reply::Int(*n),
+        Value::ServerError(e) => Reply::Error(e.code(), e.details()),
+        _ => Reply::Other,
+    }
+}
+
 pub fn classify(error: &RedisError, stage: Stage) -> Error {
     if let Some(code) = error.code() {
         return server_error(code, error.detail(), stage);

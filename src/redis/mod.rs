@@ -4,7 +4,7 @@
 //! transport shares: `calls` (an op on a key, the scripts cache, where a
 //! pipeline ends so that nothing overtakes an EVALSHA), `reply` (a reply
 //! to an answer or an error), `health` (backoff, stalls, demotions),
-//! `order` (per-key turns) and `stats`. The transports: `pipe` + `resp` +
+//! `order` (per-key turns), `fence` (`waitForReplicas`) and `stats`. The transports: `pipe` + `resp` +
 //! `socket`, sans-I/O, driven on Node's event loop by the binding; `link`
 //! (one multiplexed connection per server, or per node of a Redis Cluster,
 //! whose slot map `cluster` keeps) and `rest` (Upstash's REST API), run by
@@ -16,6 +16,7 @@ pub mod calls;
 mod cluster;
 pub mod config;
 pub mod conn;
+pub mod fence;
 pub mod health;
 mod link;
 mod order;

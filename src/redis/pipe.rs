@@ -14,17 +14,19 @@
 //! reset), which can't meet NOSCRIPT, waits the same way for the EVALSHAs
 //! written before it. Nothing else is ever sent again.
 //!
-//! With a [`Fence`] (`waitForReplicas`), each batch written ends with
-//! `WAIT`, and an op's answer is held until the first `WAIT` written after
-//! its own reply's command answers: enough replicas, and it is given; fewer
-//! (or an error), and the op rejects [`Error::Unconfirmed`], since the
-//! count it made on the master may be lost by a failover.
+//! With a [`Fence`] (`waitForReplicas`), a batch written ends with `WAIT`
+//! unless one is out already (then the ops written meanwhile get the next
+//! one, written once it answers), and an op's answer is held until the
+//! first `WAIT` written after it answers: enough replicas, and it is given;
+//! fewer (or an error), and the op rejects [`Error::Unconfirmed`] (or
+//! [`Error::WaitRefused`]), since the count it made on the master may be
+//! lost by a failover.
 
 use std::collections::VecDeque;
 use std::time::Instant;
 
 use super::calls::Loaded;
-use super::config::Fence;
+use super::fence::{Fence, Verdict};
 use super::health::{self, Mark, Stall};
 use super::reply;
 use super::resp::{self, Malformed, Parser, Reply};
@@ -97,9 +99,11 @@ pub struct Pipe {
     written: u64,
     /// Op replies read since the connection opened.
     read: u64,
-    /// For each `WAIT` written and not answered, `written` when it was:
-    /// its reply comes once `read` reaches that.
-    waits: VecDeque<u64>,
+    /// The `WAIT` out, if any: `written` when it was (its reply comes once
+    /// `read` reaches that), and how long it waits.
+    wait: Option<(u64, u64)>,
+    /// `written` when the last `WAIT` was: the ops written since need one.
+    sealed: u64,
     /// Answered ops (and their results) waiting for the next `WAIT`'s reply.
     confirming: VecDeque<(Sent, Result<Answer>)>,
 }
@@ -110,7 +114,8 @@ impl Pipe {
             fence,
             written: 0,
             read: 0,
-            waits: VecDeque::new(),
+            wait: None,
+            sealed: 0,
             confirming: VecDeque::new(),
             secrets,
             out: Vec::new(),
@@ -211,21 +216,32 @@ impl Pipe {
         self.written += 1;
     }
 
-    /// Ends what `out` holds with `WAIT` if there is a fence and an op was
-    /// written since the last one: called right before `out` is written.
+    /// Ends what `out` holds with `WAIT` if there is a fence, no `WAIT` is
+    /// out, and an op was written since the last one: called right before
+    /// `out` is written. It waits no longer than the earliest deadline of
+    /// the ops it covers allows.
     pub fn seal(&mut self) {
         let Some(fence) = self.fence else {
             return;
         };
-        if self.waits.back().copied().unwrap_or(self.read) < self.written {
-            let replicas = fence.replicas.to_string();
-            let ms = fence.timeout_ms.to_string();
-            resp::encode(
-                &mut self.out,
-                &[b"WAIT", replicas.as_bytes(), ms.as_bytes()],
-            );
-            self.waits.push_back(self.written);
+        if self.wait.is_some() || self.sealed == self.written {
+            return;
         }
+        let covered = self.confirming.iter().map(|(sent, _)| sent);
+        let earliest = covered
+            .chain(&self.sent)
+            .filter(|s| !s.settled)
+            .map(|s| s.request.deadline)
+            .min();
+        let ms = fence.wait_ms(Instant::now(), earliest);
+        let replicas = fence.replicas.to_string();
+        let timeout = ms.to_string();
+        resp::encode(
+            &mut self.out,
+            &[b"WAIT", replicas.as_bytes(), timeout.as_bytes()],
+        );
+        self.wait = Some((self.written, ms));
+        self.sealed = self.written;
     }
 
     /// Adds bytes read from the socket.
@@ -244,10 +260,12 @@ impl Pipe {
         let mut now = None;
         let mut in_time = false;
         while let Some(reply) = self.parser.next()? {
-            if self.waits.front() == Some(&self.read) {
-                self.waits.pop_front();
+            if let Some((_, ms)) = self.wait.filter(|(at, _)| *at == self.read) {
+                self.wait = None;
                 health.answered = true;
-                self.confirmed(reply, done);
+                if self.confirmed(reply, ms, done) {
+                    health.unusable = true;
+                }
                 continue;
             }
             let Some(sent) = self.sent.pop_front() else {
@@ -299,44 +317,37 @@ impl Pipe {
         Ok(health)
     }
 
-    /// A `WAIT` answered: the ops answered before it are given if enough
-    /// replicas confirmed them, else they reject (they ran on the master).
-    fn confirmed(&mut self, reply: Reply, done: &mut Vec<Done>) {
+    /// A `WAIT` that waited up to `ms` answered: the ops answered before it
+    /// are given if enough replicas confirmed them, else they reject (they
+    /// ran on the master). Answers whether the server was demoted.
+    fn confirmed(&mut self, reply: Reply, ms: u64, done: &mut Vec<Done>) -> bool {
         let Some(fence) = self.fence else {
-            return;
+            return false;
         };
-        let acked = match &reply {
-            Reply::Int(n) => Some(*n),
-            _ => None,
-        };
-        let enough = acked.is_some_and(|n| n >= i64::from(fence.replicas));
+        let verdict = fence.verdict(read(&reply), ms);
         let now = Instant::now();
         for (sent, result) in std::mem::take(&mut self.confirming) {
             if sent.settled {
                 continue;
             }
             self.unsettled -= 1;
-            let result = match (enough, &reply) {
-                (true, _) => {
+            let result = match &verdict {
+                Verdict::Confirmed => {
                     self.tally
                         .answered(now.saturating_duration_since(sent.request.sent_at));
                     result
                 }
-                // WAIT refused (a replica can't WAIT, say): the server's error.
-                (false, Reply::Error(..)) => {
-                    outcome(Op::Ping, reply.clone()).map_err(|e| self.redact(e, &sent.request))
+                Verdict::Rejected { error, .. } => {
+                    self.tally.unconfirmed += 1;
+                    Err(self.redact(error.clone(), &sent.request))
                 }
-                (false, _) => Err(Error::Unconfirmed {
-                    acked: acked.unwrap_or(0),
-                    wanted: fence.replicas,
-                    ms: fence.timeout_ms,
-                }),
             };
             done.push(Done {
                 id: sent.request.id,
                 result,
             });
         }
+        matches!(verdict, Verdict::Rejected { demoted: true, .. })
     }
 
     /// An op on `key` ran while older ops on it wait to go again after
@@ -375,13 +386,11 @@ impl Pipe {
         let queued = written
             .map(|s| (s, true))
             .chain(self.held.iter_mut().map(|s| (s, false)));
-        for (sent, written) in queued.filter(|(s, _)| !s.settled) {
-            if sent.request.deadline > now {
-                // Sent in order, with one timeout for all: the rest are later.
-                break;
-            }
+        // Not in deadline order across the queues (a NOSCRIPT retry is older
+        // than answers held behind a fence): each is looked at.
+        for (sent, written) in queued.filter(|(s, _)| !s.settled && s.request.deadline <= now) {
             sent.settled = true;
-            oldest.get_or_insert(sent.mark);
+            oldest = Some(oldest.map_or(sent.mark, |m: Mark| m.min(sent.mark)));
             expired += 1;
             let ms = sent
                 .request
@@ -401,9 +410,12 @@ impl Pipe {
 
     /// The earliest deadline of a hit not yet settled.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.queued()
-            .find(|s| !s.settled)
-            .map(|s| s.request.deadline)
+        let mut unsettled = self.queued().filter(|s| !s.settled);
+        if self.confirming.is_empty() && self.retry.is_empty() {
+            // Sent in order, with one timeout for all: the first is the earliest.
+            return unsettled.next().map(|s| s.request.deadline);
+        }
+        unsettled.map(|s| s.request.deadline).min()
     }
 
     /// The connection is gone: every hit on it rejects with `error`, which
@@ -425,8 +437,8 @@ impl Pipe {
         }
         self.unsettled = 0;
         self.evalsha = 0;
-        (self.written, self.read) = (0, 0);
-        self.waits.clear();
+        (self.written, self.read, self.sealed) = (0, 0, 0);
+        self.wait = None;
         self.out.clear();
         self.parser = Parser::default();
         // The next connection may reach a server that never ran a script.
@@ -443,7 +455,12 @@ impl Pipe {
 
 /// The op's answer, or the error its script raised.
 fn outcome(op: Op, reply: Reply) -> Result<Answer> {
-    let read = match &reply {
+    reply::outcome(op, read(&reply))
+}
+
+/// A RESP reply as every transport reads it.
+fn read(reply: &Reply) -> reply::Reply<'_> {
+    match reply {
         Reply::Array(Some(items)) => reply::Reply::Array(
             items
                 .iter()
@@ -458,8 +475,7 @@ fn outcome(op: Op, reply: Reply) -> Result<Answer> {
             reply::Reply::Error(code, (!detail.is_empty()).then_some(detail.as_str()))
         }
         _ => reply::Reply::Other,
-    };
-    reply::outcome(op, read)
+    }
 }
 
 #[cfg(test)]
@@ -493,7 +509,9 @@ mod tests {
                 Some(Reply::Bulk(Some(b))) => String::from_utf8_lossy(b).into_owned(),
                 _ => String::new(),
             };
-            all.push((word(0), word(3)));
+            // A command and its key; a WAIT and its time.
+            let second = if word(0) == "WAIT" { word(2) } else { word(3) };
+            all.push((word(0), second));
         }
         all
     }
@@ -526,7 +544,7 @@ mod tests {
     const ANSWER: &[u8] = b"*2\r\n:1\r\n:60000\r\n";
 
     #[test]
-    fn a_fence_ends_each_batch_with_wait_and_holds_the_answers_until_it_answers() {
+    fn a_fence_writes_one_wait_at_a_time_and_holds_the_answers_until_it_answers() {
         let far = Instant::now() + Duration::from_secs(5);
         let mut p = fenced();
         p.seal();
@@ -537,22 +555,28 @@ mod tests {
         p.seal();
         assert_eq!(
             written(&mut p),
-            [cmd("EVAL", "a"), cmd("EVALSHA", "b"), cmd("WAIT", "")]
+            [cmd("EVAL", "a"), cmd("EVALSHA", "b"), cmd("WAIT", "500")]
         );
         let mut done = Vec::new();
         p.feed(&[ANSWER, ANSWER].concat());
         p.answers(&mut done).unwrap();
         assert!(done.is_empty(), "held until the replicas confirm");
         assert_eq!((p.in_flight(), p.unsettled()), (2, 2));
+        // A WAIT is out (it blocks the connection on the server): c waits for the next one.
         p.send(request(3, "c", far));
         p.seal();
-        assert_eq!(written(&mut p), [cmd("EVALSHA", "c"), cmd("WAIT", "")]);
-        // The first WAIT: one replica has a and b. Then c, and too few for it.
-        p.feed(&[b":1\r\n".as_slice(), ANSWER, b":0\r\n"].concat());
+        assert_eq!(written(&mut p), [cmd("EVALSHA", "c")]);
+        // The first WAIT: one replica has a and b. Then c, held for a WAIT of its own.
+        p.feed(&[b":1\r\n".as_slice(), ANSWER].concat());
         p.answers(&mut done).unwrap();
         let ids: Vec<u64> = done.iter().map(|d| d.id).collect();
-        assert_eq!(ids, [1, 2, 3]);
+        assert_eq!(ids, [1, 2]);
         assert_eq!(done[0].result, Ok(Answer::new(&[1, 60_000])));
+        p.seal();
+        assert_eq!(written(&mut p), [cmd("WAIT", "500")]);
+        // Too few replicas for c.
+        p.feed(b":0\r\n");
+        p.answers(&mut done).unwrap();
         assert_eq!(
             done[2].result,
             Err(Error::Unconfirmed {
@@ -563,6 +587,23 @@ mod tests {
         );
         assert_eq!(done[2].result.as_ref().unwrap_err().sent(), Some(true));
         assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
+        assert_eq!(p.tally.unconfirmed, 1);
+    }
+
+    #[test]
+    fn a_wait_answers_before_the_deadlines_of_the_calls_it_covers() {
+        let now = Instant::now();
+        let mut p = fenced();
+        p.send(request(1, "a", now + Duration::from_secs(5)));
+        p.send(request(2, "b", now + Duration::from_millis(400)));
+        p.seal();
+        let wait = written(&mut p).pop().unwrap();
+        let ms: u64 = wait.1.parse().unwrap();
+        assert_eq!(wait.0, "WAIT");
+        assert!(
+            (220..=240).contains(&ms),
+            "{ms} ms: within b's 400 ms, less the margins"
+        );
     }
 
     #[test]
@@ -583,18 +624,21 @@ mod tests {
         p.seal();
         assert_eq!(
             written(&mut p),
-            [cmd("EVALSHA", "b"), cmd("EVALSHA", "c"), cmd("WAIT", "")]
+            [cmd("EVALSHA", "b"), cmd("EVALSHA", "c"), cmd("WAIT", "500")]
         );
         p.feed(b"-NOSCRIPT No matching script\r\n-NOTCOUNTER not a counter\r\n");
         p.answers(&mut done).unwrap();
         assert_eq!(done.len(), 2, "the script error is not held");
         assert_eq!(done[1].id, 3);
+        // b goes again; its WAIT waits for the one out.
         p.seal();
-        assert_eq!(written(&mut p), [cmd("EVAL", "b"), cmd("WAIT", "")]);
-        // The first WAIT answers (it held nothing), then b's retry and its own WAIT.
+        assert_eq!(written(&mut p), [cmd("EVAL", "b")]);
+        // The first WAIT answers (it held nothing), then b's retry, then its own WAIT.
         p.feed(&[b":1\r\n".as_slice(), ANSWER].concat());
         p.answers(&mut done).unwrap();
         assert_eq!(done.len(), 2, "b waits for the WAIT after its retry");
+        p.seal();
+        assert_eq!(written(&mut p), [cmd("WAIT", "500")]);
         p.feed(b":1\r\n");
         p.answers(&mut done).unwrap();
         assert_eq!(done[2].id, 2);
@@ -602,7 +646,7 @@ mod tests {
     }
 
     #[test]
-    fn a_held_answer_times_out_and_a_refused_wait_rejects_with_its_error() {
+    fn a_held_answer_times_out_and_a_refused_wait_rejects_sent_and_tells_a_demotion() {
         let soon = Instant::now() + Duration::from_millis(100);
         let mut p = fenced();
         p.send(request(1, "a", soon));
@@ -621,12 +665,39 @@ mod tests {
                 sent: true
             })
         );
+        // A demoted master refuses WAIT: the call ran there; the connection is to be replaced.
         p.feed(b"-ERR WAIT cannot be used with replica instances\r\n");
-        p.answers(&mut done).unwrap();
+        let health = p.answers(&mut done).unwrap();
+        assert!(health.unusable);
         assert_eq!(done.len(), 2);
         assert_eq!(done[1].id, 2);
-        assert_eq!(done[1].result.as_ref().unwrap_err().code(), "ERR_REDIS");
+        let error = done[1].result.as_ref().unwrap_err();
+        assert_eq!((error.code(), error.sent()), ("ERR_REDIS", Some(true)));
+        assert!(error.to_string().contains("refused the WAIT"), "{error}");
         assert_eq!(p.unsettled(), 0);
+    }
+
+    #[test]
+    fn a_noscript_retry_times_out_by_its_own_deadline_behind_newer_held_answers() {
+        let now = Instant::now();
+        let mut p = fenced();
+        p.send(request(1, "a", now + Duration::from_secs(5)));
+        p.seal();
+        let mut done = Vec::new();
+        p.feed(&[ANSWER, b":1\r\n".as_slice()].concat());
+        p.answers(&mut done).unwrap();
+        written(&mut p);
+        // The cache is flushed: b meets NOSCRIPT and waits for c, which is answered and held.
+        p.send(request(2, "b", now + Duration::from_millis(100)));
+        p.send(request(3, "c", now + Duration::from_secs(5)));
+        p.seal();
+        written(&mut p);
+        p.feed(&[b"-NOSCRIPT No matching script\r\n".as_slice(), ANSWER].concat());
+        p.answers(&mut done).unwrap();
+        assert_eq!(written(&mut p), [cmd("EVAL", "b")]);
+        assert_eq!(p.next_deadline(), Some(now + Duration::from_millis(100)));
+        p.expire(now + Duration::from_millis(100), &mut done);
+        assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2]);
     }
 
     #[test]

@@ -26,12 +26,15 @@ pub struct Tally {
     pub noscript: u64,
     /// MOVED and ASK answers followed (cluster).
     pub redirections: u64,
+    /// Calls that ran on the master but that fewer replicas than
+    /// `waitForReplicas` confirmed.
+    pub unconfirmed: u64,
     /// How long answered calls took, from send to answer.
     pub latency: Histogram,
 }
 
 /// Numbers `Tally::numbers` gives, in order.
-pub const NUMBERS: usize = 13;
+pub const NUMBERS: usize = 14;
 
 impl Tally {
     pub fn answered(&mut self, took: Duration) {
@@ -39,7 +42,8 @@ impl Tally {
     }
 
     /// `[connects, reconnects, connectFailures, losses, timeouts,
-    /// noscriptReloads, redirections, answered, sum, p50, p90, p99, max]`, the
+    /// noscriptReloads, redirections, unconfirmed, answered, sum, p50, p90,
+    /// p99, max]`, the
     /// latencies in µs: what JavaScript's `stats()` is made from.
     pub fn numbers(&self) -> [f64; NUMBERS] {
         let h = &self.latency;
@@ -51,6 +55,7 @@ impl Tally {
             self.timeouts,
             self.noscript,
             self.redirections,
+            self.unconfirmed,
             h.count(),
             h.sum(),
             h.quantile(0.5),

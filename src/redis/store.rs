@@ -22,10 +22,11 @@ use futures_util::future::join_all;
 
 use super::calls::{overtaken, part_end, Query};
 use super::cluster::Cluster;
-use super::config::{Config, Fence};
+use super::config::Config;
+use super::fence::Verdict;
 use super::health;
-use super::link::{classify, Link};
-use super::reply::{self, server_error, Reply, Stage};
+use super::link::{classify, read, Confirmation, Link};
+use super::reply::{self, server_error, Stage};
 use super::rest::Rest;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
@@ -162,6 +163,9 @@ impl Store {
                 match answer {
                     Answer::TimedOut { .. } => tally.timeouts += 1,
                     Answer::Value(_) => tally.answered(at.saturating_duration_since(started)),
+                    Answer::Refused(Error::Unconfirmed { .. } | Error::WaitRefused { .. }) => {
+                        tally.unconfirmed += 1
+                    }
                     _ => {}
                 }
             }
@@ -291,8 +295,8 @@ async fn on_node(
         Err(_) => return all(&|| Answer::TimedOut { sent: false }),
     };
     let mark = link.mark();
-    let fence = link.fence().map(|fence| (fence, conn.clone()));
-    let mut answers = send(
+    let fenced = link.fence().map(|fence| (fence, conn.clone()));
+    let (mut answers, written) = send(
         conn,
         (link, generation),
         queries,
@@ -302,14 +306,20 @@ async fn on_node(
         monitor,
     )
     .await;
-    if let Some((fence, mut conn)) = fence {
-        confirm(&mut conn, fence, &mut answers, deadline).await;
+    let mut demoted = None;
+    if let Some((fence, conn)) = fenced {
+        if answers.iter().any(|(a, _)| ran(a)) {
+            let said = link
+                .confirm(fence, (generation, written), &conn, deadline.into_std())
+                .await;
+            demoted = confirmed(said, &mut answers);
+        }
     }
     let timeouts = answers
         .iter()
         .filter(|(a, _)| matches!(a, Answer::TimedOut { .. }))
         .count();
-    if let Some(demotion) = answers.iter().find_map(|(a, _)| a.demotion()) {
+    if let Some(demotion) = demoted.or_else(|| answers.iter().find_map(|(a, _)| a.demotion())) {
         link.demoted(generation, demotion);
     } else if timeouts > 0 {
         link.timed_out(generation, mark, timeouts);
@@ -321,42 +331,37 @@ async fn on_node(
     answers
 }
 
-/// `waitForReplicas`: once the ops' answers are in, one `WAIT` on the same
-/// connection (after every write of theirs) says whether enough replicas
-/// have them. The answers stand only if so; else each op that ran rejects
-/// with [`Error::Unconfirmed`] (or WAIT's own error), as it may be lost in
-/// a failover. Ops that failed or never ran keep their answers.
-async fn confirm(
-    conn: &mut MultiplexedConnection,
-    fence: Fence,
-    answers: &mut [Timed],
-    deadline: Instant,
-) {
-    let ran = |a: &Answer| matches!(a, Answer::Value(v) if !matches!(v, Value::ServerError(_)));
-    if !answers.iter().any(|(a, _)| ran(a)) {
-        return;
-    }
-    let mut wait = redis::cmd("WAIT");
-    wait.arg(fence.replicas).arg(fence.timeout_ms);
-    let reply = timeout_at(deadline, conn.send_packed_command(&wait)).await;
+/// An op that ran: its answer is a value, not a server's error.
+fn ran(answer: &Answer) -> bool {
+    matches!(answer, Answer::Value(v) if !matches!(v, Value::ServerError(_)))
+}
+
+/// `waitForReplicas`: once the ops' answers are in, a `WAIT` on the same
+/// connection written after them (see [`Link::confirm`]) says whether
+/// enough replicas have them. The answers stand only if so; else each op
+/// that ran rejects with [`Error::Unconfirmed`] (or WAIT's own error), as
+/// it may be lost in a failover. Ops that failed or never ran keep their
+/// answers. Answers the error to replace the connection with if `WAIT`
+/// said the server was demoted.
+fn confirmed(said: Confirmation, answers: &mut [Timed]) -> Option<Error> {
     let now = Instant::now();
     for (answer, at) in answers.iter_mut().filter(|(a, _)| ran(a)) {
         *at = now;
-        match &reply {
-            Ok(Ok(Value::Int(n))) if *n >= i64::from(fence.replicas) => {}
-            Ok(Ok(Value::ServerError(e))) => {
-                *answer = Answer::Refused(server_error(e.code(), e.details(), Stage::Sent))
+        *answer = match &said {
+            Confirmation::Verdict(Verdict::Confirmed) => continue,
+            Confirmation::Verdict(Verdict::Rejected { error, .. }) => {
+                Answer::Refused(error.clone())
             }
-            Ok(Ok(other)) => {
-                *answer = Answer::Refused(Error::Unconfirmed {
-                    acked: if let Value::Int(n) = other { *n } else { 0 },
-                    wanted: fence.replicas,
-                    ms: fence.timeout_ms,
-                })
-            }
-            Ok(Err(e)) => *answer = Answer::Failed(e.clone()),
-            Err(_) => *answer = Answer::TimedOut { sent: true },
+            Confirmation::Failed(e) => Answer::Failed(e.clone()),
+            Confirmation::TimedOut => Answer::TimedOut { sent: true },
         }
+    }
+    match said {
+        Confirmation::Verdict(Verdict::Rejected {
+            error,
+            demoted: true,
+        }) => Some(error),
+        _ => None,
     }
 }
 
@@ -453,7 +458,8 @@ async fn routed(
 /// on this connection), then those that met NOSCRIPT as EVAL, in order: one
 /// answer per chosen op, in order, with when it came in. An UNLINK can't
 /// meet NOSCRIPT, so it goes only once the EVALSHAs before it have answered
-/// (and their retries run), so that it never overtakes one.
+/// (and their retries run), so that it never overtakes one. Answers too
+/// the number of the last pipeline written (see [`Link::out`]).
 async fn send(
     mut conn: MultiplexedConnection,
     (link, generation): (&Link, u64),
@@ -462,15 +468,17 @@ async fn send(
     asking: bool,
     deadline: Instant,
     monitor: &Monitor,
-) -> Vec<Timed> {
+) -> (Vec<Timed>, u64) {
     let evals: Vec<bool> = link.first_uses(generation, chosen.iter().map(|&i| queries[i].op));
     let mut answers: Vec<Timed> = Vec::with_capacity(chosen.len());
+    let mut last = 0;
     let mut start = 0;
     while start < chosen.len() {
         let end = part_end(queries, chosen, &evals, start);
         let part = &chosen[start..end];
         // Noted right before the pipeline's first poll writes it.
         let out = link.out(part.iter().map(|&i| queries[i]));
+        last = out.id();
         let answered = pipeline(
             &mut conn,
             &evals[start..end],
@@ -507,7 +515,8 @@ async fn send(
             monitor.tally().noscript += missing.len() as u64;
             link.flushed(generation, missing.iter().map(|&i| queries[i].op));
             let all = vec![true; missing.len()];
-            let _retry = link.out(missing.iter().map(|&i| queries[i]));
+            let retry = link.out(missing.iter().map(|&i| queries[i]));
+            last = retry.id();
             let retried = pipeline(&mut conn, &all, queries, &missing, asking, deadline).await;
             let now = Instant::now();
             for (j, answer) in at.into_iter().zip(retried) {
@@ -516,7 +525,7 @@ async fn send(
         }
         start = end;
     }
-    answers
+    (answers, last)
 }
 
 /// Sends each chosen op as one pipeline (`EVALSHA sha 1 key argv…`, or
@@ -579,21 +588,7 @@ async fn pipeline(
 
 /// The op's answer, or the error its script raised.
 fn outcome(op: Op, answer: Value) -> Result<Values> {
-    let read = match &answer {
-        Value::Array(items) => Reply::Array(
-            items
-                .iter()
-                .map(|v| match v {
-                    Value::Int(n) => Some(*n),
-                    _ => None,
-                })
-                .collect(),
-        ),
-        Value::Int(n) => Reply::Int(*n),
-        Value::ServerError(e) => Reply::Error(e.code(), e.details()),
-        _ => Reply::Other,
-    };
-    reply::outcome(op, read)
+    reply::outcome(op, read(&answer))
 }
 
 #[cfg(test)]
