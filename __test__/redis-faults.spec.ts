@@ -584,6 +584,35 @@ describe.each([
     expect([stats.unconfirmed, stats.timeouts, stats.connectionLosses]).toEqual([calls, 0, 0]);
   });
 
+  it('on a master demoted to a replica, which refuses WAIT, rejects a call that wrote nothing, sent, and reconnects', async () => {
+    const primary = await server();
+    const other = await server();
+    const before = runtime.eventLoop;
+    runtime.eventLoop = eventLoop;
+    const s = store(primary.url, { timeoutMs: 1_000, waitForReplicas: 1 });
+    runtime.eventLoop = before;
+    // No replica yet: the ping ran, and is unconfirmed.
+    const unconfirmed = await rejectionOf(s.ping(), []);
+    expect([unconfirmed.code, unconfirmed.sent]).toEqual(['ERR_REDIS', true]);
+    const first = await storeClientId(primary);
+    await primary.cli('REPLICAOF', '127.0.0.1', String(other.port));
+    // A PING runs on a replica; the WAIT after it is refused.
+    const refused = await rejectionOf(s.ping(), []);
+    expect([refused.code, refused.sent]).toEqual(['ERR_REDIS', true]);
+    expect(refused.message).toMatch(/refused the WAIT .*replica instances/);
+    await primary.cli('REPLICAOF', 'NO', 'ONE');
+    // The demoted server's connection was dropped: the next call that reaches it is on a new one.
+    const deadline = Date.now() + 5_000;
+    let reached = false;
+    while (!reached && Date.now() < deadline) {
+      const error = await rejectionOf(s.ping(), []);
+      reached = /only 0 of the 1/.test(error.message);
+      if (!reached) await sleep(50);
+    }
+    expect(reached).toBe(true);
+    expect(await storeClientId(primary)).not.toBe(first);
+  });
+
   it('rejects, sent, naming the permission, when the ACL user may not run WAIT', async () => {
     const redis = await server();
     await redis.cli('ACL', 'SETUSER', 'app', 'on', `>${PASSWORD_MARKER}`, '~*', '+@all', '-wait');
