@@ -117,7 +117,10 @@ export interface RedisStoreStats extends StoreStats {
   readonly noscriptReloads: number;
   /** MOVED and ASK redirections followed (Redis Cluster). */
   readonly redirections: number;
-  /** Calls that ran on the master but that fewer replicas than `waitForReplicas` confirmed (they rejected). */
+  /**
+   * Calls that ran on the master but that fewer replicas than `waitForReplicas` confirmed, or whose `WAIT`
+   * Redis refused (they rejected `ERR_REDIS`, `sent: true`).
+   */
   readonly unconfirmed: number;
   readonly latencyMs: LatencyStats;
 }
@@ -319,7 +322,7 @@ export interface RedisStoreOptions {
    * replica not promoted confirms the old master's writes in the gap). A call the replicas did not confirm
    * in time, or whose `WAIT` Redis refused (the ACL user needs `wait`), rejects with `ERR_REDIS`,
    * `sent: true` (it counted on the master); `stats().unconfirmed` counts them. Costs a replica round trip
-   * per pipeline; with fewer replicas up, every call rejects. One server or Sentinel only. Default 0: no wait.
+   * per `WAIT`; with fewer replicas up, every call rejects. One server or Sentinel only. Default 0: no wait.
    */
   waitForReplicas?: number;
   /** TLS settings for `rediss://`, `rediss+sentinel://` and `https://`. */

@@ -600,6 +600,11 @@ describe.each([
     const refused = await rejectionOf(s.ping(), []);
     expect([refused.code, refused.sent]).toEqual(['ERR_REDIS', true]);
     expect(refused.message).toMatch(/refused the WAIT .*replica instances/);
+    // The store backs off from the demoted server: the calls it refuses meanwhile were not sent, and do
+    // not say they were (the refused WAIT's sent: true is not the backoff's).
+    const backingOff = await rejectionOf(s.ping(), []);
+    expect(backingOff.message).toMatch(/it was demoted.*backing off .*unsent/);
+    expect([backingOff.code, backingOff.sent]).toEqual(['ERR_REDIS', undefined]);
     await primary.cli('REPLICAOF', 'NO', 'ONE');
     // The demoted server's connection was dropped: the next call that reaches it is on a new one.
     const deadline = Date.now() + 5_000;

@@ -120,20 +120,19 @@ pub enum Confirmation {
     TimedOut,
 }
 
-/// `waitForReplicas` on one connection: one `WAIT` out at a time. A
-/// `WAIT` covers the writes its connection made before it, so each serves
-/// every call whose pipeline was written before it; the calls written
-/// after the one out wait for the next, written once it answers.
+/// `waitForReplicas` on one connection: one `WAIT` out at a time, each
+/// serving the calls whose answers came in before it started (see
+/// [`Link::confirm`]); the calls answered while one is out wait for the next.
 #[derive(Default)]
 struct Rounds {
     /// The connection these are on.
     generation: u64,
-    /// The `WAIT` out: the last pipeline (see [`Link::out`]) written before it.
-    out: Option<u64>,
-    /// The earliest deadline of the calls waiting for the next `WAIT`.
+    /// Rounds (`WAIT`s) started on it; the last one is out while `out`.
+    started: u64,
+    out: bool,
+    /// The earliest deadline of the calls waiting for the next round.
     earliest: Option<Instant>,
-    /// The last `WAIT` answered: the last pipeline written before it, and
-    /// what it came to.
+    /// The last round that answered, and what it came to.
     said: Option<(u64, Confirmation)>,
 }
 
@@ -151,13 +150,6 @@ struct Written {
 pub struct Out<'a> {
     link: &'a Link,
     id: u64,
-}
-
-impl Out<'_> {
-    /// Its number: later pipelines have higher ones.
-    pub fn id(&self) -> u64 {
-        self.id
-    }
 }
 
 impl Drop for Out<'_> {
@@ -283,67 +275,65 @@ impl Link {
     }
 
     /// Waits, within `deadline`, for a `WAIT` written on `conn` (the
-    /// connection of `generation`) after `written`, the last pipeline of
-    /// the call (see [`Link::out`]), and answers what it came to. One
-    /// `WAIT` is out at a time, its time cut to answer before the earliest
-    /// deadline of the calls it serves.
+    /// connection of `generation`) after this call's answers came in, and
+    /// answers what it came to. A reply read means its command was on the
+    /// wire before anything queued since, so a round started after the
+    /// call's answers came in covers its writes; one started before may
+    /// not (the client may queue a command after the round's `WAIT` though
+    /// it was handed over first). One `WAIT` is out at a time; the first
+    /// call to need one lets the calls answered in the same read join it
+    /// before it starts, and its time is cut to answer before the earliest
+    /// deadline among them.
     pub async fn confirm(
         self: &Arc<Self>,
         fence: Fence,
-        (generation, written): (u64, u64),
+        generation: u64,
         conn: &MultiplexedConnection,
         deadline: Instant,
     ) -> Confirmation {
-        let mut waiting = false;
+        let target = {
+            let mut rounds = self.rounds(generation);
+            if rounds.generation == generation {
+                rounds.earliest = Some(rounds.earliest.map_or(deadline, |e| e.min(deadline)));
+                Some(rounds.started + 1)
+            } else {
+                None
+            }
+        };
+        let Some(target) = target else {
+            // Its connection was replaced: a `WAIT` there answers for it alone.
+            let ms = fence.wait_ms(Instant::now(), Some(deadline));
+            return self.wait(fence, ms, conn).await;
+        };
+        let mut gathered = false;
         loop {
             let notified = self.round_done.notified();
             tokio::pin!(notified);
-            {
+            let gather = {
                 let mut rounds = self.rounds(generation);
                 // Enabled under the lock a `WAIT` takes to finish: no wake-up is missed.
                 notified.as_mut().enable();
                 if rounds.generation != generation {
-                    // Its connection was replaced: a `WAIT` there answers for it alone.
-                    break;
+                    return Confirmation::Failed(RedisError::from(std::io::Error::other(
+                        "the connection was replaced while the call waited for its WAIT",
+                    )));
                 }
-                if let Some((covered, said)) = &rounds.said {
-                    if *covered >= written {
+                if let Some((round, said)) = &rounds.said {
+                    if *round >= target {
                         return said.clone();
                     }
                 }
-                match rounds.out {
-                    // The `WAIT` out covers this call: it waits for its answer.
-                    Some(covered) if covered >= written => {}
-                    // It waits for the next one.
-                    Some(_) => {
-                        if !waiting {
-                            waiting = true;
-                            let earliest = rounds.earliest.map_or(deadline, |e| e.min(deadline));
-                            rounds.earliest = Some(earliest);
-                        }
-                    }
-                    None => {
-                        let earliest = rounds.earliest.take().map_or(deadline, |e| e.min(deadline));
-                        let ms = fence.wait_ms(Instant::now(), Some(earliest));
-                        // Read with no await before the `WAIT` task is made:
-                        // every pipeline up to it was written before it.
-                        let covered = self.written().next;
-                        rounds.out = Some(covered);
-                        // A task of its own: it answers for every call it
-                        // covers, whichever of them gives up first.
-                        let (link, conn) = (Arc::clone(self), conn.clone());
-                        tokio::spawn(async move {
-                            let said = link.wait(fence, ms, &conn).await;
-                            let mut rounds = link.rounds(generation);
-                            if rounds.generation == generation {
-                                rounds.out = None;
-                                rounds.said = Some((covered, said));
-                            }
-                            drop(rounds);
-                            link.round_done.notify_waiters();
-                        });
-                    }
+                let due = !rounds.out && rounds.started < target;
+                if due && gathered {
+                    self.start_round(&mut rounds, fence, (generation, target), conn);
                 }
+                due && !gathered
+            };
+            if gather {
+                // The tasks of the other calls answered in the same read run first.
+                gathered = true;
+                tokio::task::yield_now().await;
+                continue;
             }
             if tokio::time::timeout_at(deadline.into(), notified)
                 .await
@@ -352,8 +342,35 @@ impl Link {
                 return Confirmation::TimedOut;
             }
         }
-        let ms = fence.wait_ms(Instant::now(), Some(deadline));
-        self.wait(fence, ms, conn).await
+    }
+
+    /// Starts round `target`: a task of its own sends its `WAIT` and
+    /// answers for every call waiting for it, whichever of them gives up
+    /// first.
+    fn start_round(
+        self: &Arc<Self>,
+        rounds: &mut Rounds,
+        fence: Fence,
+        (generation, target): (u64, u64),
+        conn: &MultiplexedConnection,
+    ) {
+        let now = Instant::now();
+        // A deadline passed is a call's that gave up.
+        let earliest = rounds.earliest.take().filter(|at| *at > now);
+        let ms = fence.wait_ms(now, earliest);
+        rounds.started = target;
+        rounds.out = true;
+        let (link, conn) = (Arc::clone(self), conn.clone());
+        tokio::spawn(async move {
+            let said = link.wait(fence, ms, &conn).await;
+            let mut rounds = link.rounds(generation);
+            if rounds.generation == generation {
+                rounds.out = false;
+                rounds.said = Some((target, said));
+            }
+            drop(rounds);
+            link.round_done.notify_waiters();
+        });
     }
 
     /// Sends `WAIT replicas ms` on `conn`; gives up `timeout` after `ms`.

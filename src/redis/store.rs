@@ -296,7 +296,7 @@ async fn on_node(
     };
     let mark = link.mark();
     let fenced = link.fence().map(|fence| (fence, conn.clone()));
-    let (mut answers, written) = send(
+    let mut answers = send(
         conn,
         (link, generation),
         queries,
@@ -310,7 +310,7 @@ async fn on_node(
     if let Some((fence, conn)) = fenced {
         if answers.iter().any(|(a, _)| ran(a)) {
             let said = link
-                .confirm(fence, (generation, written), &conn, deadline.into_std())
+                .confirm(fence, generation, &conn, deadline.into_std())
                 .await;
             demoted = confirmed(said, &mut answers);
         }
@@ -356,13 +356,12 @@ fn confirmed(said: Confirmation, answers: &mut [Timed]) -> Option<Error> {
             Confirmation::TimedOut => Answer::TimedOut { sent: true },
         }
     }
-    match said {
-        Confirmation::Verdict(Verdict::Rejected {
-            error,
-            demoted: true,
-        }) => Some(error),
-        _ => None,
-    }
+    // The link's cause for the backoff that follows: the calls it refuses are not sent.
+    let demoted = matches!(
+        said,
+        Confirmation::Verdict(Verdict::Rejected { demoted: true, .. })
+    );
+    demoted.then(|| Error::Redis("the server refused WAIT as a replica: it was demoted".into()))
 }
 
 /// Sends each hit to its slot's master and follows MOVED and ASK, whose
@@ -458,8 +457,7 @@ async fn routed(
 /// on this connection), then those that met NOSCRIPT as EVAL, in order: one
 /// answer per chosen op, in order, with when it came in. An UNLINK can't
 /// meet NOSCRIPT, so it goes only once the EVALSHAs before it have answered
-/// (and their retries run), so that it never overtakes one. Answers too
-/// the number of the last pipeline written (see [`Link::out`]).
+/// (and their retries run), so that it never overtakes one.
 async fn send(
     mut conn: MultiplexedConnection,
     (link, generation): (&Link, u64),
@@ -468,17 +466,15 @@ async fn send(
     asking: bool,
     deadline: Instant,
     monitor: &Monitor,
-) -> (Vec<Timed>, u64) {
+) -> Vec<Timed> {
     let evals: Vec<bool> = link.first_uses(generation, chosen.iter().map(|&i| queries[i].op));
     let mut answers: Vec<Timed> = Vec::with_capacity(chosen.len());
-    let mut last = 0;
     let mut start = 0;
     while start < chosen.len() {
         let end = part_end(queries, chosen, &evals, start);
         let part = &chosen[start..end];
         // Noted right before the pipeline's first poll writes it.
         let out = link.out(part.iter().map(|&i| queries[i]));
-        last = out.id();
         let answered = pipeline(
             &mut conn,
             &evals[start..end],
@@ -515,8 +511,7 @@ async fn send(
             monitor.tally().noscript += missing.len() as u64;
             link.flushed(generation, missing.iter().map(|&i| queries[i].op));
             let all = vec![true; missing.len()];
-            let retry = link.out(missing.iter().map(|&i| queries[i]));
-            last = retry.id();
+            let _retry = link.out(missing.iter().map(|&i| queries[i]));
             let retried = pipeline(&mut conn, &all, queries, &missing, asking, deadline).await;
             let now = Instant::now();
             for (j, answer) in at.into_iter().zip(retried) {
@@ -525,7 +520,7 @@ async fn send(
         }
         start = end;
     }
-    (answers, last)
+    answers
 }
 
 /// Sends each chosen op as one pipeline (`EVALSHA sha 1 key argv…`, or
