@@ -462,8 +462,9 @@ describe('postgresStore', () => {
     const table = `only_${randomUUID().replace(/-/g, '')}`;
     await own.sql(`CREATE TABLE ${table} (key text PRIMARY KEY, total bigint NOT NULL, reset_at timestamptz NOT NULL)`);
     const store = ownStore({ table, createTable: false });
-    for (const call of [store.hit(KEY_MARKER, 60_000, 2), store.slidingWindow.increment(KEY_MARKER, 60_000)]) {
-      const error = await rejection(call);
+    // Both awaited at once: either may reject first.
+    const calls = [store.hit(KEY_MARKER, 60_000, 2), store.slidingWindow.increment(KEY_MARKER, 60_000)];
+    for (const error of await Promise.all(calls.map((call) => rejection(call)))) {
       expect(error.code).toBe('ERR_POSTGRES');
       expect(error.message).toContain('42883');
       expect(error.message).toContain('docs/postgres.sql');
