@@ -477,6 +477,17 @@ async function freezingProxy(target: number): Promise<{ port: number; freeze(): 
 const requireCjs = createRequire(__filename);
 const { runtime } = requireCjs('../lib/runtime.js') as { runtime: { eventLoop: boolean } };
 
+/** A store on the event loop or on the I/O thread (a store takes its transport when it is made). */
+function storeOn(eventLoop: boolean, url: string, options?: Parameters<typeof redisStore>[0]): RedisStore {
+  const before = runtime.eventLoop;
+  runtime.eventLoop = eventLoop;
+  try {
+    return store(url, options);
+  } finally {
+    runtime.eventLoop = before;
+  }
+}
+
 describe.each([
   ['the event loop', true],
   ['the I/O thread', false],
@@ -484,11 +495,7 @@ describe.each([
   it('is kept through two timeouts in a row, and replaced after three', async () => {
     const redis = await server();
     const proxy = await slowingProxy(redis.port, (key) => (key.includes('slow') ? 600 : 100), cleanups);
-    // A store takes its transport when it is made.
-    const before = runtime.eventLoop;
-    runtime.eventLoop = eventLoop;
-    const s = store(`redis://127.0.0.1:${proxy.port}`, { timeoutMs: 300 });
-    runtime.eventLoop = before;
+    const s = storeOn(eventLoop, `redis://127.0.0.1:${proxy.port}`, { timeoutMs: 300 });
     // Warm: every script the rounds use is loaded, so each hit is one command.
     expect(await outcome(s.hit('fast', 60_000, 1))).toBe(1);
     expect(await outcome(s.hit('slow:0', 60_000, 1))).toBe(1);
@@ -525,10 +532,7 @@ describe.each([
   it('the earlier call, which met NOSCRIPT, rejects unsent and never runs after the later one', async () => {
     const redis = await server();
     const proxy = await interleavingProxy(redis.port, cleanups);
-    const before = runtime.eventLoop;
-    runtime.eventLoop = eventLoop;
-    const s = store(`redis://127.0.0.1:${proxy.port}`);
-    runtime.eventLoop = before;
+    const s = storeOn(eventLoop, `redis://127.0.0.1:${proxy.port}`);
     // The window script's first use goes as EVAL: the proxy sees its body.
     expect(await outcome(s.hit('warm', 60_000, 1))).toBe(1);
     const { first, second, after } = await overtakenPair(s, proxy, (...a) => redis.cli(...a), randomUUID);
@@ -548,14 +552,11 @@ describe.each([
   it('under load, rejects every call unconfirmed (sent) before timeoutMs, on the one connection', async () => {
     const redis = await server();
     const connections = await connectionCounter(redis);
-    const before = runtime.eventLoop;
-    runtime.eventLoop = eventLoop;
     // At Redis's default hz 10 a WAIT answers up to 100 ms after its time: a call written behind one waits
     // for it, then for its own, and timeoutMs must leave room for both.
     const timeoutMs = 1_000;
     // No replica: every WAIT answers 0 after its time, blocking the connection on the server meanwhile.
-    const s = store(redis.url, { timeoutMs, waitForReplicas: 1 });
-    runtime.eventLoop = before;
+    const s = storeOn(eventLoop, redis.url, { timeoutMs, waitForReplicas: 1 });
     let calls = 0;
     let slowest = 0;
     const seen: string[] = [];
@@ -587,10 +588,7 @@ describe.each([
   it('on a master demoted to a replica, which refuses WAIT, rejects a call that wrote nothing, sent, and reconnects', async () => {
     const primary = await server();
     const other = await server();
-    const before = runtime.eventLoop;
-    runtime.eventLoop = eventLoop;
-    const s = store(primary.url, { timeoutMs: 1_000, waitForReplicas: 1 });
-    runtime.eventLoop = before;
+    const s = storeOn(eventLoop, primary.url, { timeoutMs: 1_000, waitForReplicas: 1 });
     // No replica yet: the ping ran, and is unconfirmed.
     const unconfirmed = await rejectionOf(s.ping(), []);
     expect([unconfirmed.code, unconfirmed.sent]).toEqual(['ERR_REDIS', true]);
@@ -621,10 +619,7 @@ describe.each([
   it('rejects, sent, naming the permission, when the ACL user may not run WAIT', async () => {
     const redis = await server();
     await redis.cli('ACL', 'SETUSER', 'app', 'on', `>${PASSWORD_MARKER}`, '~*', '+@all', '-wait');
-    const before = runtime.eventLoop;
-    runtime.eventLoop = eventLoop;
-    const s = store(`redis://app:${PASSWORD_MARKER}@127.0.0.1:${redis.port}`, { waitForReplicas: 1 });
-    runtime.eventLoop = before;
+    const s = storeOn(eventLoop, `redis://app:${PASSWORD_MARKER}@127.0.0.1:${redis.port}`, { waitForReplicas: 1 });
     const error = await rejectionOf(s.hit(KEY_MARKER, 60_000, 1), [KEY_MARKER, PASSWORD_MARKER]);
     expect([error.code, error.sent]).toEqual(['ERR_REDIS', true]);
     expect(error.message).toMatch(/refused the WAIT .*NOPERM.*needs the wait command \(\+wait\)/);
