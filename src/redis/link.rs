@@ -295,15 +295,8 @@ impl Link {
             let mut rounds = self.rounds(generation);
             if rounds.generation == generation {
                 rounds.earliest = Some(rounds.earliest.map_or(deadline, |e| e.min(deadline)));
-                Some(rounds.started + 1)
-            } else {
-                None
             }
-        };
-        let Some(target) = target else {
-            // Its connection was replaced: a `WAIT` there answers for it alone.
-            let ms = fence.wait_ms(Instant::now(), Some(deadline));
-            return self.wait(fence, ms, conn).await;
+            rounds.started + 1
         };
         let mut gathered = false;
         loop {
@@ -314,8 +307,9 @@ impl Link {
                 // Enabled under the lock a `WAIT` takes to finish: no wake-up is missed.
                 notified.as_mut().enable();
                 if rounds.generation != generation {
+                    // Its connection was replaced (and closed): no `WAIT` can follow its writes.
                     return Confirmation::Failed(RedisError::from(std::io::Error::other(
-                        "the connection was replaced while the call waited for its WAIT",
+                        "the connection was replaced before the call's WAIT answered",
                     )));
                 }
                 if let Some((round, said)) = &rounds.said {
@@ -687,8 +681,6 @@ fn tls_connector(
     ))
 }
 
-/// The one mapping from the Redis client's errors to the store's. Text from
-/// outside is redacted by the store before it reaches a message.
 /// A reply from the `redis` crate as every transport reads it.
 pub fn read(value: &redis::Value) -> Reply<'_> {
     use redis::Value;
@@ -708,6 +700,8 @@ pub fn read(value: &redis::Value) -> Reply<'_> {
     }
 }
 
+/// The one mapping from the Redis client's errors to the store's. Text from
+/// outside is redacted by the store before it reaches a message.
 pub fn classify(error: &RedisError, stage: Stage) -> Error {
     if let Some(code) = error.code() {
         return server_error(code, error.detail(), stage);
