@@ -55,6 +55,7 @@ describe('npm run bench -- --smoke', () => {
       'memoryStore({ name }), 4 worker threads',
       'ioredis EVALSHA',
       'node-redis 5 EVALSHA',
+      'Valkey GLIDE 2 invokeScript',
       'rate-limiter-flexible RateLimiterRedis',
       'redisStore()',
       'limit: redis-benchmark EVALSHA -P 16',

@@ -14,7 +14,13 @@ const { startRedis } = require('./redis.js');
 const { self } = require('./self.js');
 
 // memoryStore() last: the floor, what serving the generator's requests costs the process with no Redis.
-const STORES = ['redisStore()', 'node-redis 5 EVALSHA', 'ioredis EVALSHA', 'memoryStore()'];
+const STORES = [
+  'redisStore()',
+  'node-redis 5 EVALSHA',
+  'ioredis EVALSHA',
+  'Valkey GLIDE 2 invokeScript',
+  'memoryStore()',
+];
 const BASELINE = 'node-redis 5 EVALSHA';
 const run = promisify(execFile);
 

@@ -120,6 +120,7 @@ const REDIS_COLUMNS = [
   { name: 'p50 us', unit: 'us' },
   { name: 'p99 us', unit: 'us' },
   { name: 'client cores', unit: 'cores' },
+  { name: 'client CPU us/hit', unit: 'us' },
   { name: 'redis-server cores', unit: 'cores' },
 ];
 const KEYS = Array.from({ length: 10_000 }, (_, i) => `ratelimit:chat:ip:10.0.${i >> 8}.${i & 255}`);
@@ -491,6 +492,8 @@ async function redisRound(samples, entry, hits, width, server) {
   const used = process.cpuUsage(before[1]);
   // Cores busy while the round ran: which side is the limit (a core is 1.00).
   push(samples, entry.name, 'client cores', (used.user + used.system) / 1000 / ms);
+  // The process's CPU time (every thread: a client's own I/O threads too) over the hits it served.
+  push(samples, entry.name, 'client CPU us/hit', (used.user + used.system) / hits);
   if (server) push(samples, entry.name, 'redis-server cores', (serverCpuMs(server.pid) - before[2]) / ms);
   latencies.sort();
   push(samples, entry.name, 'ops/s', ops);
@@ -808,7 +811,16 @@ function kept() {
 }
 
 function results(tables, verdicts, notes, args, minutes) {
-  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis', '@upstash/redis', 'pg', 'postgres'];
+  const peers = [
+    'express-rate-limit',
+    'rate-limiter-flexible',
+    'ioredis',
+    'redis',
+    '@valkey/valkey-glide',
+    '@upstash/redis',
+    'pg',
+    'postgres',
+  ];
   const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
   return [
     '# Benchmark results',

@@ -124,6 +124,29 @@ const redisStores = [
     },
   },
   {
+    name: 'Valkey GLIDE 2 invokeScript',
+    about:
+      'the same script as a GLIDE `Script` through `invokeScript` (EVALSHA, EVAL after NOSCRIPT, by its Rust core), ' +
+      'one `GlideClient` (one multiplexed connection), its request timeout raised to 10 s for a busy machine',
+    peer: true,
+    async create(port) {
+      const { GlideClient, Script } = require('@valkey/valkey-glide');
+      const client = await GlideClient.createClient({
+        addresses: [{ host: '127.0.0.1', port }],
+        requestTimeout: 10_000,
+      });
+      const script = new Script(REFERENCE_LUA);
+      return {
+        hit: (key, windowMs, amount) =>
+          client.invokeScript(script, { keys: [`bench:glide:${key}`], args: [String(windowMs), String(amount)] }),
+        close() {
+          client.close();
+          script.release();
+        },
+      };
+    },
+  },
+  {
     name: 'rate-limiter-flexible RateLimiterRedis',
     about:
       "`penalty(key, amount)` on an ioredis client (auto-pipelining on): the library's own script " +

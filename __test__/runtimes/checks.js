@@ -1,17 +1,19 @@
 'use strict';
 // The runtime suite's checks, in plain node:assert: run by run.js under Node.js 22 and 26, Bun and
-// Deno, with the targets to check in RATESTORE_TARGETS (JSON: [{ name, url, token?, ca?, cluster? }]).
-// Exits 0 when every check passed; any failure, abort or crash is seen by run.js.
+// Deno (and by scripts/test-linux.js with the arm64 and musl binaries), with the targets to check in
+// RATESTORE_TARGETS (JSON: [{ name, url, token?, ca?, cluster?, postgres? }]). A child process runs
+// behind RATESTORE_CHILD_PREFIX (JSON: an emulator's command and arguments, or []). Exits 0 when
+// every check passed; any failure, abort or crash is seen by run.js.
 
 const assert = require('node:assert/strict');
-const { readFileSync } = require('node:fs');
 const { join } = require('node:path');
 const { Worker } = require('node:worker_threads');
 const { spawnSync } = require('node:child_process');
 const ratestore = require('../..');
 const { runtime } = require('../../lib/runtime.js');
+const { storeFor } = require('./stores.js');
 
-const { memoryStore, redisStore, createLimiter, universalStore, expressStore } = ratestore;
+const { memoryStore, createLimiter, universalStore, expressStore } = ratestore;
 const targets = JSON.parse(process.env.RATESTORE_TARGETS || '[]');
 const run = `${Date.now()}-${Math.random().toString(36).slice(2)}`;
 
@@ -103,10 +105,11 @@ async function workers(target) {
 
 /** A child process that uses the store, then must exit by itself (an idle store holds nothing). */
 function idleExit(target) {
-  const child = spawnSync(process.execPath, [...process.execArgv, join(__dirname, 'idle.js')], {
+  const [command, ...before] = [...JSON.parse(process.env.RATESTORE_CHILD_PREFIX || '[]'), process.execPath];
+  const child = spawnSync(command, [...before, ...process.execArgv, join(__dirname, 'idle.js')], {
     env: { ...process.env, RATESTORE_TARGET: JSON.stringify(target) },
     encoding: 'utf8',
-    timeout: 20_000,
+    timeout: 120_000,
   });
   assert.equal(child.error, undefined, `${target.name}: the idle child exits by itself (${child.error})`);
   assert.equal(child.signal, null, `${target.name}: the idle child was not killed by a signal: ${child.stderr}`);
@@ -114,16 +117,8 @@ function idleExit(target) {
   assert.match(child.stdout, /^done$/m);
 }
 
-function makeRedis(target) {
-  return () =>
-    redisStore({
-      url: target.url,
-      token: target.token,
-      cluster: target.cluster,
-      tls: target.ca ? { ca: readFileSync(target.ca, 'utf8') } : undefined,
-      prefix: `rt:${target.name}:`,
-      timeoutMs: 10_000,
-    });
+function makeStore(target) {
+  return () => storeFor(target);
 }
 
 async function main() {
@@ -136,7 +131,7 @@ async function main() {
   done.push('memory');
 
   for (const target of targets) {
-    const make = makeRedis(target);
+    const make = makeStore(target);
     const store = make();
     await everyOp(store, target.name);
     await limiterAndAdapters(make, target.name);
@@ -148,7 +143,14 @@ async function main() {
     await assert.rejects(store.hit('k', 1000, 1), (e) => e.code === 'ERR_CLOSED');
     done.push(target.name);
   }
-  console.log(`${runtime.name} ${runtime.version}: ${done.join(', ')}: ok`);
+  // Which binary the loader chose, by its file name (a runtime without require.cache says so).
+  const cache = typeof require.cache === 'object' && require.cache !== null ? Object.keys(require.cache) : [];
+  const binary =
+    cache
+      .find((file) => file.endsWith('.node'))
+      ?.split(/[\\/]/)
+      .pop() ?? 'binary not listed';
+  console.log(`${runtime.name} ${runtime.version} ${process.arch} (${binary}): ${done.join(', ')}: ok`);
 }
 
 main().catch((error) => {

@@ -1,8 +1,9 @@
 'use strict';
 // The runtime suite (`npm run test:runtimes`): starts its own redis-servers (one over TCP, TLS and a
-// Unix socket, a cluster, a REST endpoint, a sentinel) and runs checks.js under each runtime the runtimes
-// package installs, checking each one's exit code and signal: an abort or a segfault fails it.
-// `node __test__/runtimes/run.js node22 bun` runs only those.
+// Unix socket, a cluster, a REST endpoint, a sentinel) and a PostgreSQL, and runs checks.js under each
+// runtime the runtimes package installs, checking each one's exit code and signal: an abort or a
+// segfault fails it. `node __test__/runtimes/run.js node22 bun` runs only those. scripts/test-linux.js
+// runs the same checks with the arm64 and musl binaries (startTargets and runChecks below).
 
 const { spawn, spawnSync, execFileSync } = require('node:child_process');
 const { mkdtempSync, rmSync, writeFileSync } = require('node:fs');
@@ -10,6 +11,7 @@ const { tmpdir } = require('node:os');
 const { join } = require('node:path');
 const { freePort } = require('../../scripts/free-port.js');
 const { startCluster } = require('../../scripts/redis-cluster.js');
+const { startPostgres } = require('../../scripts/postgres-server.js');
 const { startRest } = require('../../scripts/rest-endpoint.js');
 const { runtimes } = require('../../scripts/runtimes.js');
 
@@ -56,13 +58,11 @@ function certificates(dir) {
   return { ca: join(dir, 'ca.crt'), cert: join(dir, 'server.crt'), key: join(dir, 'server.key') };
 }
 
-async function main() {
-  const wanted = process.argv.slice(2);
-  const all = runtimes();
-  const chosen = wanted.length === 0 ? all : all.filter((r) => wanted.includes(r.name));
-  if (chosen.length === 0)
-    throw new Error(`no runtime named ${wanted.join(', ')}: ${all.map((r) => r.name).join(', ')}`);
-
+/**
+ * Starts every server the checks use, on loopback: `{ targets, stop }`, targets as checks.js reads them
+ * from RATESTORE_TARGETS.
+ */
+async function startTargets() {
   const dir = mkdtempSync(join(tmpdir(), 'ratestore-runtimes-'));
   const tls = certificates(dir);
   const port = await freePort();
@@ -97,6 +97,7 @@ async function main() {
   children.push(spawn('redis-server', [sentinelConf, '--sentinel'], { stdio: 'ignore' }));
   await waitFor(['-p', String(sentinelPort)]);
   const cluster = await startCluster();
+  const postgres = await startPostgres();
   const rest = await startRest({ redisPort: port, token: 'runtime-suite-token' });
   const targets = [
     { name: 'tcp', url: `redis://127.0.0.1:${port}` },
@@ -105,42 +106,76 @@ async function main() {
     { name: 'cluster', url: cluster.url, cluster: true },
     { name: 'rest', url: rest.url, token: rest.token },
     { name: 'sentinel', url: `redis+sentinel://127.0.0.1:${sentinelPort}/m` },
+    { name: 'postgres', url: postgres.url, postgres: true },
   ];
-  let failed = 0;
-  try {
-    for (const r of chosen) {
-      const started = Date.now();
-      const result = spawnSync(r.path, [...r.args, join(__dirname, 'checks.js')], {
-        env: { ...process.env, RATESTORE_TARGETS: JSON.stringify(targets) },
-        encoding: 'utf8',
-        timeout: 300_000,
-      });
-      const ok = result.status === 0 && result.signal === null && result.error === undefined;
-      const how = result.error
-        ? `not run: ${result.error.message}; install the runtimes with node scripts/runtimes.js`
-        : result.signal
-          ? `killed by ${result.signal}`
-          : `exit code ${result.status}`;
-      console.log(
-        `${ok ? 'ok  ' : 'FAIL'} ${r.name} (${how}, ${Date.now() - started} ms): ${(result.stdout ?? '').trim()}`,
-      );
-      if (!ok) {
-        failed++;
-        console.log(result.stderr ?? '');
-      }
-    }
-  } finally {
+  const stop = async () => {
     await cluster.stop();
     await rest.stop();
+    await postgres.stop();
     for (const child of children) child.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
+  };
+  return { targets, stop };
+}
+
+/**
+ * Runs checks.js (`script`, default this folder's) under one runtime (`{ name, path, args }`), `prefix`
+ * before its path (an emulator) and `childPrefix` (default `prefix`) before the child process it
+ * starts, with `env` added: prints one ok or FAIL line, answers `{ passed, stdout }`.
+ */
+function runChecks(
+  r,
+  targets,
+  { script = join(__dirname, 'checks.js'), prefix = [], childPrefix = prefix, env = {}, timeout = 300_000 } = {},
+) {
+  const started = Date.now();
+  const [command, ...before] = prefix.length > 0 ? [...prefix, r.path] : [r.path];
+  const result = spawnSync(command, [...before, ...r.args, script], {
+    env: {
+      ...process.env,
+      ...env,
+      RATESTORE_TARGETS: JSON.stringify(targets),
+      RATESTORE_CHILD_PREFIX: JSON.stringify(childPrefix),
+    },
+    encoding: 'utf8',
+    timeout,
+  });
+  const ok = result.status === 0 && result.signal === null && result.error === undefined;
+  const how = result.error
+    ? `not run: ${result.error.message}; install the runtimes with node scripts/runtimes.js`
+    : result.signal
+      ? `killed by ${result.signal}`
+      : `exit code ${result.status}`;
+  console.log(
+    `${ok ? 'ok  ' : 'FAIL'} ${r.name} (${how}, ${Date.now() - started} ms): ${(result.stdout ?? '').trim()}`,
+  );
+  if (!ok) console.log(result.stderr ?? '');
+  return { passed: ok, stdout: result.stdout ?? '' };
+}
+
+async function main() {
+  const wanted = process.argv.slice(2);
+  const all = runtimes();
+  const chosen = wanted.length === 0 ? all : all.filter((r) => wanted.includes(r.name));
+  if (chosen.length === 0)
+    throw new Error(`no runtime named ${wanted.join(', ')}: ${all.map((r) => r.name).join(', ')}`);
+  const { targets, stop } = await startTargets();
+  let failed = 0;
+  try {
+    for (const r of chosen) if (!runChecks(r, targets).passed) failed++;
+  } finally {
+    await stop();
   }
   console.log(`runtime suite: ${chosen.length - failed} of ${chosen.length} runtimes passed`);
   process.exitCode = failed === 0 ? 0 : 1;
 }
 
-main().catch((error) => {
-  console.error(error);
-  process.exitCode = 1;
-  for (const child of children) child.kill('SIGKILL');
-});
+if (require.main === module) {
+  main().catch((error) => {
+    console.error(error);
+    process.exitCode = 1;
+    for (const child of children) child.kill('SIGKILL');
+  });
+}
+
+module.exports = { startTargets, runChecks, children };
