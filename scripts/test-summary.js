@@ -1,5 +1,5 @@
 'use strict';
-// Reads a test log from stdin (cargo test, Vitest, test:valgrind and runtime suite output) and prints one
+// Reads a test log from stdin (cargo test, Vitest, test:valgrind, runtime suite and test:linux output) and prints one
 // closing line with the totals: "N passed, N failed".
 
 let log = '';
@@ -18,6 +18,10 @@ process.stdin.on('end', () => {
     failed += Number(/(\d+) failed/.exec(summary)?.[1] ?? 0);
   }
   for (const [, p, f] of text.matchAll(/^test:valgrind: (\d+) passed, (\d+) failed$/gm)) {
+    passed += Number(p);
+    failed += Number(f);
+  }
+  for (const [, p, f] of text.matchAll(/^test:linux: (\d+) passed, (\d+) failed$/gm)) {
     passed += Number(p);
     failed += Number(f);
   }
