@@ -41,7 +41,8 @@ export type RatestoreErrorCode =
   | 'ERR_CLOSED'
   | 'ERR_NOT_INITIALIZED'
   | 'ERR_INTERNAL'
-  | 'ERR_UNSUPPORTED';
+  | 'ERR_UNSUPPORTED'
+  | 'ERR_STORE_ANSWER';
 
 /**
  * An error made by ratestore (an `Error`, `TypeError` or `RangeError`): its message starts with
@@ -489,7 +490,10 @@ export interface WindowLimit {
   algorithm?: 'fixed-window' | 'sliding-window';
   /** Cost units allowed per window: a safe integer, 0 or more. */
   limit: number;
-  /** Window length in milliseconds: a positive safe integer. */
+  /**
+   * Window length in milliseconds: a positive safe integer up to 4,503,599,627,370 (2^52 µs, about 142
+   * years), on every store; a longer one throws a `RangeError` at creation.
+   */
   windowMs: number;
   /**
    * The policy's name in draft-8 headers, and the suffix of its counter's key when a request is checked
@@ -573,6 +577,12 @@ interface LimiterCommonOptions {
 export interface BlockCacheOptions {
   /** Most refusals held (one per limit and key); the oldest goes first. A positive safe integer; default 10,000. */
   maxKeys?: number;
+  /**
+   * Most bytes the refusals are counted as (2 per character of an entry's id, plus 256); the oldest goes
+   * first. A key longer than 256 characters is held as its SHA-256, so an entry is under 1 KB whatever
+   * the key. A safe integer of 4,096 or more; default 16 MiB.
+   */
+  maxBytes?: number;
 }
 
 /**
@@ -587,7 +597,7 @@ export interface FallbackOptions {
   store: RateLimitStore;
   /**
    * The share of each limit the fallback allows (its `limit`, a bucket's `capacity` and `refill`),
-   * rounded down (a bucket's at least 1): `1 / instances` keeps the sum over the app's instances at
+   * rounded down, at least 1 (a limit of 0 stays 0): `1 / instances` keeps the sum over the app's instances at
    * the limit. Above 0, at most 1; default 1.
    */
   scale?: number;
@@ -678,7 +688,9 @@ export interface LimiterStats {
   readonly cacheRefusals: number;
   /** Refusals the block cache holds now (ended ones included until looked up or dropped). */
   readonly cacheEntries: number;
-  /** Refusals dropped to stay within `maxKeys`. */
+  /** The bytes the held refusals are counted as (see {@link BlockCacheOptions.maxBytes}). */
+  readonly cacheBytes: number;
+  /** Refusals dropped to stay within `maxKeys` or `maxBytes`. */
   readonly cacheEvictions: number;
   /** Checks the fallback store counted. */
   readonly fallbackChecks: number;
@@ -705,7 +717,9 @@ export interface Limiter {
   check(key: string, cost?: number | CheckOptions): Promise<LimitResult<never>>;
   /**
    * Resets `key` under every limit and tier: its counters in the store (and the fallback) and what the
-   * block cache holds for it. Rejects with the store's error, or a `TypeError` for a key that is not a string.
+   * block cache holds for it. Rejects with the store's error, a `TypeError` for a key that is not a
+   * string, or `ERR_UNSUPPORTED` (resetting nothing) when the store has no `reset(key)` (a
+   * `RateLimitStore` with only `hit`).
    */
   reset(key: string): Promise<void>;
   stats(): LimiterStats;
