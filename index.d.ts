@@ -760,21 +760,58 @@ export type RequestLike =
       readonly socket?: { readonly remoteAddress?: string | undefined } | null;
     };
 
+/** The platforms whose own header of the client's address `clientIp` can read, when the app names one. */
+export type ClientIpPlatform = 'vercel' | 'cloudflare' | 'fly' | 'fastly' | 'akamai';
+
+/** The headers `clientIp` can read the client's address from. */
+export type ClientIpHeader =
+  | 'x-forwarded-for'
+  | 'forwarded'
+  | 'x-vercel-forwarded-for'
+  | 'cf-connecting-ip'
+  | 'fly-client-ip'
+  | 'fastly-client-ip'
+  | 'true-client-ip'
+  | 'x-real-ip';
+
 export interface ClientIpOptions {
   /**
-   * How many proxies in front of the app append to `x-forwarded-for` (a load balancer, Vercel's edge: 1).
-   * The client's address is the entry the outermost of them wrote; entries further left came from the
-   * client and are never used. Default 0: no proxy, so only the socket's peer counts (a Fetch `Request`
-   * has none, and answers `undefined`).
+   * How many proxies in front of the app append to `x-forwarded-for` (or `Forwarded`) (a load
+   * balancer, Vercel's edge: 1). The client's address is the entry the outermost of them wrote; entries
+   * further left came from the client and are never used. Default 0: no proxy, so only the socket's peer
+   * counts (a Fetch `Request` has none, and answers `undefined`). Not with `trustedProxyRanges`.
    */
   trustedProxies?: number;
+  /**
+   * Instead of a count: the trusted proxies' addresses, as CIDRs (`'10.0.0.0/8'`, `'fd00::/8'`) or
+   * addresses. Hops are read nearest first (the socket's peer, then the header's entries right to
+   * left), past every one in a range; the first outside them is the client. With a platform's header,
+   * the header is believed only from a peer in a range.
+   */
+  trustedProxyRanges?: readonly string[];
+  /** Read the header this platform overwrites with the address it saw. None is trusted unless named. */
+  platform?: ClientIpPlatform;
+  /**
+   * The header to read (case-insensitive): `'x-forwarded-for'` (the default) or RFC 7239's
+   * `'forwarded'`, which proxies append to, or one a platform or the proxy in front overwrites with one
+   * address. Not with `platform`.
+   */
+  header?: ClientIpHeader;
+  /**
+   * An IPv6 client's key is its subnet of this prefix (1 to 128), in express-rate-limit 8's form
+   * (`2001:db8:abcd:1200::/56`), since one IPv6 client holds at least a /64; `false` for the whole
+   * address. Default 56. IPv4 addresses are never grouped.
+   */
+  ipv6Subnet?: number | false;
 }
 
 /**
- * The client's IP address: the socket's peer, or the `x-forwarded-for` entry that the trusted proxies
- * wrote, counted from the right, so that a client cannot choose its own key by sending the header.
- * `undefined` when there is no address to trust (or the entry is not an IP address). IPv4-mapped IPv6
- * addresses and ports are stripped.
+ * The client's IP address as a key: the socket's peer, the entry of `x-forwarded-for` (or `Forwarded`)
+ * that the trusted proxies wrote, counted from the right, or the named platform's header, so that a
+ * client cannot choose its own key by sending a header. An IPv6 address answers its /56 (see
+ * {@link ClientIpOptions.ipv6Subnet}); an IPv4-mapped or dotted IPv4-compatible IPv6 address answers the
+ * IPv4 address it holds; ports and brackets are stripped. `undefined` when there is no address to trust
+ * (or the entry is not an IP address).
  */
 export declare function clientIp(request: RequestLike | HeadersLike, options?: ClientIpOptions): string | undefined;
 
