@@ -41,7 +41,8 @@ export type RatestoreErrorCode =
   | 'ERR_CLOSED'
   | 'ERR_NOT_INITIALIZED'
   | 'ERR_INTERNAL'
-  | 'ERR_UNSUPPORTED';
+  | 'ERR_UNSUPPORTED'
+  | 'ERR_STORE_ANSWER';
 
 /**
  * An error made by ratestore (an `Error`, `TypeError` or `RangeError`): its message starts with
@@ -489,7 +490,10 @@ export interface WindowLimit {
   algorithm?: 'fixed-window' | 'sliding-window';
   /** Cost units allowed per window: a safe integer, 0 or more. */
   limit: number;
-  /** Window length in milliseconds: a positive safe integer. */
+  /**
+   * Window length in milliseconds: a positive safe integer up to 4,503,599,627,370 (2^52 µs, about 142
+   * years), on every store; a longer one throws a `RangeError` at creation.
+   */
   windowMs: number;
   /**
    * The policy's name in draft-8 headers, and the suffix of its counter's key when a request is checked
@@ -573,6 +577,12 @@ interface LimiterCommonOptions {
 export interface BlockCacheOptions {
   /** Most refusals held (one per limit and key); the oldest goes first. A positive safe integer; default 10,000. */
   maxKeys?: number;
+  /**
+   * Most bytes the refusals are counted as (2 per character of an entry's id, plus 256); the oldest goes
+   * first. A key longer than 256 characters is held as its SHA-256, so an entry is under 1 KB whatever
+   * the key. A safe integer of 4,096 or more; default 16 MiB.
+   */
+  maxBytes?: number;
 }
 
 /**
@@ -587,7 +597,7 @@ export interface FallbackOptions {
   store: RateLimitStore;
   /**
    * The share of each limit the fallback allows (its `limit`, a bucket's `capacity` and `refill`),
-   * rounded down (a bucket's at least 1): `1 / instances` keeps the sum over the app's instances at
+   * rounded down, at least 1 (a limit of 0 stays 0): `1 / instances` keeps the sum over the app's instances at
    * the limit. Above 0, at most 1; default 1.
    */
   scale?: number;
@@ -678,7 +688,9 @@ export interface LimiterStats {
   readonly cacheRefusals: number;
   /** Refusals the block cache holds now (ended ones included until looked up or dropped). */
   readonly cacheEntries: number;
-  /** Refusals dropped to stay within `maxKeys`. */
+  /** The bytes the held refusals are counted as (see {@link BlockCacheOptions.maxBytes}). */
+  readonly cacheBytes: number;
+  /** Refusals dropped to stay within `maxKeys` or `maxBytes`. */
   readonly cacheEvictions: number;
   /** Checks the fallback store counted. */
   readonly fallbackChecks: number;
@@ -705,7 +717,9 @@ export interface Limiter {
   check(key: string, cost?: number | CheckOptions): Promise<LimitResult<never>>;
   /**
    * Resets `key` under every limit and tier: its counters in the store (and the fallback) and what the
-   * block cache holds for it. Rejects with the store's error, or a `TypeError` for a key that is not a string.
+   * block cache holds for it. Rejects with the store's error, a `TypeError` for a key that is not a
+   * string, or `ERR_UNSUPPORTED` (resetting nothing) when the store has no `reset(key)` (a
+   * `RateLimitStore` with only `hit`).
    */
   reset(key: string): Promise<void>;
   stats(): LimiterStats;
@@ -746,21 +760,58 @@ export type RequestLike =
       readonly socket?: { readonly remoteAddress?: string | undefined } | null;
     };
 
+/** The platforms whose own header of the client's address `clientIp` can read, when the app names one. */
+export type ClientIpPlatform = 'vercel' | 'cloudflare' | 'fly' | 'fastly' | 'akamai';
+
+/** The headers `clientIp` can read the client's address from. */
+export type ClientIpHeader =
+  | 'x-forwarded-for'
+  | 'forwarded'
+  | 'x-vercel-forwarded-for'
+  | 'cf-connecting-ip'
+  | 'fly-client-ip'
+  | 'fastly-client-ip'
+  | 'true-client-ip'
+  | 'x-real-ip';
+
 export interface ClientIpOptions {
   /**
-   * How many proxies in front of the app append to `x-forwarded-for` (a load balancer, Vercel's edge: 1).
-   * The client's address is the entry the outermost of them wrote; entries further left came from the
-   * client and are never used. Default 0: no proxy, so only the socket's peer counts (a Fetch `Request`
-   * has none, and answers `undefined`).
+   * How many proxies in front of the app append to `x-forwarded-for` (or `Forwarded`) (a load
+   * balancer, Vercel's edge: 1). The client's address is the entry the outermost of them wrote; entries
+   * further left came from the client and are never used. Default 0: no proxy, so only the socket's peer
+   * counts (a Fetch `Request` has none, and answers `undefined`). Not with `trustedProxyRanges`.
    */
   trustedProxies?: number;
+  /**
+   * Instead of a count: the trusted proxies' addresses, as CIDRs (`'10.0.0.0/8'`, `'fd00::/8'`) or
+   * addresses. Hops are read nearest first (the socket's peer, then the header's entries right to
+   * left), past every one in a range; the first outside them is the client. With a platform's header,
+   * the header is believed only from a peer in a range.
+   */
+  trustedProxyRanges?: readonly string[];
+  /** Read the header this platform overwrites with the address it saw. None is trusted unless named. */
+  platform?: ClientIpPlatform;
+  /**
+   * The header to read (case-insensitive): `'x-forwarded-for'` (the default) or RFC 7239's
+   * `'forwarded'`, which proxies append to, or one a platform or the proxy in front overwrites with one
+   * address. Not with `platform`.
+   */
+  header?: ClientIpHeader;
+  /**
+   * An IPv6 client's key is its subnet of this prefix (1 to 128), in express-rate-limit 8's form
+   * (`2001:db8:abcd:1200::/56`), since one IPv6 client holds at least a /64; `false` for the whole
+   * address. Default 56. IPv4 addresses are never grouped.
+   */
+  ipv6Subnet?: number | false;
 }
 
 /**
- * The client's IP address: the socket's peer, or the `x-forwarded-for` entry that the trusted proxies
- * wrote, counted from the right, so that a client cannot choose its own key by sending the header.
- * `undefined` when there is no address to trust (or the entry is not an IP address). IPv4-mapped IPv6
- * addresses and ports are stripped.
+ * The client's IP address as a key: the socket's peer, the entry of `x-forwarded-for` (or `Forwarded`)
+ * that the trusted proxies wrote, counted from the right, or the named platform's header, so that a
+ * client cannot choose its own key by sending a header. An IPv6 address answers its /56 (see
+ * {@link ClientIpOptions.ipv6Subnet}); an IPv4-mapped or dotted IPv4-compatible IPv6 address answers the
+ * IPv4 address it holds; ports and brackets are stripped. `undefined` when there is no address to trust
+ * (or the entry is not an IP address).
  */
 export declare function clientIp(request: RequestLike | HeadersLike, options?: ClientIpOptions): string | undefined;
 

@@ -12,12 +12,37 @@
 // Times are counted from when the check was sent, which is no later than the store's own clock read,
 // less 1 ms for the store's rounding up: an entry ends no later than the refusal it repeats.
 
-/** Cache entries' keys: the limit's tag (its number and a space) and the key its counter is kept under. */
+const { createHash } = require('node:crypto');
+
 const FAMILY = { 'fixed-window': 'fixed', 'sliding-window': 'sliding', 'token-bucket': 'bucket' };
+/**
+ * The longest store key an entry is kept under as it is; a longer one is kept under its SHA-256. V8
+ * hashes a string of more than 16,383 characters by its length alone, so long keys of one length would
+ * all land in one hash bucket and turn every lookup into a scan; a digest also keeps an entry's size
+ * bounded whatever the key's.
+ */
+const LONG_KEY = 256;
+/** What an entry costs beyond its id, counted against `maxBytes`: the entry, its snapshot share, the Map slot. */
+const ENTRY_BYTES = 256;
+
+/**
+ * An entry's id: the limit's tag (its number and a space), then `k` and the store key, or `d` and the
+ * key's digest (its UTF-16 units as they are, lone surrogates included), so that no key's id is
+ * another's.
+ */
+function idOf(tag, storeKey) {
+  if (storeKey.length <= LONG_KEY) return `${tag}k${storeKey}`;
+  return `${tag}d${createHash('sha256').update(storeKey, 'utf16le').digest('base64')}`;
+}
+
+/** The bytes an entry of this id is counted as. */
+const bytesOf = (id) => 2 * id.length + ENTRY_BYTES;
 
 class BlockCache {
-  /** tag + storeKey → entry { minCost, until, remaining, resetEnd, retryEnd, snapshot, set }. */
+  /** idOf(tag, storeKey) → entry { minCost, until, remaining, resetEnd, retryEnd, snapshot }. */
   entries = new Map();
+  /** The bytes the entries are counted as (see bytesOf), at most #maxBytes. */
+  bytes = 0;
   /** tag + storeKey → { inFlight, settled }: calls that may lower that count, in flight or lately settled. */
   #changes = new Map();
   /** A resetAll() in flight or settled: { inFlight, settled }. */
@@ -29,12 +54,20 @@ class BlockCache {
   refusals = 0;
   evictions = 0;
   #max;
+  #maxBytes;
   /** Every limit of the limiter, with its family and parameters. */
   #rules;
 
-  constructor(maxKeys, rules) {
+  constructor(maxKeys, rules, maxBytes = Infinity) {
     this.#max = maxKeys;
+    this.#maxBytes = maxBytes;
     this.#rules = rules;
+  }
+
+  /** Removes the entry `id` (which must be held). */
+  #delete(id) {
+    this.entries.delete(id);
+    this.bytes -= bytesOf(id);
   }
 
   get size() {
@@ -51,11 +84,11 @@ class BlockCache {
     if (entries.size === 0) return undefined;
     let proven;
     for (const rule of set.rules) {
-      const id = rule.tag + key + rule.suffix;
+      const id = idOf(rule.tag, key + rule.suffix);
       const entry = entries.get(id);
       if (entry === undefined) continue;
       if (now >= entry.until) {
-        entries.delete(id);
+        this.#delete(id);
         continue;
       }
       if (cost >= entry.minCost) (proven ??= new Map()).set(rule, entry);
@@ -72,7 +105,10 @@ class BlockCache {
   /** Forgets what the store answered the set's limits for `key`: a check went to the store and was allowed. */
   forget(set, key) {
     if (this.entries.size === 0) return;
-    for (const rule of set.rules) this.entries.delete(rule.tag + key + rule.suffix);
+    for (const rule of set.rules) {
+      const id = idOf(rule.tag, key + rule.suffix);
+      if (this.entries.has(id)) this.#delete(id);
+    }
   }
 
   /**
@@ -85,8 +121,7 @@ class BlockCache {
     for (const rule of set.rules) {
       const answer = taken.get(rule);
       if (answer === undefined || answer.allowed) continue;
-      const storeKey = key + rule.suffix;
-      const id = rule.tag + storeKey;
+      const id = idOf(rule.tag, key + rule.suffix);
       const change = this.#changes.get(id);
       if (change !== undefined && (change.inFlight > 0 || change.settled > started)) continue;
       const retryEnd = sentAt + answer.retryMs;
@@ -108,10 +143,11 @@ class BlockCache {
         snapshot,
       };
       const entries = this.entries;
-      entries.delete(id);
+      if (entries.has(id)) this.#delete(id);
       entries.set(id, entry);
-      if (entries.size > this.#max) {
-        entries.delete(entries.keys().next().value);
+      this.bytes += bytesOf(id);
+      while (entries.size > this.#max || (this.bytes > this.#maxBytes && entries.size > 1)) {
+        this.#delete(entries.keys().next().value);
         this.evictions++;
       }
     }
@@ -124,6 +160,7 @@ class BlockCache {
   changing(kind, storeKey, params) {
     if (kind === 'all') {
       this.entries.clear();
+      this.bytes = 0;
       const all = this.#all;
       all.inFlight++;
       return () => {
@@ -140,8 +177,8 @@ class BlockCache {
         (kind === 'sliding-params' && family === 'sliding' && rule.windowMs !== params) ||
         (kind === 'bucket-params' && family === 'bucket' && rule.params !== params);
       if (!affected) continue;
-      const id = rule.tag + storeKey;
-      this.entries.delete(id);
+      const id = idOf(rule.tag, storeKey);
+      if (this.entries.has(id)) this.#delete(id);
       const changes = this.#changes;
       let change = changes.get(id);
       if (change === undefined) change = { inFlight: 0, settled: 0 };
@@ -176,4 +213,4 @@ class BlockCache {
   }
 }
 
-module.exports = { BlockCache };
+module.exports = { BlockCache, idOf, LONG_KEY };

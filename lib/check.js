@@ -150,6 +150,7 @@ const ERROR_CODES = new Set([
   'ERR_NOT_INITIALIZED',
   'ERR_INTERNAL',
   'ERR_UNSUPPORTED',
+  'ERR_STORE_ANSWER',
 ]);
 
 /** Whether `e` is an error ratestore made: an Error with a ratestore message and one of its codes. */

@@ -5,7 +5,7 @@
 // took is given back only to the window it took it from; on any other
 // RateLimitStore a fixed window is a hit, never given back.
 
-const { checkOptions, checkOption, typeError, rangeError, rejection } = require('./check.js');
+const { checkOptions, checkOption, typeError, rangeError, rejection, MAX_KEY_LENGTH } = require('./check.js');
 const { STYLES, limitHeaders } = require('./headers.js');
 const { BlockCache } = require('./block-cache.js');
 const { watch } = require('./watch.js');
@@ -15,7 +15,11 @@ const ALGORITHMS = ['fixed-window', 'sliding-window', 'token-bucket'];
 const WINDOW_OPTIONS = ['algorithm', 'name', 'limit', 'windowMs'];
 const BUCKET_OPTIONS = ['algorithm', 'name', 'capacity', 'refill', 'intervalMs'];
 const COMMON_OPTIONS = ['store', 'headers', 'failOpen', 'blockCache', 'fallback', 'onError'];
-/** The longest sliding window and bucket refill the stores accept (2^52 µs, so that Lua's doubles stay exact). */
+/**
+ * The longest window (of every algorithm) and bucket refill a limiter accepts, on every store: 2^52 µs
+ * (about 142 years), so that Lua's doubles stay exact and a window's end (now + windowMs, in epoch ms)
+ * stays a safe integer on every store for as long as ratestore runs.
+ */
 const MAX_SPAN_MS = 4_503_599_627_370;
 /** Policy names: sf-string characters (no quote, no backslash), and short. */
 const NAME = /^[\x20\x21\x23-\x5b\x5d-\x7e]{1,64}$/;
@@ -83,8 +87,7 @@ function readLimit(path, limit, store) {
     rule = { algorithm, name, limit: capacity, windowMs, capacity, refill, intervalMs };
   } else {
     checkInteger(path, 'limit', limit.limit, 0);
-    const max = algorithm === 'sliding-window' ? MAX_SPAN_MS : undefined;
-    checkInteger(path, 'windowMs', limit.windowMs, 1, max);
+    checkInteger(path, 'windowMs', limit.windowMs, 1, MAX_SPAN_MS);
     rule = { algorithm, name: `${limit.limit}-in-${duration(limit.windowMs)}`, limit: limit.limit };
     rule.windowMs = limit.windowMs;
   }
@@ -110,7 +113,12 @@ function readLimit(path, limit, store) {
 function readSet(path, value, store) {
   const list = Array.isArray(value) ? value : [value];
   if (list.length === 0) throw fail(rangeError, `${path} must hold at least one limit`);
-  const rules = list.map((limit, i) => readLimit(Array.isArray(value) ? `${path}[${i}]` : path, limit, store));
+  // Every element, holes included (map would skip them): a hole is no limit.
+  const rules = Array.from(list, (limit, i) => {
+    if (Array.isArray(value) && !Object.hasOwn(value, i))
+      throw fail(typeError, `${path}[${i}] must be a limit, got a hole`);
+    return readLimit(Array.isArray(value) ? `${path}[${i}]` : path, limit, store);
+  });
   const names = new Set();
   for (const rule of rules) {
     if (names.has(rule.name)) {
@@ -131,6 +139,7 @@ function readSet(path, value, store) {
     windows: rules.filter((rule) => rule.algorithm !== 'token-bucket'),
     bucket: rules.find((rule) => rule.algorithm === 'token-bucket'),
     rules,
+    longestSuffix: Math.max(...rules.map((rule) => rule.suffix.length)),
   };
 }
 
@@ -184,6 +193,15 @@ function takeConsume(store) {
 function takeHit(store) {
   return async (key, rule, cost) => {
     const hit = await store.hit(key, rule.windowMs, cost);
+    if (
+      hit === null ||
+      typeof hit !== 'object' ||
+      !Number.isSafeInteger(hit.count) ||
+      typeof hit.resetMs !== 'number' ||
+      !(hit.resetMs >= 0 && hit.resetMs <= Number.MAX_SAFE_INTEGER)
+    ) {
+      throw malformed();
+    }
     const allowed = hit.count <= rule.limit;
     return {
       allowed,
@@ -223,6 +241,28 @@ const TAKES = {
   'token-bucket': takeBucket,
 };
 
+/** The error of a check whose store answered a hit that is not a CounterHit (a count and a resetMs). */
+function malformed() {
+  const error = new Error(
+    'ratestore: check(key): the store answered a hit without a safe-integer count and a resetMs of 0 or more; ' +
+      'a RateLimitStore must answer { count, resetMs }',
+  );
+  error.code = 'ERR_STORE_ANSWER';
+  return error;
+}
+
+/**
+ * A cached answer's reset, `end` (a performance.now() time) counted down to `now`. A sliding window's
+ * reset is the end of the aligned window now current: once the one the store answered ended, the next
+ * one's, a window later (as the store would answer), not 0.
+ */
+function resetFrom(rule, end, now) {
+  if (rule.algorithm === 'sliding-window' && end <= now) {
+    end += (Math.floor((now - end) / rule.windowMs) + 1) * rule.windowMs;
+  }
+  return Math.max(0, Math.ceil(end - now));
+}
+
 function remainingOf(rule, count) {
   return Math.min(rule.limit, Math.max(0, rule.limit - count));
 }
@@ -232,24 +272,40 @@ function remainingOf(rule, count) {
 
 /** Entries a block cache holds by default. */
 const CACHE_MAX_KEYS = 10_000;
+/** Bytes a block cache's entries are counted as, at most, by default (an entry is at most ~1 KB). */
+const CACHE_MAX_BYTES = 16 * 1024 * 1024;
 /** Milliseconds between probes of a failing main store, by default. */
 const PROBE_MS = 250;
 /** Errors that say a call was wrong, not that the store is failing: they never open the circuit. */
 const CALL_ERRORS = new Set(['ERR_INVALID_ARG_TYPE', 'ERR_OUT_OF_RANGE', 'ERR_COUNT_RANGE']);
+/** Errors of bad input: they reject a check, failOpen or not. */
+const BAD_INPUT = new Set(['ERR_INVALID_ARG_TYPE', 'ERR_OUT_OF_RANGE']);
 /** Errors of a call that was never sent, whatever its `sent` says. */
 const UNSENT = new Set(['ERR_CONFIG', 'ERR_AUTH', 'ERR_CLOSED']);
+/**
+ * Redis's answers for one key that holds other data (a key a client may choose): the store is up, so
+ * they never open the circuit.
+ */
+const KEY_DATA = /\b(?:WRONGTYPE|NOTCOUNTER|NOTSTATE)\b/;
 
-/** `blockCache`: undefined (off) or its maxKeys. On by default for a shared store. */
+/** `blockCache`: undefined (off) or its `{ maxKeys, maxBytes }`. On by default for a shared store. */
 function readCache(blockCache, store) {
-  if (blockCache === undefined) return store.shared === true ? CACHE_MAX_KEYS : undefined;
+  const defaults = { maxKeys: CACHE_MAX_KEYS, maxBytes: CACHE_MAX_BYTES };
+  if (blockCache === undefined) return store.shared === true ? defaults : undefined;
   if (blockCache === false) return undefined;
-  if (blockCache === true) return CACHE_MAX_KEYS;
+  if (blockCache === true) return defaults;
   if (blockCache === null || typeof blockCache !== 'object' || Array.isArray(blockCache)) {
-    throw fail(typeError, 'blockCache must be a boolean or { maxKeys }');
+    throw fail(typeError, 'blockCache must be a boolean or { maxKeys, maxBytes }');
   }
-  const { maxKeys = CACHE_MAX_KEYS } = checkOptions('createLimiter', blockCache, ['maxKeys'], 'blockCache');
+  const { maxKeys = CACHE_MAX_KEYS, maxBytes = CACHE_MAX_BYTES } = checkOptions(
+    'createLimiter',
+    blockCache,
+    ['maxKeys', 'maxBytes'],
+    'blockCache',
+  );
   checkInteger('blockCache', 'maxKeys', maxKeys, 1);
-  return maxKeys;
+  checkInteger('blockCache', 'maxBytes', maxBytes, 4096);
+  return { maxKeys, maxBytes };
 }
 
 /** `fallback`: a store, or `{ store, scale, probeMs }`; answers undefined or the three. */
@@ -280,7 +336,8 @@ function scaled(limit, rule, scale) {
     out.capacity = Math.max(1, Math.floor(limit.capacity * scale));
     out.refill = Math.max(1, Math.floor(limit.refill * scale));
   } else {
-    out.limit = Math.floor(limit.limit * scale);
+    // At least 1, as a bucket's: a scaled limit of 0 would refuse every request while the store is down.
+    out.limit = limit.limit === 0 ? 0 : Math.max(1, Math.floor(limit.limit * scale));
   }
   return out;
 }
@@ -290,7 +347,13 @@ function isUnsent(error) {
 }
 
 function isOutage(error) {
-  return !(error !== null && typeof error === 'object' && CALL_ERRORS.has(error.code));
+  if (error === null || typeof error !== 'object') return true;
+  if (CALL_ERRORS.has(error.code) || error.code === 'ERR_STORE_ANSWER') return false;
+  return !(error.code === 'ERR_REDIS' && typeof error.message === 'string' && KEY_DATA.test(error.message));
+}
+
+function isBadInput(error) {
+  return error !== null && typeof error === 'object' && BAD_INPUT.has(error.code);
 }
 
 // ---------------------------------------------------------------------------
@@ -326,7 +389,7 @@ function createLimiter(options) {
       'createLimiter(options): give exactly one of: a limit (limit and windowMs, or a token bucket), limits, or tiers',
     );
   }
-  const maxKeys = readCache(blockCache, store);
+  const cacheBounds = readCache(blockCache, store);
   const backup = readFallback(fallback);
 
   /** Each set's limits as given, by tier (undefined: every key). */
@@ -358,7 +421,8 @@ function createLimiter(options) {
     }
   }
 
-  const cache = maxKeys === undefined ? undefined : new BlockCache(maxKeys, rules);
+  const cache =
+    cacheBounds === undefined ? undefined : new BlockCache(cacheBounds.maxKeys, rules, cacheBounds.maxBytes);
   if (cache !== undefined) watch(store, cache);
   /** Whether the limiter tells its cache of its own calls that may change a count: the store does not. */
   const selfTold = cache !== undefined && !(store instanceof Operations);
@@ -424,7 +488,10 @@ function createLimiter(options) {
     let tier;
     if (typeof how === 'number') cost = how;
     else if (how !== undefined) {
-      ({ cost = 1, tier } = checkOptions('check', how, tiers === undefined ? ['cost'] : ['cost', 'tier']));
+      checkOptions('check', how, tiers === undefined ? ['cost'] : ['cost', 'tier']);
+      // Own properties only: a tier or cost inherited from a prototype is not one the caller gave.
+      if (Object.hasOwn(how, 'cost') && how.cost !== undefined) cost = how.cost;
+      if (Object.hasOwn(how, 'tier')) tier = how.tier;
     }
     if (typeof cost !== 'number') throw typeError(`check(key, cost): cost must be a number, got ${typeof cost}`);
     if (!(cost >= 1 && Number.isSafeInteger(cost))) {
@@ -435,7 +502,15 @@ function createLimiter(options) {
         `check(key, options): options.tier must be one of the limiter's tiers: ${tierNames.join(', ')}`,
       );
     }
-    return { set: sets.get(tier), cost, tier };
+    const set = sets.get(tier);
+    // Checked here, so that no store call is made and failOpen does not let a key over the bound through.
+    if (key.length + set.longestSuffix > MAX_KEY_LENGTH) {
+      throw rangeError(
+        `check(key): key is ${key.length} UTF-16 units long; with the limits' suffixes at most ` +
+          `${MAX_KEY_LENGTH - set.longestSuffix} are accepted`,
+      );
+    }
+    return { set, cost, tier };
   }
 
   /** Answers a check: from the block cache, the fallback while the circuit is open, else the store. */
@@ -511,7 +586,7 @@ function createLimiter(options) {
     // With the main store known to fail, what it took stays counted (on the safe side) rather than
     // waiting for a give-back that would likely fail too.
     const giveBacks = !(main && circuit !== undefined && circuit.open);
-    if (errors.length > 0 && !failOpen) {
+    if (errors.length > 0 && (!failOpen || errors.some(isBadInput))) {
       // check rejects: what the other limits took for this request is given back first.
       if (giveBacks) await giveBack(taken, key);
       throw errors[0];
@@ -596,7 +671,7 @@ function createLimiter(options) {
         taken.set(rule, {
           allowed: false,
           remaining: entry.remaining,
-          resetMs: Math.max(0, Math.ceil(entry.resetEnd - now)),
+          resetMs: resetFrom(rule, entry.resetEnd, now),
           retryMs: Math.max(1, Math.ceil(entry.retryEnd - now)),
         });
         return;
@@ -606,7 +681,7 @@ function createLimiter(options) {
         taken.set(rule, {
           allowed: true,
           remaining: seen.remaining,
-          resetMs: Math.max(0, Math.ceil(seen.resetEnd - now)),
+          resetMs: resetFrom(rule, seen.resetEnd, now),
           retryMs: 0,
         });
       }
@@ -623,7 +698,13 @@ function createLimiter(options) {
       // reported as it was configured, not as counted.
       const answer = taken.get(rule);
       const resetMs = answer?.resetMs ?? (rule.algorithm === 'token-bucket' ? 0 : rule.windowMs);
-      const retryAfter = answer === undefined || answer.allowed ? 0 : Math.max(1, Math.ceil(answer.retryMs / 1000));
+      // Every refusal carries a Retry-After of at least 1 s (NaN is not one).
+      const retryAfter =
+        answer === undefined || answer.allowed
+          ? 0
+          : Number.isFinite(answer.retryMs) && answer.retryMs > 1000
+            ? Math.ceil(answer.retryMs / 1000)
+            : 1;
       return {
         name: rule.name,
         algorithm: rule.algorithm,
@@ -668,6 +749,15 @@ function createLimiter(options) {
    */
   async function reset(key) {
     if (typeof key !== 'string') throw typeError(`reset(key): key must be a string, got ${typeof key}`);
+    if (typeof store.reset !== 'function') {
+      const error = new Error(
+        'ratestore: limiter.reset(key): the store has no reset(key) (a RateLimitStore with only hit cannot ' +
+          'clear a counter: a negative hit cannot say which window it lands in), so nothing was reset; ' +
+          "use one of ratestore's stores, or let the window end",
+      );
+      error.code = 'ERR_UNSUPPORTED';
+      throw error;
+    }
     const keys = storeKeys(key);
     const stores = backup === undefined ? [store] : [store, backup.store];
     const calls = [];
@@ -698,6 +788,7 @@ function createLimiter(options) {
       checks: counts.checks,
       cacheRefusals: cache?.refusals ?? 0,
       cacheEntries: cache?.size ?? 0,
+      cacheBytes: cache?.bytes ?? 0,
       cacheEvictions: cache?.evictions ?? 0,
       fallbackChecks: counts.fallbackChecks,
       fallbackActive: circuit?.open ?? false,

@@ -152,8 +152,11 @@ impl Error {
             Error::Overtaken => Some(false),
             // It ran on the master.
             Error::Unconfirmed { .. } | Error::WaitRefused { .. } => Some(true),
-            // A refused hit was never sent, nor was the connect's that failed.
-            Error::BackingOff { cause, .. } => cause.sent(),
+            // A refused hit was never sent, whatever the failure that
+            // started the backoff says of its own hits (a connection lost
+            // with hits on it: sent: true); a cause that says nothing of
+            // sent (ERR_AUTH, a demotion) still says nothing.
+            Error::BackingOff { cause, .. } => cause.sent().map(|_| false),
             _ => None,
         }
     }
@@ -274,6 +277,27 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("for 400 ms more"), "{text}");
+    }
+
+    #[test]
+    fn a_backoff_refusal_is_never_sent_whatever_its_cause_says() {
+        // A connection lost with calls on it says sent: true of those calls, not of the refused one.
+        let cause = Error::Connection {
+            text: "the connection to Redis failed".into(),
+            sent: true,
+        };
+        let e = Error::BackingOff {
+            cause: Box::new(cause),
+            failures: 1,
+            retry_ms: 80,
+        };
+        assert_eq!((e.code(), e.sent()), ("ERR_CONNECTION", Some(false)));
+        let timeout = Error::BackingOff {
+            cause: Box::new(Error::Timeout { ms: 5, sent: true }),
+            failures: 2,
+            retry_ms: 80,
+        };
+        assert_eq!(timeout.sent(), Some(false));
     }
 
     #[test]
