@@ -38,6 +38,7 @@ export type RatestoreErrorCode =
   | 'ERR_CONNECTION'
   | 'ERR_AUTH'
   | 'ERR_REDIS'
+  | 'ERR_SQLITE'
   | 'ERR_CLOSED'
   | 'ERR_NOT_INITIALIZED'
   | 'ERR_INTERNAL'
@@ -131,7 +132,7 @@ export interface RedisStoreStats extends StoreStats {
  * `ratestore_calls_total`, `ratestore_errors_total{code}`, `ratestore_call_latency_seconds` (a summary), ….
  */
 export declare function metricsText(
-  stores: Readonly<Record<string, { stats(): MemoryStoreStats | RedisStoreStats }>>,
+  stores: Readonly<Record<string, { stats(): MemoryStoreStats | RedisStoreStats | SqliteStoreStats }>>,
 ): string;
 
 /** Options of a limit-aware consume. */
@@ -456,6 +457,73 @@ export interface PostgresStore extends RatestoreStore {
  * the URL or its password.
  */
 export declare function postgresStore(options?: PostgresStoreOptions): PostgresStore;
+
+export interface SqliteStoreOptions {
+  /**
+   * The database file, created if missing (its folder must exist), resolved against the working directory
+   * when the store is made. Default `'ratestore.sqlite3'` in the working directory. `':memory:'`: a
+   * database of this store alone, gone when it closes (`shared` is then false).
+   */
+  path?: string;
+  /**
+   * Bound on one call in milliseconds: how long it may wait for another connection's write lock on the
+   * file (SQLite's busy handler); past it the call rejects with `ERR_TIMEOUT`, `sent` false: it counted
+   * nothing. Default 2,000.
+   */
+  timeoutMs?: number;
+  /**
+   * SQLite's `synchronous` in WAL mode. `'normal'` (the default): a call answers once its transaction is
+   * in the WAL file, which survives the process's death (`kill -9`) but may lose the last commits to a
+   * power loss or a kernel crash. `'full'`: each transaction is fsynced before its calls answer, which
+   * survives those too, at one disk flush per batch.
+   */
+  synchronous?: 'normal' | 'full';
+  /**
+   * How often, in ms, the store deletes the rows that count nothing (ended windows, expired states), 500
+   * rows looked at per short transaction, between batches of calls, while the file is open. Default
+   * 60,000; 0: never.
+   */
+  sweepIntervalMs?: number;
+  /** Called with the error of each failed call (the one its promise rejects with). */
+  onError?: (error: RatestoreError) => void;
+}
+
+export interface SqliteStoreStats {
+  readonly kind: 'sqlite';
+  readonly calls: number;
+  readonly errors: Readonly<Record<string, number>>;
+  readonly inFlight: number;
+  /** Transactions committed (each holds every call queued while the one before it ran). */
+  readonly commits: number;
+  /** Transactions that had to wait for another connection's lock on the file, and got it in time. */
+  readonly busyWaits: number;
+  /** Rows the store's sweeper deleted (see `sweepIntervalMs`). */
+  readonly swept: number;
+}
+
+/** The store `sqliteStore()` returns. */
+export interface SqliteStore extends RatestoreStore {
+  /** True: every process of this host on the same file sees the same counters; false for `':memory:'`. */
+  readonly shared: boolean;
+  /** One write transaction on the file (opening it, and creating the table, first if need be). */
+  ping(): Promise<void>;
+  /** Opens the file before the first hit. */
+  connect(): Promise<void>;
+  stats(): SqliteStoreStats;
+  close(): Promise<void>;
+}
+
+/**
+ * Counters in a SQLite file (SQLite is compiled in), in WAL mode, on the host's wall clock, shared by every
+ * process of the host that opens the same file, answering as memoryStore and redisStore do. Each store has
+ * a thread of its own: the calls made while one transaction runs go into the next, one `BEGIN IMMEDIATE …
+ * COMMIT`, and each is answered once that has committed. Rejects with `ERR_TIMEOUT` (another connection
+ * kept the file locked past `timeoutMs`), `ERR_SQLITE` (the file is read-only, full, corrupt, not a
+ * database, or can't be opened, named by SQLite's result code), `ERR_CONFIG` or `ERR_CLOSED`, each with
+ * `sent: false` (a failed transaction is rolled back whole: the call counted nothing), and a count past
+ * the safe-integer range with a `RangeError` (`ERR_COUNT_RANGE`). No message holds a key or the path.
+ */
+export declare function sqliteStore(options?: SqliteStoreOptions): SqliteStore;
 
 /** The error a redisStore hit rejects with when the store cannot do it. */
 export interface RedisStoreError extends RatestoreError {

@@ -1,18 +1,19 @@
 // Every store answers as the model does: the same seeded random sequences of every operation run
 // against memoryStore, a memoryStore small enough to evict, redisStore over TCP, a Redis Cluster, the
-// REST transport and postgresStore at once, under the real clock, each checked against the model of
+// REST transport, postgresStore and sqliteStore at once, under the real clock, each checked against the model of
 // docs/algorithms.md (support/model.ts) within the slack stated in support/differential.ts.
 //
 // A run: the seeds of differential-seeds.json (every seed that ever diverged), then DIFF_SEEDS new
 // ones (default 12) from DIFF_SEED (default: the time), DIFF_STEPS steps each (default 40); with
 // DIFF_DURATION_S, new seeds until that many seconds have passed (`npm run soak`). Each step is one
 // call, a parallel group of 2-4, a sleep or a wait for a window edge; a run of 12 seeds makes about
-// 3,000 calls on the six stores (the closing line counts them) and takes 20-50 s. A divergence prints
+// 3,000 calls on the seven stores (the closing line counts them) and takes 20-50 s. A divergence prints
 // its seed, the store, the call, what the store answered and what the model allowed, and a reproduction shrunk by
 // dropping steps; the seed is added to differential-seeds.json (outside CI) to be committed.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { randomUUID } from 'node:crypto';
 import { join } from 'node:path';
+import { tmpdir } from 'node:os';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   createLimiter,
@@ -20,6 +21,7 @@ import {
   memoryStore,
   postgresStore,
   redisStore,
+  sqliteStore,
   universalStore,
   type RateLimitStore,
 } from '../index.js';
@@ -131,6 +133,21 @@ beforeAll(async () => {
         closing(
           postgresStore({ url: postgres.url, table: `diff_${randomUUID().replace(/-/g, '')}`, timeoutMs: 5_000 }),
         ),
+      flushScripts: async () => {},
+    },
+    {
+      // The host's wall clock: the same epoch µs as nowUs. A file of its own per run.
+      clock: nowUs,
+      traits: traits('sqliteStore', {}),
+      open: () => {
+        const path = join(tmpdir(), `ratestore-diff-${randomUUID()}.sqlite3`);
+        const store = sqliteStore({ path });
+        const close = async () => {
+          await store.close();
+          for (const end of ['', '-wal', '-shm']) rmSync(`${path}${end}`, { force: true });
+        };
+        return { store, close };
+      },
       flushScripts: async () => {},
     },
   ];

@@ -59,6 +59,8 @@ const HELP = {
   noscript_reloads: ['counter', 'Scripts sent again whole (EVAL) after NOSCRIPT'],
   redirections: ['counter', 'MOVED and ASK redirections followed (Redis Cluster)'],
   unconfirmed: ['counter', 'Calls that ran on the master but that fewer replicas than waitForReplicas confirmed'],
+  sqlite_commits: ['counter', 'Transactions the SQLite store committed (each holds the calls queued meanwhile)'],
+  sqlite_busy_waits: ['counter', 'SQLite transactions that waited for another connection to release the file'],
   call_latency_seconds: ['summary', 'Time from sending a call to Redis to its answer, over the store’s life'],
 };
 
@@ -102,6 +104,11 @@ function metricsText(stores) {
       add('evictions', { store, reason: 'ended' }, stats.evictions.ended);
       add('evictions', { store, reason: 'short' }, stats.evictions.short);
       add('sweeps', label, stats.sweeps);
+      add('swept_counters', label, stats.swept);
+    } else if (stats.kind === 'sqlite') {
+      add('calls_in_flight', label, stats.inFlight);
+      add('sqlite_commits', label, stats.commits);
+      add('sqlite_busy_waits', label, stats.busyWaits);
       add('swept_counters', label, stats.swept);
     } else {
       add('calls_in_flight', label, stats.inFlight);

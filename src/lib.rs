@@ -17,6 +17,7 @@ pub mod postgres;
 pub mod redis;
 pub mod reset;
 pub mod sliding;
+pub mod sqlite;
 pub mod window;
 pub mod wtf8;
 

@@ -8,6 +8,7 @@ mod raw;
 mod redis;
 mod redis_loop;
 mod settle;
+mod sqlite;
 mod uv;
 
 use napi::bindgen_prelude::*;

@@ -1,0 +1,659 @@
+//! sqliteStore's core: every algorithm's state in one table of a SQLite file
+//! (compiled in), in WAL mode, shared by every process of the host that
+//! opens the same file. Each store has a thread of its own that owns its
+//! connection: the calls made while a batch runs wait in a channel, and the
+//! next batch takes them all in one `BEGIN IMMEDIATE … COMMIT` (each call is
+//! answered only once its batch has committed). Another process holding the
+//! write lock is waited for (SQLite's busy handler) up to the calls'
+//! `timeoutMs`, then they reject unsent; a batch that fails is rolled back
+//! whole, so a call counts exactly once or not at all.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension};
+
+use crate::delivery::{Completion, Delivery};
+use crate::errors::{Error, Result};
+use crate::ops::{Answer, Args, Op};
+
+pub mod apply;
+use apply::{Row, Write};
+
+/// The file a store opens when no `path` is given, in the working directory.
+pub const DEFAULT_PATH: &str = "ratestore.sqlite3";
+pub const DEFAULT_TIMEOUT_MS: u64 = 2000;
+pub const DEFAULT_SWEEP_INTERVAL_MS: u64 = 60_000;
+/// The table every store keeps its rows in.
+pub const TABLE: &str = "ratestore_counters";
+/// Rows one sweep step looks at (and deletes at most), in one short transaction.
+const SWEEP_BATCH: i64 = 500;
+/// The most calls one transaction takes.
+const MAX_BATCH: usize = 4096;
+
+/// SQLite's `synchronous` setting in WAL mode.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Synchronous {
+    /// A commit is in the WAL file (the OS's cache) when the call answers: it
+    /// survives the process's death (kill -9), not the host's (power loss,
+    /// kernel crash), which may lose the last commits, never the file.
+    Normal,
+    /// Each commit is fsynced before its calls answer: it survives the host's
+    /// death too, at a disk flush per batch.
+    Full,
+}
+
+/// The options as JavaScript gave them (checked there).
+#[derive(Clone, Debug, Default)]
+pub struct Options {
+    pub path: Option<String>,
+    pub timeout_ms: Option<u64>,
+    pub synchronous: Option<String>,
+    pub sweep_interval_ms: Option<u64>,
+}
+
+/// The settings.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub path: String,
+    pub timeout_ms: u64,
+    pub synchronous: Synchronous,
+    pub sweep_interval_ms: u64,
+}
+
+fn config_error(text: &str) -> Error {
+    Error::Sqlite {
+        code: "ERR_CONFIG",
+        text: text.into(),
+        sent: Some(false),
+    }
+}
+
+impl Config {
+    pub fn resolve(options: &Options) -> Result<Config> {
+        let path = options
+            .path
+            .clone()
+            .unwrap_or_else(|| DEFAULT_PATH.to_string());
+        if path.is_empty() || path.contains('\0') {
+            return Err(config_error(
+                "path must name a file (or be ':memory:'), without NUL characters",
+            ));
+        }
+        let synchronous = match options.synchronous.as_deref() {
+            None | Some("normal") => Synchronous::Normal,
+            Some("full") => Synchronous::Full,
+            Some(_) => return Err(config_error("synchronous must be 'normal' or 'full'")),
+        };
+        Ok(Config {
+            path,
+            timeout_ms: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
+            synchronous,
+            sweep_interval_ms: options
+                .sweep_interval_ms
+                .unwrap_or(DEFAULT_SWEEP_INTERVAL_MS),
+        })
+    }
+}
+
+/// One call on its way to the store's thread.
+pub struct Call {
+    pub id: u32,
+    pub op: Op,
+    pub args: Args,
+    /// The key's bytes (WTF-8).
+    pub key: Vec<u8>,
+    pub deadline: Instant,
+}
+
+/// What `resetAll()` hears back.
+pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
+
+enum Message {
+    Call(Call),
+    ResetAll(Done, Instant),
+}
+
+/// The counters a store's thread keeps about it.
+#[derive(Default)]
+pub struct Counts {
+    /// Expired rows the sweeper deleted.
+    pub swept: AtomicU64,
+    /// Transactions committed.
+    pub commits: AtomicU64,
+    /// Transactions that waited for another connection's lock (SQLITE_BUSY
+    /// at their first try) and got it within their time.
+    pub busy_waits: AtomicU64,
+}
+
+/// A store: the sending end of its thread's channel. Dropping it (or
+/// `close`) lets the thread finish the calls queued and end.
+pub struct SqliteStore {
+    sender: Mutex<Option<Sender<Message>>>,
+    pub timeout: Duration,
+}
+
+impl SqliteStore {
+    /// Starts the store's thread; the file is opened by its first call.
+    pub fn start(
+        config: Config,
+        delivery: Arc<Delivery>,
+        counts: Arc<Counts>,
+    ) -> Result<SqliteStore> {
+        let (sender, receiver) = mpsc::channel();
+        let timeout = Duration::from_millis(config.timeout_ms);
+        let mut worker = Worker {
+            config,
+            conn: None,
+            delivery,
+            counts,
+            last_now: 0,
+            cursor: None,
+        };
+        std::thread::Builder::new()
+            .name("ratestore-sqlite".into())
+            .spawn(move || worker.serve(receiver))
+            .map_err(|_| Error::Internal("the store's thread could not be started"))?;
+        Ok(SqliteStore {
+            sender: Mutex::new(Some(sender)),
+            timeout,
+        })
+    }
+
+    fn send(&self, message: Message) -> std::result::Result<(), Message> {
+        let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner());
+        match sender.as_ref() {
+            Some(s) => s.send(message).map_err(|e| e.0),
+            None => Err(message),
+        }
+    }
+
+    /// Queues a call; `Err(Closed)` once the store is closed.
+    pub fn call(&self, call: Call) -> Result<()> {
+        self.send(Message::Call(call)).map_err(|_| Error::Closed)
+    }
+
+    pub fn reset_all(&self, done: Done) {
+        let deadline = Instant::now() + self.timeout;
+        if let Err(Message::ResetAll(done, _)) = self.send(Message::ResetAll(done, deadline)) {
+            done(Err(Error::Closed));
+        }
+    }
+
+    /// Refuses later calls; the thread ends once the queued ones are done.
+    pub fn close(&self) {
+        self.sender.lock().unwrap_or_else(|e| e.into_inner()).take();
+    }
+}
+
+/// µs since the epoch on the host's wall clock.
+fn wall_us() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
+}
+
+/// A SQLite error as the store's, its text cleaned of the path. `sent`
+/// false: the transaction was rolled back (or never began), so nothing of
+/// it counted.
+fn sqlite_error(e: &rusqlite::Error, path: &str) -> Error {
+    let (code, text) = match e {
+        rusqlite::Error::SqliteFailure(f, message) => {
+            let detail = message.as_deref().unwrap_or("");
+            let said = |what: &str| {
+                format!(
+                    "{what} (SQLite: {detail}; extended code {})",
+                    f.extended_code
+                )
+            };
+            match f.code {
+                ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked => (
+                    "ERR_TIMEOUT",
+                    said("another connection kept the database file locked past timeoutMs (SQLITE_BUSY); the call counted nothing"),
+                ),
+                ErrorCode::ReadOnly => (
+                    "ERR_SQLITE",
+                    said("the database file, or its folder (where SQLite keeps the -wal and -shm files), is read-only (SQLITE_READONLY)"),
+                ),
+                ErrorCode::DiskFull => (
+                    "ERR_SQLITE",
+                    said("the disk holding the database file is full (SQLITE_FULL)"),
+                ),
+                ErrorCode::NotADatabase => (
+                    "ERR_SQLITE",
+                    said("the file at path is not a SQLite database (SQLITE_NOTADB)"),
+                ),
+                ErrorCode::DatabaseCorrupt => (
+                    "ERR_SQLITE",
+                    said("the database file is corrupt (SQLITE_CORRUPT)"),
+                ),
+                ErrorCode::CannotOpen => (
+                    "ERR_SQLITE",
+                    said("the database file can't be opened (SQLITE_CANTOPEN: its folder is missing, or the file or its folder is read-only)"),
+                ),
+                ErrorCode::PermissionDenied => (
+                    "ERR_SQLITE",
+                    said("the database file may not be opened by this process (SQLITE_PERM)"),
+                ),
+                ErrorCode::SystemIoFailure => (
+                    "ERR_SQLITE",
+                    said("reading or writing the database file failed (SQLITE_IOERR)"),
+                ),
+                _ => ("ERR_SQLITE", said("SQLite failed")),
+            }
+        }
+        other => ("ERR_SQLITE", format!("SQLite failed: {other}")),
+    };
+    Error::Sqlite {
+        code,
+        text,
+        sent: Some(false),
+    }
+    .redacted(&[path.as_bytes()])
+}
+
+fn foreign_table() -> Error {
+    Error::Sqlite {
+        code: "ERR_SQLITE",
+        text: format!(
+            "the file at path has a table {TABLE} that is not ratestore's (its columns differ); use another path"
+        ),
+        sent: Some(false),
+    }
+}
+
+const SQL_CREATE: &str = "CREATE TABLE IF NOT EXISTS ratestore_counters (
+  kind INTEGER NOT NULL, key BLOB NOT NULL, a INTEGER NOT NULL, b INTEGER NOT NULL,
+  c INTEGER NOT NULL, ends_at INTEGER NOT NULL, PRIMARY KEY (kind, key)) WITHOUT ROWID";
+const SQL_READ: &str =
+    "SELECT a, b, c, ends_at FROM ratestore_counters WHERE kind = ?1 AND key = ?2";
+const SQL_PUT: &str = "INSERT INTO ratestore_counters (kind, key, a, b, c, ends_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+  ON CONFLICT (kind, key) DO UPDATE SET a = excluded.a, b = excluded.b, c = excluded.c, ends_at = excluded.ends_at";
+const SQL_DROP: &str = "DELETE FROM ratestore_counters WHERE kind = ?1 AND key = ?2";
+/// The last key of the next sweep step's rows, after the cursor.
+const SQL_SWEEP_END: &str = "SELECT kind, key FROM ratestore_counters WHERE (kind, key) > (?1, ?2)
+  ORDER BY kind, key LIMIT 1 OFFSET ?3";
+const SQL_SWEEP: &str =
+    "DELETE FROM ratestore_counters WHERE (kind, key) > (?1, ?2) AND (kind, key) <= (?3, ?4)
+  AND ends_at < ?5";
+const SQL_SWEEP_REST: &str =
+    "DELETE FROM ratestore_counters WHERE (kind, key) > (?1, ?2) AND ends_at < ?3";
+
+/// A row's place in the table's key order: (kind, key).
+type Cursor = (i64, Vec<u8>);
+
+/// The state of one key of a batch: its row as the batch has left it.
+struct Slot {
+    row: Option<Row>,
+    changed: bool,
+}
+
+struct Worker {
+    config: Config,
+    conn: Option<Connection>,
+    delivery: Arc<Delivery>,
+    counts: Arc<Counts>,
+    /// The latest time a batch ran at: the clock never goes back within the store.
+    last_now: u64,
+    /// Where the sweep goes on from (kind, key), while one is under way.
+    cursor: Option<Cursor>,
+}
+
+impl Worker {
+    fn serve(&mut self, receiver: mpsc::Receiver<Message>) {
+        let interval = Duration::from_millis(self.config.sweep_interval_ms);
+        let mut next_sweep = Instant::now() + interval;
+        loop {
+            let wait = if self.config.sweep_interval_ms == 0 {
+                Duration::from_secs(3600)
+            } else if self.cursor.is_some() {
+                Duration::ZERO
+            } else {
+                next_sweep.saturating_duration_since(Instant::now())
+            };
+            let first = match receiver.recv_timeout(wait) {
+                Ok(m) => m,
+                Err(RecvTimeoutError::Timeout) => {
+                    if self.config.sweep_interval_ms > 0 {
+                        self.sweep_step();
+                        if self.cursor.is_none() {
+                            next_sweep = Instant::now() + interval;
+                        }
+                    }
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
+            let mut calls = Vec::new();
+            let mut pending = Some(first);
+            while let Some(message) = pending.take() {
+                match message {
+                    Message::Call(call) => calls.push(call),
+                    Message::ResetAll(done, deadline) => {
+                        // Calls made before it run before it.
+                        self.run(std::mem::take(&mut calls));
+                        let result = self.reset_all(deadline);
+                        done(result);
+                    }
+                }
+                if calls.len() < MAX_BATCH {
+                    pending = receiver.try_recv().ok();
+                }
+            }
+            self.run(calls);
+        }
+    }
+
+    /// The connection, opened (and the table created) if need be.
+    fn open(&mut self) -> Result<&Connection> {
+        if self.conn.is_none() {
+            let path = &self.config.path;
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            let fail = |e: rusqlite::Error| sqlite_error(&e, path);
+            let conn = Connection::open_with_flags(path, flags).map_err(fail)?;
+            conn.busy_timeout(Duration::from_millis(self.config.timeout_ms))
+                .map_err(fail)?;
+            conn.set_prepared_statement_cache_capacity(16);
+            // ':memory:' answers "memory": a database of this connection alone.
+            let _mode: String = conn
+                .query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))
+                .map_err(fail)?;
+            let sync = match self.config.synchronous {
+                Synchronous::Normal => "PRAGMA synchronous = NORMAL",
+                Synchronous::Full => "PRAGMA synchronous = FULL",
+            };
+            conn.execute_batch(sync).map_err(fail)?;
+            conn.execute_batch(SQL_CREATE).map_err(fail)?;
+            for sql in [SQL_READ, SQL_PUT, SQL_DROP] {
+                if let Err(e) = conn.prepare_cached(sql) {
+                    // A missing column: the table is someone else's.
+                    return Err(match &e {
+                        rusqlite::Error::SqlInputError { .. } => foreign_table(),
+                        rusqlite::Error::SqliteFailure(f, _) if f.code == ErrorCode::Unknown => {
+                            foreign_table()
+                        }
+                        _ => fail(e),
+                    });
+                }
+            }
+            self.conn = Some(conn);
+        }
+        Ok(self.conn.as_ref().expect("opened above"))
+    }
+
+    /// Drops a connection whose file failed in a way a new one may not
+    /// (corrupt, replaced, read-only): the next call opens the file again.
+    fn forget_if_broken(&mut self, e: &Error) {
+        if matches!(
+            e,
+            Error::Sqlite {
+                code: "ERR_SQLITE",
+                ..
+            }
+        ) {
+            self.conn = None;
+        }
+    }
+
+    fn now(&mut self) -> u64 {
+        self.last_now = self.last_now.max(wall_us());
+        self.last_now
+    }
+
+    /// Begins a write transaction, waiting for another connection's lock up
+    /// to `deadline`.
+    fn begin(&mut self, deadline: Instant) -> Result<()> {
+        let path = self.config.path.clone();
+        let conn = self.open()?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        let fail = |e: rusqlite::Error| sqlite_error(&e, &path);
+        conn.busy_timeout(left.max(Duration::from_millis(1)))
+            .map_err(fail)?;
+        match conn.execute_batch("BEGIN IMMEDIATE") {
+            Ok(()) => Ok(()),
+            Err(e) => Err(fail(e)),
+        }
+    }
+
+    fn rollback(&mut self) {
+        if let Some(conn) = &self.conn {
+            if !conn.is_autocommit() {
+                let _ = conn.execute_batch("ROLLBACK");
+            }
+        }
+    }
+
+    fn commit(&mut self) -> Result<()> {
+        let path = self.config.path.clone();
+        let conn = self.conn.as_ref().ok_or(Error::Internal("no connection"))?;
+        conn.execute_batch("COMMIT")
+            .map_err(|e| sqlite_error(&e, &path))?;
+        self.counts.commits.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Runs a batch of calls in one transaction, and delivers their answers
+    /// once it has committed.
+    fn run(&mut self, mut calls: Vec<Call>) {
+        let mut done: Vec<Completion> = Vec::with_capacity(calls.len());
+        let mut waited = false;
+        loop {
+            // Calls whose time ran out (waiting for a lock) reject unsent.
+            let now = Instant::now();
+            calls.retain(|c| {
+                let alive = c.deadline > now;
+                if !alive {
+                    done.push(Completion {
+                        id: c.id,
+                        result: Err(self.timed_out()),
+                    });
+                }
+                alive
+            });
+            if calls.is_empty() {
+                break;
+            }
+            let deadline = calls.iter().map(|c| c.deadline).min().expect("not empty");
+            match self.begin(deadline) {
+                Ok(()) => {}
+                Err(Error::Sqlite {
+                    code: "ERR_TIMEOUT",
+                    ..
+                }) if calls.iter().any(|c| c.deadline > deadline) => {
+                    // The earliest ran out: the others wait on.
+                    waited = true;
+                    continue;
+                }
+                Err(e) => {
+                    self.forget_if_broken(&e);
+                    done.extend(calls.drain(..).map(|c| Completion {
+                        id: c.id,
+                        result: Err(e.clone()),
+                    }));
+                    break;
+                }
+            }
+            match self.transact(&calls) {
+                Ok(answers) => {
+                    if waited {
+                        self.counts.busy_waits.fetch_add(1, Ordering::Relaxed);
+                    }
+                    done.extend(answers);
+                }
+                Err(e) => {
+                    self.rollback();
+                    self.forget_if_broken(&e);
+                    done.extend(calls.drain(..).map(|c| Completion {
+                        id: c.id,
+                        result: Err(e.clone()),
+                    }));
+                }
+            }
+            break;
+        }
+        self.delivery.push_all(done);
+    }
+
+    fn timed_out(&self) -> Error {
+        Error::Sqlite {
+            code: "ERR_TIMEOUT",
+            text: format!(
+                "another connection kept the database file locked for {} ms (timeoutMs) (SQLITE_BUSY); \
+                 the call counted nothing",
+                self.config.timeout_ms
+            ),
+            sent: Some(false),
+        }
+    }
+
+    /// The batch's calls inside the open transaction, then COMMIT. Each
+    /// key's row is read once and written once, however many calls it has.
+    fn transact(&mut self, calls: &[Call]) -> Result<Vec<Completion>> {
+        let now = self.now();
+        let path = self.config.path.clone();
+        let fail = |e: rusqlite::Error| sqlite_error(&e, &path);
+        let conn = self.conn.as_ref().ok_or(Error::Internal("no connection"))?;
+        let mut slots: HashMap<(u8, &[u8]), Slot> = HashMap::new();
+        let mut answers = Vec::with_capacity(calls.len());
+        {
+            let mut read = conn.prepare_cached(SQL_READ).map_err(fail)?;
+            for call in calls {
+                if call.op == Op::Ping {
+                    answers.push(Completion {
+                        id: call.id,
+                        result: Ok(Answer::new(&[1])),
+                    });
+                    continue;
+                }
+                let kind = apply::kind(call.op, &call.args);
+                let slot = match slots.entry((kind, &call.key)) {
+                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(v) => {
+                        let row = read
+                            .query_row(params![kind, call.key], |r| {
+                                Ok(Row {
+                                    a: r.get(0)?,
+                                    b: r.get(1)?,
+                                    c: r.get(2)?,
+                                    ends_at: r.get::<_, i64>(3)?.max(0) as u64,
+                                })
+                            })
+                            .optional()
+                            .map_err(fail)?;
+                        v.insert(Slot {
+                            row,
+                            changed: false,
+                        })
+                    }
+                };
+                let stored = slot.row.filter(|r| apply::live(kind, r, now));
+                let result =
+                    apply::apply(call.op, &call.args, stored, now).map(|(answer, write)| {
+                        match write {
+                            Write::Keep => {}
+                            Write::Put(row) => {
+                                slot.row = Some(row);
+                                slot.changed = true;
+                            }
+                            Write::Drop => {
+                                slot.changed |= slot.row.is_some();
+                                slot.row = None;
+                            }
+                        }
+                        answer
+                    });
+                answers.push(Completion {
+                    id: call.id,
+                    result,
+                });
+            }
+        }
+        {
+            let mut put = conn.prepare_cached(SQL_PUT).map_err(fail)?;
+            let mut drop = conn.prepare_cached(SQL_DROP).map_err(fail)?;
+            for ((kind, key), slot) in slots.iter().filter(|(_, s)| s.changed) {
+                match slot.row {
+                    Some(r) => put.execute(params![
+                        kind,
+                        key,
+                        r.a,
+                        r.b,
+                        r.c,
+                        apply::column_time(r.ends_at)
+                    ]),
+                    None => drop.execute(params![kind, key]),
+                }
+                .map_err(fail)?;
+            }
+        }
+        self.commit()?;
+        Ok(answers)
+    }
+
+    fn reset_all(&mut self, deadline: Instant) -> Result<()> {
+        self.begin(deadline)
+            .inspect_err(|e| self.forget_if_broken(e))?;
+        let path = self.config.path.clone();
+        let conn = self.conn.as_ref().ok_or(Error::Internal("no connection"))?;
+        let result = conn
+            .execute("DELETE FROM ratestore_counters", [])
+            .map_err(|e| sqlite_error(&e, &path));
+        match result.and_then(|_| self.commit()) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                self.rollback();
+                self.forget_if_broken(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// One step of the sweep: the expired rows among the next
+    /// [`SWEEP_BATCH`] after the cursor, deleted in one short transaction
+    /// (one that finds the file locked gives up at once, to try again on the
+    /// next round). Only while the store has its connection open.
+    fn sweep_step(&mut self) {
+        if self.conn.is_none() {
+            return;
+        }
+        let (kind, key) = self.cursor.take().unwrap_or((-1, Vec::new()));
+        let now = self.now();
+        // Rows past their end by more than a ms count nothing, whatever their kind.
+        let before = apply::column_time(now.saturating_sub(1000));
+        let conn = self.conn.as_ref().expect("checked above");
+        let _ = conn.busy_timeout(Duration::ZERO);
+        let step = (|| -> rusqlite::Result<(usize, Option<Cursor>)> {
+            conn.execute_batch("BEGIN IMMEDIATE")?;
+            let end: Option<Cursor> = conn
+                .prepare_cached(SQL_SWEEP_END)?
+                .query_row(params![kind, key, SWEEP_BATCH - 1], |r| {
+                    Ok((r.get(0)?, r.get(1)?))
+                })
+                .optional()?;
+            let deleted = match &end {
+                Some((end_kind, end_key)) => conn
+                    .prepare_cached(SQL_SWEEP)?
+                    .execute(params![kind, key, end_kind, end_key, before])?,
+                None => conn
+                    .prepare_cached(SQL_SWEEP_REST)?
+                    .execute(params![kind, key, before])?,
+            };
+            conn.execute_batch("COMMIT")?;
+            Ok((deleted, end))
+        })();
+        match step {
+            Ok((deleted, end)) => {
+                self.counts
+                    .swept
+                    .fetch_add(deleted as u64, Ordering::Relaxed);
+                self.cursor = end;
+            }
+            Err(_) => self.rollback(),
+        }
+    }
+}
