@@ -3,6 +3,7 @@
 const { memoryStore } = require('./lib/memory.js');
 const { redisStore } = require('./lib/redis.js');
 const { postgresStore } = require('./lib/postgres.js');
+const { mysqlStore } = require('./lib/mysql.js');
 const { createLimiter } = require('./lib/limiter.js');
 const { clientIp } = require('./lib/client-ip.js');
 const { universalStore, expressStore } = require('./lib/adapters.js');
@@ -18,6 +19,7 @@ module.exports = {
   memoryStore,
   redisStore,
   postgresStore,
+  mysqlStore,
   createLimiter,
   clientIp,
   universalStore,

@@ -67,6 +67,15 @@ pub enum Error {
         text: String,
         sent: Option<bool>,
     },
+    /// mysqlStore's failures: `code` is the JS code (ERR_CONFIG,
+    /// ERR_TIMEOUT, ERR_CONNECTION, ERR_AUTH or ERR_MYSQL); `sent` as for
+    /// `Postgres`.
+    #[error("mysqlStore: {text}")]
+    Mysql {
+        code: &'static str,
+        text: String,
+        sent: Option<bool>,
+    },
     /// Redis's script cache was flushed while this call was on its way
     /// (NOSCRIPT: it did not run), and a later call on the same key ran
     /// first: sent again, it would take effect after that one, so it is not.
@@ -126,6 +135,7 @@ impl Error {
             | Error::Unconfirmed { .. }
             | Error::WaitRefused { .. } => "ERR_REDIS",
             Error::Postgres { code, .. } => code,
+            Error::Mysql { code, .. } => code,
             Error::Closed => "ERR_CLOSED",
             Error::NodeApi(_) | Error::Internal(_) => "ERR_INTERNAL",
             Error::Unsupported(_) => "ERR_UNSUPPORTED",
@@ -148,6 +158,7 @@ impl Error {
         match self {
             Error::Timeout { sent, .. } | Error::Connection { sent, .. } => Some(*sent),
             Error::Postgres { sent, .. } => *sent,
+            Error::Mysql { sent, .. } => *sent,
             // It met NOSCRIPT and was not sent again.
             Error::Overtaken => Some(false),
             // It ran on the master.
@@ -184,6 +195,11 @@ impl Error {
                 noperm,
             },
             Error::Postgres { code, text, sent } => Error::Postgres {
+                code,
+                text: clean(text),
+                sent,
+            },
+            Error::Mysql { code, text, sent } => Error::Mysql {
                 code,
                 text: clean(text),
                 sent,
