@@ -23,7 +23,7 @@ export interface MariadbServer {
 export interface MariadbOptions {
   /** More mariadbd options, each passed as `--name=value`. */
   settings?: Record<string, string | number>;
-  /** InnoDB's default flush at each commit (else innodb_flush_log_at_trx_commit=2). */
+  /** InnoDB's default flush at each commit (else no flush at commit, nosync, no doublewrite, no file per table). */
   durable?: boolean;
   port?: number;
 }
