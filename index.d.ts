@@ -525,6 +525,85 @@ export interface SqliteStore extends RatestoreStore {
  */
 export declare function sqliteStore(options?: SqliteStoreOptions): SqliteStore;
 
+export interface MysqlStoreOptions {
+  /**
+   * `mysql://user:password@host:port/database[?ssl-mode=…]` (`mariadb://` too). Default: the `DATABASE_URL`
+   * environment variable, then `MYSQL_URL`, read on the first call, never at import or construction. The
+   * URL's TLS parameters read: `ssl-mode` (or `sslmode`), mysql2's and PlanetScale's `ssl` (`true`,
+   * `false`, `{"rejectUnauthorized":true}`), Prisma's `sslaccept`; ignored: `connection_limit`,
+   * `pool_timeout`, `connect_timeout`, `socket_timeout`, `charset`, `timezone`, `sslcert`, `ssl_cert`; any
+   * other parameter is refused with `ERR_CONFIG` naming it.
+   */
+  url?: string;
+  /**
+   * TLS, overriding the URL's. `'DISABLED'`: never; `'PREFERRED'` (the default, as the mysql client's): TLS
+   * when the server offers it; `'REQUIRED'`: always; with neither is the certificate checked unless
+   * `tls.ca` is given (then its chain, not the host name). `'VERIFY_CA'`: the chain, against `tls.ca` or
+   * the public roots; `'VERIFY_IDENTITY'`: the chain and the host name. TLS is rustls (ring).
+   */
+  sslMode?: 'DISABLED' | 'PREFERRED' | 'REQUIRED' | 'VERIFY_CA' | 'VERIFY_IDENTITY';
+  /** `ca`: PEM certificates to trust instead of the public roots (a private CA). */
+  tls?: { ca?: string };
+  /**
+   * The fixed window's table. Default `'askdare_counters'`. The sliding window's and the token bucket's
+   * states are kept in `TABLE_sw` and `TABLE_tb`; the algorithms run as the procedures `TABLE_fw_v1`,
+   * `TABLE_sw_v1` and `TABLE_tb_v1` (at most 58 characters, so that every name fits MySQL's 64).
+   */
+  table?: string;
+  /**
+   * Bound on one call in milliseconds, connecting included; past it the call rejects with `ERR_TIMEOUT`,
+   * whose `sent` says whether the call had been sent. A call waits on a row another session holds for at
+   * most half of it in whole seconds, at least 1 (`innodb_lock_wait_timeout`). Default 2,000.
+   */
+  timeoutMs?: number;
+  /**
+   * Create the tables and procedures (`CREATE … IF NOT EXISTS`, under GET_LOCK) on the store's first
+   * connection. Default true; false: run docs/mysql.sql.
+   */
+  createTable?: boolean;
+  /**
+   * How often, in ms, the store deletes the rows that count nothing, 500 per statement, on an idle
+   * connection. Default 60,000; 0: never.
+   */
+  sweepIntervalMs?: number;
+  /** Connections (batches on their way at once). Default 4, at most 64. */
+  connections?: number;
+  /** Called with the error of each failed call (the one its promise rejects with). */
+  onError?: (error: RatestoreError) => void;
+}
+
+export interface MysqlStoreStats {
+  readonly kind: 'mysql';
+  readonly calls: number;
+  readonly errors: Readonly<Record<string, number>>;
+  readonly inFlight: number;
+  /** Rows the store's sweeper deleted (see `sweepIntervalMs`). */
+  readonly swept: number;
+}
+
+/** The store `mysqlStore()` returns. */
+export interface MysqlStore extends RatestoreStore {
+  readonly shared: true;
+  /** One round trip (connecting, and creating the tables, first if need be). */
+  ping(): Promise<void>;
+  /** Opens a connection before the first hit. */
+  connect(): Promise<void>;
+  stats(): MysqlStoreStats;
+  close(): Promise<void>;
+}
+
+/**
+ * Counters in MySQL 8.0.29+ or MariaDB 10.6+, on the database's clock: each call one procedure call, its
+ * own short transaction on its own key's row, sent in batches (one query per batch) on up to `connections`
+ * connections, answering as the other stores do. Rejects with `ERR_CONFIG`, `ERR_CONNECTION`,
+ * `ERR_TIMEOUT`, `ERR_AUTH`, `ERR_MYSQL` (another server error, with its number and SQLSTATE) or
+ * `ERR_CLOSED`, and a count past the safe-integer range with a `RangeError` (`ERR_COUNT_RANGE`).
+ * `ERR_TIMEOUT` and `ERR_CONNECTION` carry `sent`. A row held by another session past the lock wait is
+ * `ERR_TIMEOUT` with `sent` true: rolled back, it counted nothing. No message holds a key, the URL or its
+ * password.
+ */
+export declare function mysqlStore(options?: MysqlStoreOptions): MysqlStore;
+
 /** The error a redisStore hit rejects with when the store cannot do it. */
 export interface RedisStoreError extends RatestoreError {
   /**

@@ -4,6 +4,7 @@ const { memoryStore } = require('./lib/memory.js');
 const { redisStore } = require('./lib/redis.js');
 const { postgresStore } = require('./lib/postgres.js');
 const { sqliteStore } = require('./lib/sqlite.js');
+const { mysqlStore } = require('./lib/mysql.js');
 const { createLimiter } = require('./lib/limiter.js');
 const { clientIp } = require('./lib/client-ip.js');
 const { universalStore, expressStore } = require('./lib/adapters.js');
@@ -20,6 +21,7 @@ module.exports = {
   redisStore,
   postgresStore,
   sqliteStore,
+  mysqlStore,
   createLimiter,
   clientIp,
   universalStore,

@@ -76,6 +76,15 @@ pub enum Error {
         text: String,
         sent: Option<bool>,
     },
+    /// mysqlStore's failures: `code` is the JS code (ERR_CONFIG,
+    /// ERR_TIMEOUT, ERR_CONNECTION, ERR_AUTH or ERR_MYSQL); `sent` as for
+    /// `Postgres`.
+    #[error("mysqlStore: {text}")]
+    Mysql {
+        code: &'static str,
+        text: String,
+        sent: Option<bool>,
+    },
     /// Redis's script cache was flushed while this call was on its way
     /// (NOSCRIPT: it did not run), and a later call on the same key ran
     /// first: sent again, it would take effect after that one, so it is not.
@@ -136,6 +145,7 @@ impl Error {
             | Error::WaitRefused { .. } => "ERR_REDIS",
             Error::Postgres { code, .. } => code,
             Error::Sqlite { code, .. } => code,
+            Error::Mysql { code, .. } => code,
             Error::Closed => "ERR_CLOSED",
             Error::NodeApi(_) | Error::Internal(_) => "ERR_INTERNAL",
             Error::Unsupported(_) => "ERR_UNSUPPORTED",
@@ -159,6 +169,7 @@ impl Error {
             Error::Timeout { sent, .. } | Error::Connection { sent, .. } => Some(*sent),
             Error::Postgres { sent, .. } => *sent,
             Error::Sqlite { sent, .. } => *sent,
+            Error::Mysql { sent, .. } => *sent,
             // It met NOSCRIPT and was not sent again.
             Error::Overtaken => Some(false),
             // It ran on the master.
@@ -203,6 +214,11 @@ impl Error {
                 sent,
             },
             Error::Sqlite { code, text, sent } => Error::Sqlite {
+        code: &'static str,
+        text: String,
+        sent: Option<bool>,
+    },
+            Error::Mysql { code, text, sent } => Error::Mysql {
                 code,
                 text: clean(text),
                 sent,

@@ -12,6 +12,7 @@ pub mod delivery;
 pub mod errors;
 pub mod histogram;
 pub mod memory;
+pub mod mysql;
 pub mod ops;
 pub mod postgres;
 pub mod redis;

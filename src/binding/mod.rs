@@ -3,6 +3,7 @@
 //! callbacks (see `raw`), where the benchmark shows the difference.
 
 mod memory;
+mod mysql;
 mod postgres;
 mod raw;
 mod redis;

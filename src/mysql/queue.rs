@@ -1,0 +1,562 @@
+//! The order of a store's calls, and their batches.
+//!
+//! Every call joins one queue, in the order JavaScript made it. Up to
+//! `connections` batches are on their way at once, each on a connection of
+//! its own. A batch takes the calls of the queue whose key has no call on
+//! its way in another batch (up to [`MAX_BATCH`]), and sends them as one
+//! query, each call its own statement (and its own transaction); so the
+//! calls on one key apply in the order they were made, one batch at a time,
+//! and a key held by another session holds back only the batch that has
+//! it. `resetAll()` goes alone, once no batch is on its way, and the calls
+//! made after it wait for it.
+//!
+//! A statement that fails stops the query: that call gets the error, and the
+//! calls after it in the batch, which did not run, go back to the front of
+//! the queue, in order, to be sent again (they never ran, so nothing
+//! counts twice). A lost connection or a batch with no answer within
+//! `timeoutMs` fails every unanswered call of it, `sent: true`, and the
+//! server's session of that connection is ended (`KILL`), so that nothing of
+//! it keeps waiting there.
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+use super::proto::{Failure, Reply};
+use super::{schema, timeout_error, with_sent, MyStore};
+use crate::errors::{Error, Result};
+use crate::ops::{Answer, Args, Op};
+use crate::window::MAX_SAFE;
+
+/// Calls one batch takes at most.
+pub const MAX_BATCH: usize = 256;
+
+/// What a call asks of the database.
+pub enum Work {
+    Call { op: Op, args: Args, key: String },
+    ResetAll,
+}
+
+struct Pending {
+    id: u64,
+    work: Work,
+    /// The key's row key, which orders the calls (None: ping, resetAll).
+    row: Option<Vec<u8>>,
+    /// Set while its batch is on its way.
+    sent: Arc<AtomicBool>,
+    answer: oneshot::Sender<Result<Answer>>,
+}
+
+pub struct Queue {
+    waiting: VecDeque<Pending>,
+    /// Keys with a call in a batch on its way, and how many.
+    busy: HashMap<Vec<u8>, usize>,
+    /// Batches on their way.
+    flushing: usize,
+    /// The connections no batch uses.
+    free: Vec<usize>,
+    next_id: u64,
+}
+
+impl Queue {
+    pub fn new(connections: usize) -> Queue {
+        Queue {
+            waiting: VecDeque::new(),
+            busy: HashMap::new(),
+            flushing: 0,
+            free: (0..connections).rev().collect(),
+            next_id: 0,
+        }
+    }
+
+    /// The next batch: every call whose key is not on its way elsewhere, in
+    /// order, up to [`MAX_BATCH`]; a resetAll alone, once nothing else is on
+    /// its way (nothing after it is taken before it).
+    fn take(&mut self) -> Vec<Pending> {
+        let mut batch = Vec::new();
+        let mut at = 0;
+        while at < self.waiting.len() && batch.len() < MAX_BATCH {
+            let p = &self.waiting[at];
+            if p.answer.is_closed() {
+                self.waiting.remove(at);
+                continue;
+            }
+            if let Work::ResetAll = p.work {
+                if at == 0 && batch.is_empty() && self.flushing == 0 {
+                    batch.extend(self.waiting.pop_front());
+                }
+                break;
+            }
+            let held = p
+                .row
+                .as_ref()
+                .is_some_and(|row| self.busy.contains_key(row));
+            if held {
+                at += 1;
+                continue;
+            }
+            batch.extend(self.waiting.remove(at));
+        }
+        for p in &batch {
+            if let Some(row) = &p.row {
+                *self.busy.entry(row.clone()).or_insert(0) += 1;
+            }
+        }
+        batch
+    }
+
+    fn release(&mut self, rows: &[Vec<u8>]) {
+        for row in rows {
+            if let Some(n) = self.busy.get_mut(row) {
+                *n -= 1;
+                if *n == 0 {
+                    self.busy.remove(row);
+                }
+            }
+        }
+    }
+}
+
+/// How an op goes out: which procedure, and its arguments.
+fn statement(
+    store: &MyStore,
+    op: Op,
+    args: &Args,
+    key: &str,
+    row: &[u8],
+    sql: &mut String,
+) -> usize {
+    let n = &store.config.names;
+    let lock = store.config.lock_s;
+    let mut k = String::with_capacity(row.len() * 2 + 3);
+    schema::hex(row, &mut k);
+    let call = |sql: &mut String, name: &str, a: [i64; 5]| {
+        let _ = write!(
+            sql,
+            "CALL {name}({},{k},{},{},{},{lock})",
+            a[0], a[1], a[2], a[3]
+        );
+        let _ = a[4];
+    };
+    let _ = key;
+    match op {
+        // (op, windowMs, amount, arg): the consume's arg is its limit, the refund's the window it names.
+        Op::Hit => call(sql, &n.fixed_fn, [0, args[0], args[1], 0, 0]),
+        Op::Consume => call(sql, &n.fixed_fn, [1, args[0], args[2], args[1], 0]),
+        Op::Refund => call(sql, &n.fixed_fn, [2, 1, args[0], args[1], 0]),
+        Op::SlidingIncrement => call(sql, &n.sliding_fn, [0, args[0], args[1], 0, 0]),
+        Op::SlidingDecrement => call(sql, &n.sliding_fn, [1, args[0], args[1], args[2], 0]),
+        Op::SlidingConsume => call(sql, &n.sliding_fn, [2, args[0], args[2], args[1], 0]),
+        Op::Bucket => {
+            let _ = write!(
+                sql,
+                "CALL {}({k},{},{},{},{},{lock})",
+                n.bucket_fn, args[0], args[1], args[2], args[3]
+            );
+        }
+        Op::Unlink => {
+            let table = [&n.table, &n.sliding, &n.bucket][args[0] as usize];
+            let _ = write!(
+                sql,
+                "/*M!100301 SET STATEMENT innodb_lock_wait_timeout={lock} FOR */ DELETE \
+                 /*+ SET_VAR(innodb_lock_wait_timeout={lock}) */ FROM {table} WHERE k = {k}"
+            );
+            return 1;
+        }
+        Op::Ping => {
+            sql.push_str("DO 1");
+            return 1;
+        }
+    }
+    // A procedure's call answers its row, then an OK.
+    2
+}
+
+/// A procedure's answer: its first `len` columns, safe integers.
+fn answer(reply: Option<Reply>, op: Op) -> Result<Answer> {
+    let len = op.answer_len();
+    let Some(Reply::Rows(rows)) = reply else {
+        return Err(schema::wrong_shape());
+    };
+    let Some(row) = rows.first() else {
+        return Err(schema::wrong_shape());
+    };
+    let mut values = [0i64; 6];
+    for (i, slot) in values.iter_mut().enumerate().take(len) {
+        let v = row
+            .get(i)
+            .and_then(|c| c.as_deref())
+            .and_then(|t| t.parse::<i64>().ok())
+            .filter(|v| v.abs() <= MAX_SAFE)
+            .ok_or_else(schema::wrong_shape)?;
+        *slot = v;
+    }
+    if op == Op::Hit && values[1] <= 0 {
+        return Err(schema::wrong_shape());
+    }
+    Ok(Answer::new(&values[..len]))
+}
+
+impl MyStore {
+    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Runs one op within the store's timeout, in its place in the queue.
+    pub async fn run(self: &Arc<Self>, op: Op, args: Args, key: String) -> Result<Answer> {
+        self.submit(Work::Call { op, args, key }).await
+    }
+
+    /// Deletes every counter and state of the store's tables, in its place in the queue.
+    pub async fn reset_all(self: &Arc<Self>) -> Result<()> {
+        self.submit(Work::ResetAll).await.map(|_| ())
+    }
+
+    async fn submit(self: &Arc<Self>, work: Work) -> Result<Answer> {
+        let (answer, result) = oneshot::channel();
+        let sent = Arc::new(AtomicBool::new(false));
+        let row = match &work {
+            Work::Call { op: Op::Ping, .. } | Work::ResetAll => None,
+            Work::Call { key, .. } => Some(schema::row_key(key)),
+        };
+        let id = {
+            let mut queue = self.queue();
+            let id = queue.next_id;
+            queue.next_id += 1;
+            queue.waiting.push_back(Pending {
+                id,
+                work,
+                row,
+                sent: Arc::clone(&sent),
+                answer,
+            });
+            id
+        };
+        self.start_flushers();
+        let ms = self.config.timeout_ms;
+        match tokio::time::timeout(Duration::from_millis(ms), result).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(with_sent(
+                Error::Mysql {
+                    code: "ERR_CONNECTION",
+                    text: "the store was closed before MySQL answered".into(),
+                    sent: None,
+                },
+                sent.load(Ordering::Relaxed),
+            )),
+            Err(_) => {
+                // Still queued: it is taken out and never sent.
+                let mut queue = self.queue();
+                if let Some(at) = queue.waiting.iter().position(|p| p.id == id) {
+                    queue.waiting.remove(at);
+                }
+                drop(queue);
+                Err(with_sent(timeout_error(ms), sent.load(Ordering::Relaxed)))
+            }
+        }
+    }
+
+    /// Starts a batch on each free connection while calls wait.
+    fn start_flushers(self: &Arc<Self>) {
+        loop {
+            let batch = {
+                let mut queue = self.queue();
+                if queue.waiting.is_empty() || queue.free.is_empty() {
+                    return;
+                }
+                let batch = queue.take();
+                if batch.is_empty() {
+                    return;
+                }
+                queue.flushing += 1;
+                let slot = queue.free.pop().unwrap_or(0);
+                (slot, batch)
+            };
+            let store = Arc::clone(self);
+            // Its own task: a caller that stops waiting never stops a batch of other calls.
+            tokio::spawn(async move { store.flush(batch.0, batch.1).await });
+        }
+    }
+
+    /// Sends batches on connection `slot` while calls wait.
+    async fn flush(self: Arc<Self>, slot: usize, mut batch: Vec<Pending>) {
+        loop {
+            let rows: Vec<Vec<u8>> = batch.iter().filter_map(|p| p.row.clone()).collect();
+            let again = self.send(slot, batch).await;
+            let next = {
+                let mut queue = self.queue();
+                // Calls that did not run go back to the front, in order.
+                for p in again.into_iter().rev() {
+                    p.sent.store(false, Ordering::Relaxed);
+                    queue.waiting.push_front(p);
+                }
+                queue.release(&rows);
+                queue.flushing -= 1;
+                let next = queue.take();
+                if next.is_empty() {
+                    queue.free.push(slot);
+                    None
+                } else {
+                    queue.flushing += 1;
+                    Some(next)
+                }
+            };
+            // Keys this batch held may let other connections go on.
+            self.start_flushers();
+            match next {
+                Some(next) => batch = next,
+                None => return,
+            }
+        }
+    }
+
+    /// Sends one batch on connection `slot` and answers each call that ran;
+    /// answers the calls that did not run, to go back to the queue.
+    async fn send(&self, slot: usize, mut batch: Vec<Pending>) -> Vec<Pending> {
+        let ms = self.config.timeout_ms;
+        let mut guard = self.slots[slot].lock().await;
+        let generation = self.generation.load(Ordering::Relaxed);
+        let mut conn = match guard.take() {
+            Some((conn, made)) if made == generation => conn,
+            _ => match self.connect().await {
+                Ok((conn, _)) => conn,
+                Err(e) => {
+                    for p in batch {
+                        let _ = p.answer.send(Err(with_sent(e.clone(), false)));
+                    }
+                    return Vec::new();
+                }
+            },
+        };
+        batch.retain(|p| !p.answer.is_closed());
+        if batch.is_empty() {
+            *guard = Some((conn, generation));
+            return Vec::new();
+        }
+        if let [one] = batch.as_slice() {
+            if let Work::ResetAll = one.work {
+                one.sent.store(true, Ordering::Relaxed);
+                let result = self.reset_all_on(&mut conn).await;
+                if result.is_ok()
+                    || matches!(
+                        result,
+                        Err(Error::Mysql {
+                            code: "ERR_MYSQL",
+                            ..
+                        })
+                    )
+                {
+                    *guard = Some((conn, generation));
+                }
+                let p = batch.pop().unwrap_or_else(|| unreachable!());
+                let _ = p.answer.send(
+                    result
+                        .map(|()| Answer::new(&[]))
+                        .map_err(|e| with_sent(e, true)),
+                );
+                return Vec::new();
+            }
+        }
+        let mut sql = String::with_capacity(batch.len() * 96);
+        let mut expected = Vec::with_capacity(batch.len());
+        for p in &batch {
+            if !sql.is_empty() {
+                sql.push(';');
+            }
+            let Work::Call { op, args, key } = &p.work else {
+                unreachable!("resetAll goes alone")
+            };
+            let row = p.row.as_deref().unwrap_or(&[]);
+            expected.push(statement(self, *op, args, key, row, &mut sql));
+            p.sent.store(true, Ordering::Relaxed);
+        }
+        let outcome = tokio::time::timeout(Duration::from_millis(ms), conn.query(&sql)).await;
+        let (replies, failure) = match outcome {
+            Ok(Ok(done)) => done,
+            Ok(Err(f)) => {
+                let e = with_sent(self.error(f), true);
+                for p in batch {
+                    let _ = p.answer.send(Err(e.clone()));
+                }
+                return Vec::new();
+            }
+            Err(_) => {
+                self.kill(conn.thread_id);
+                let e = with_sent(timeout_error(ms), true);
+                for p in batch {
+                    let _ = p.answer.send(Err(e.clone()));
+                }
+                return Vec::new();
+            }
+        };
+        *guard = Some((conn, generation));
+        drop(guard);
+        let mut replies = VecDeque::from(replies);
+        let mut failure = failure;
+        let mut calls = batch.into_iter().zip(expected);
+        for (p, need) in calls.by_ref() {
+            let Work::Call { op, args, .. } = &p.work else {
+                continue;
+            };
+            if replies.len() >= need {
+                let result = match op {
+                    Op::Unlink | Op::Ping => match replies.pop_front() {
+                        Some(Reply::Done { affected }) => Ok(Answer::new(&[if *op == Op::Ping {
+                            1
+                        } else {
+                            affected as i64
+                        }])),
+                        _ => Err(schema::wrong_shape()),
+                    },
+                    _ => {
+                        let row = replies.pop_front();
+                        replies.pop_front();
+                        answer(row, *op)
+                    }
+                };
+                let _ = p.answer.send(result);
+                continue;
+            }
+            // This call's statement failed; the rest did not run.
+            let result = match failure.take() {
+                // A state's table that was never created (createTable: false) holds nothing.
+                Some(Failure::Server { code: 1146, .. }) if *op == Op::Unlink && args[0] > 0 => {
+                    Ok(Answer::new(&[0]))
+                }
+                Some(f) => Err(self.call_error(f)),
+                None => Err(schema::wrong_shape()),
+            };
+            let _ = p.answer.send(result);
+            break;
+        }
+        calls.map(|(p, _)| p).collect()
+    }
+
+    /// A statement's failure, as its call rejects.
+    fn call_error(&self, f: Failure) -> Error {
+        match f {
+            Failure::Server { code: 1205, .. } => Error::Mysql {
+                code: "ERR_TIMEOUT",
+                text: "the key's row stayed locked by another session for the store's lock wait (MySQL 1205); the \
+                       call was rolled back: it was sent, counted nothing, and is not sent again"
+                    .into(),
+                sent: Some(true),
+            },
+            Failure::Server { code: 1317, .. } => Error::Mysql {
+                code: "ERR_TIMEOUT",
+                text: "MySQL interrupted the statement (1317: KILL QUERY, or max_statement_time); it was rolled back: \
+                       the call was sent, counted nothing, and is not sent again"
+                    .into(),
+                sent: Some(true),
+            },
+            f => {
+                let e = self.error(f);
+                match e {
+                    Error::Mysql { code, text, sent: None } => Error::Mysql { code, text, sent: Some(true) },
+                    other => other,
+                }
+            }
+        }
+    }
+
+    async fn reset_all_on(&self, conn: &mut super::proto::Conn) -> Result<()> {
+        let n = &self.config.names;
+        for (state, table) in [&n.table, &n.sliding, &n.bucket].into_iter().enumerate() {
+            let run = tokio::time::timeout(
+                Duration::from_millis(self.config.timeout_ms),
+                conn.query(&format!("DELETE FROM {table}")),
+            )
+            .await;
+            match run {
+                Ok(Ok((_, None))) => {}
+                Ok(Ok((_, Some(Failure::Server { code: 1146, .. })))) if state > 0 => {}
+                Ok(Ok((_, Some(f)))) => return Err(self.call_error(f)),
+                Ok(Err(f)) => return Err(with_sent(self.error(f), true)),
+                Err(_) => {
+                    self.kill(conn.thread_id);
+                    return Err(with_sent(timeout_error(self.config.timeout_ms), true));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pending(
+        queue: &mut Queue,
+        id: u64,
+        key: Option<&str>,
+        reset_all: bool,
+    ) -> oneshot::Receiver<Result<Answer>> {
+        let (answer, rx) = oneshot::channel();
+        let work = if reset_all {
+            Work::ResetAll
+        } else {
+            Work::Call {
+                op: Op::Hit,
+                args: [60_000, 1, 0, 0],
+                key: key.unwrap_or("").into(),
+            }
+        };
+        queue.waiting.push_back(Pending {
+            id,
+            work,
+            row: key.map(schema::row_key),
+            sent: Arc::new(AtomicBool::new(false)),
+            answer,
+        });
+        rx
+    }
+
+    #[test]
+    fn a_batch_skips_the_keys_on_their_way_and_keeps_each_key_s_order() {
+        let mut q = Queue::new(2);
+        let _kept: Vec<_> = [(0, "a"), (1, "b"), (2, "a"), (3, "c")]
+            .into_iter()
+            .map(|(id, k)| pending(&mut q, id, Some(k), false))
+            .collect();
+        let first = q.take();
+        assert_eq!(first.iter().map(|p| p.id).collect::<Vec<_>>(), [0, 1, 2, 3]);
+        let _more: Vec<_> = [(4, "a"), (5, "d"), (6, "a")]
+            .into_iter()
+            .map(|(id, k)| pending(&mut q, id, Some(k), false))
+            .collect();
+        let second = q.take();
+        assert_eq!(second.iter().map(|p| p.id).collect::<Vec<_>>(), [5]);
+        q.release(
+            &first
+                .iter()
+                .filter_map(|p| p.row.clone())
+                .collect::<Vec<_>>(),
+        );
+        let third = q.take();
+        assert_eq!(third.iter().map(|p| p.id).collect::<Vec<_>>(), [4, 6]);
+    }
+
+    #[test]
+    fn reset_all_waits_for_the_batches_on_their_way_and_holds_back_what_follows() {
+        let mut q = Queue::new(2);
+        let _a = pending(&mut q, 0, Some("a"), false);
+        let _r = pending(&mut q, 1, None, true);
+        let _b = pending(&mut q, 2, Some("b"), false);
+        let first = q.take();
+        assert_eq!(first.iter().map(|p| p.id).collect::<Vec<_>>(), [0]);
+        q.flushing = 1;
+        assert!(
+            q.take().is_empty(),
+            "resetAll waits for the batch on its way"
+        );
+        q.flushing = 0;
+        q.release(&[schema::row_key("a")]);
+        assert_eq!(q.take().iter().map(|p| p.id).collect::<Vec<_>>(), [1]);
+        assert_eq!(q.take().iter().map(|p| p.id).collect::<Vec<_>>(), [2]);
+    }
+}
