@@ -214,10 +214,10 @@ impl Error {
                 sent,
             },
             Error::Sqlite { code, text, sent } => Error::Sqlite {
-        code: &'static str,
-        text: String,
-        sent: Option<bool>,
-    },
+                code,
+                text: clean(text),
+                sent,
+            },
             Error::Mysql { code, text, sent } => Error::Mysql {
                 code,
                 text: clean(text),
