@@ -38,7 +38,7 @@ function postgresBin() {
   const versions = existsSync(root) ? readdirSync(root).sort((a, b) => Number(b) - Number(a)) : [];
   const dir = versions.map((v) => join(root, v, 'bin')).find((d) => existsSync(join(d, 'initdb')));
   if (!dir) return undefined;
-  return ['initdb', 'pg_ctl', 'postgres', 'psql'].every((b) => existsSync(join(dir, b))) ? dir : undefined;
+  return ['initdb', 'pg_ctl', 'postgres', 'psql', 'pgbench'].every((b) => existsSync(join(dir, b))) ? dir : undefined;
 }
 
 /** The postgres system user, which the server and PgBouncer run as when the tests run as root. */
@@ -81,10 +81,10 @@ const REQUIREMENTS = [
     program: 'openssl',
   },
   {
-    name: 'PostgreSQL server binaries (/usr/lib/postgresql/*/bin: initdb, pg_ctl, postgres, psql)',
+    name: 'PostgreSQL server binaries (/usr/lib/postgresql/*/bin: initdb, pg_ctl, postgres, psql, pgbench)',
     package: 'postgresql',
     for: ['test', 'runtimes'],
-    why: 'the postgresStore suites run a throwaway cluster (scripts/postgres-server.js)',
+    why: 'the postgresStore suites run a throwaway cluster (scripts/postgres-server.js); the benchmark smoke runs pgbench',
     check: postgresBin,
   },
   {
