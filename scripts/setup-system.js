@@ -14,7 +14,7 @@
 // Only Node.js built-ins: .ci/run calls it before `npm ci`.
 
 const { spawnSync } = require('node:child_process');
-const { accessSync, constants, existsSync, readdirSync } = require('node:fs');
+const { accessSync, constants, existsSync, readFileSync, readdirSync } = require('node:fs');
 const { delimiter, join } = require('node:path');
 
 /** Where an executable `name` is: the first directory of PATH, then of `extra`, that has it. */
@@ -43,6 +43,12 @@ function postgresBin() {
 
 /** The postgres system user, which the server and PgBouncer run as when the tests run as root. */
 function postgresUser() {
+  // The package makes a local user; `id` also finds one from a directory service.
+  try {
+    if (/^postgres:/m.test(readFileSync('/etc/passwd', 'utf8'))) return 'postgres (/etc/passwd)';
+  } catch {
+    // no /etc/passwd
+  }
   const id = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' });
   return id.status === 0 ? `postgres (uid ${id.stdout.trim()})` : undefined;
 }
