@@ -14,7 +14,7 @@
 // Only Node.js built-ins: .ci/run calls it before `npm ci`.
 
 const { spawnSync } = require('node:child_process');
-const { accessSync, constants, existsSync, readdirSync } = require('node:fs');
+const { accessSync, constants, existsSync, readFileSync, readdirSync } = require('node:fs');
 const { delimiter, join } = require('node:path');
 
 /** Where an executable `name` is: the first directory of PATH, then of `extra`, that has it. */
@@ -38,11 +38,17 @@ function postgresBin() {
   const versions = existsSync(root) ? readdirSync(root).sort((a, b) => Number(b) - Number(a)) : [];
   const dir = versions.map((v) => join(root, v, 'bin')).find((d) => existsSync(join(d, 'initdb')));
   if (!dir) return undefined;
-  return ['initdb', 'pg_ctl', 'postgres', 'psql'].every((b) => existsSync(join(dir, b))) ? dir : undefined;
+  return ['initdb', 'pg_ctl', 'postgres', 'psql', 'pgbench'].every((b) => existsSync(join(dir, b))) ? dir : undefined;
 }
 
 /** The postgres system user, which the server and PgBouncer run as when the tests run as root. */
 function postgresUser() {
+  // The package makes a local user; `id` also finds one from a directory service.
+  try {
+    if (/^postgres:/m.test(readFileSync('/etc/passwd', 'utf8'))) return 'postgres (/etc/passwd)';
+  } catch {
+    // no /etc/passwd
+  }
   const id = spawnSync('id', ['-u', 'postgres'], { encoding: 'utf8' });
   return id.status === 0 ? `postgres (uid ${id.stdout.trim()})` : undefined;
 }
@@ -81,10 +87,10 @@ const REQUIREMENTS = [
     program: 'openssl',
   },
   {
-    name: 'PostgreSQL server binaries (/usr/lib/postgresql/*/bin: initdb, pg_ctl, postgres, psql)',
+    name: 'PostgreSQL server binaries (/usr/lib/postgresql/*/bin: initdb, pg_ctl, postgres, psql, pgbench)',
     package: 'postgresql',
     for: ['test', 'runtimes'],
-    why: 'the postgresStore suites run a throwaway cluster (scripts/postgres-server.js)',
+    why: 'the postgresStore suites run a throwaway cluster (scripts/postgres-server.js); the benchmark smoke runs pgbench',
     check: postgresBin,
   },
   {
