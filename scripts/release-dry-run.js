@@ -7,8 +7,14 @@
 // tarball's files and manifest as npm would publish them. Nothing is published and the checkout
 // is not changed.
 //
-//   node scripts/release-dry-run.js          needs ratestore.<triple>.node from `npm run build`
-//   node scripts/release-dry-run.js --keep   leaves the staged copy and the tarballs in place
+//   node scripts/release-dry-run.js              needs ratestore.<triple>.node from `npm run build`
+//   node scripts/release-dry-run.js --keep       leaves the staged copy and the tarballs in place
+//   node scripts/release-dry-run.js --linux DIR  the four Linux binaries from DIR (target/linux, as
+//                                                `npm run test:linux` builds them, which runs this):
+//                                                each Linux package packed, installed into a fresh
+//                                                app by npm for its os, cpu and libc, and loaded by
+//                                                index.js's loader on that platform (scripts/linux/
+//                                                platforms.js: under qemu-user for arm64)
 
 const { execFileSync } = require('node:child_process');
 const {
@@ -31,6 +37,15 @@ const napi = join(root, 'node_modules', '.bin', 'napi');
 const triple = platformTriple(process.platform, process.arch, isMusl);
 const binaryName = `ratestore.${triple}.node`;
 const keep = process.argv.includes('--keep');
+const linuxAt = process.argv.indexOf('--linux');
+const linuxDir = linuxAt === -1 ? null : process.argv[linuxAt + 1];
+const LINUX = ['linux-x64-gnu', 'linux-arm64-gnu', 'linux-x64-musl', 'linux-arm64-musl'];
+/** Where the binary for a platform package comes from: the Linux ones from --linux DIR, else this build. */
+const sourceOf = (binary) => {
+  const linux = LINUX.find((triple) => binary === `ratestore.${triple}.node`);
+  if (linuxDir && linux) return join(linuxDir, binary);
+  return binary === binaryName ? join(root, binaryName) : null;
+};
 
 const failures = [];
 function check(condition, what) {
@@ -56,16 +71,93 @@ function run(command, args, cwd) {
   return execFileSync(command, args, { cwd, encoding: 'utf8', stdio: ['ignore', 'pipe', 'pipe'] });
 }
 
-if (!existsSync(join(root, binaryName))) {
+if (!existsSync(sourceOf(binaryName) ?? join(root, binaryName))) {
   console.error(`release-dry-run: no ${binaryName} in the checkout: run \`npm run build\` first`);
   process.exit(1);
+}
+for (const triple of linuxDir ? LINUX : []) {
+  if (!existsSync(join(linuxDir, `ratestore.${triple}.node`))) {
+    console.error(`release-dry-run: no ratestore.${triple}.node in ${linuxDir}: run \`npm run test:linux\``);
+    process.exit(1);
+  }
 }
 const pkg = JSON.parse(readFileSync(join(root, 'package.json'), 'utf8'));
 const { version } = pkg;
 const targets = pkg.napi.targets;
 
+/**
+ * Each Linux package as a user gets it: a fresh app, `npm install` of the root tarball for that os, cpu
+ * and libc (every platform package points at its tarball through overrides, the others' placeholders
+ * too, so that npm chooses among all eight and nothing comes from the registry), then index.js's
+ * loader run on that platform.
+ */
+function installEach(rootTarball, linuxTarballs) {
+  const { launcher } = require('./linux/platforms.js');
+  const overrides = {};
+  for (const target of targets) {
+    const { name } = expectedFor(target);
+    const packed = name.slice('ratestore-'.length);
+    overrides[name] = `file:${linuxTarballs[packed] ?? pack(join(stage, 'npm', packed)).tarball}`;
+  }
+  for (const triple of LINUX) {
+    const target = targets.find((t) => expectedFor(t).name === `ratestore-${triple}`);
+    const { os, cpu, libc } = expectedFor(target);
+    console.log(`\nratestore-${triple} installed and loaded (${os[0]}, ${cpu[0]}, ${libc[0]})`);
+    const app = join(work, `app-${triple}`);
+    mkdirSync(app);
+    writeFileSync(join(app, 'package.json'), JSON.stringify({ name: 'app', private: true, overrides }, null, 2));
+    const flags = [`--os=${os[0]}`, `--cpu=${cpu[0]}`, `--libc=${libc[0]}`];
+    run('npm', ['install', '--no-audit', '--no-fund', ...flags, rootTarball], app);
+    const chosen = readdirSync(join(app, 'node_modules')).filter((name) => name.startsWith('ratestore-'));
+    check(same(chosen, [`ratestore-${triple}`]), `npm install ${flags.join(' ')} chose ${show(chosen)}`);
+    writeFileSync(
+      join(app, 'load.js'),
+      [
+        "const ratestore = require('ratestore');",
+        "const binary = Object.keys(require.cache).find((file) => file.endsWith('.node'));",
+        "ratestore.memoryStore().hit('k', 60000, 1).then((answer) => {",
+        '  console.log(JSON.stringify({ arch: process.arch, binary, count: answer.count }));',
+        '});',
+        '',
+      ].join('\n'),
+    );
+    const { runtime, prefix, env } = launcher(triple);
+    const [command, ...before] = [...prefix, runtime.path];
+    let loaded = {};
+    try {
+      const out = execFileSync(command, [...before, ...runtime.args, join(app, 'load.js')], {
+        cwd: app,
+        env: { ...process.env, ...env },
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+        timeout: 300_000,
+      });
+      loaded = JSON.parse(out.trim().split('\n').pop());
+    } catch (error) {
+      loaded = {
+        error: String(error.stderr || error.message)
+          .trim()
+          .slice(-2000),
+      };
+    }
+    const want = join('node_modules', `ratestore-${triple}`, `ratestore.${triple}.node`);
+    check(
+      loaded.arch === cpu[0] && typeof loaded.binary === 'string' && loaded.binary.endsWith(want) && loaded.count === 1,
+      `on ${runtime.name}, the loader loads ${want} and a store counts: ${show(loaded)}`,
+    );
+  }
+}
+
 const work = mkdtempSync(join(tmpdir(), 'ratestore-release-'));
 const stage = join(work, 'stage');
+/** npm pack of the package in `cwd`: its tarball, the files in it and the manifest as npm publishes it. */
+function pack(cwd) {
+  const [packed] = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', work], cwd));
+  const tarball = join(work, packed.filename);
+  const files = run('tar', ['-tzf', tarball], work).trim().split('\n').sort();
+  const manifest = JSON.parse(run('tar', ['-xzOf', tarball, 'package/package.json'], work));
+  return { tarball, files, manifest };
+}
 try {
   // What a CI checkout holds: the tracked files, and new ones not yet committed.
   const tracked = run('git', ['ls-files', '--cached', '--others', '--exclude-standard', '-z'], root)
@@ -84,7 +176,8 @@ try {
     mkdirSync(dir, { recursive: true });
     const { binary } = expectedFor(target);
     const file = join(dir, binary);
-    if (binary === binaryName) copyFileSync(join(root, binaryName), file);
+    const source = sourceOf(binary);
+    if (source) copyFileSync(source, file);
     else writeFileSync(file, `placeholder for ${target}\n`);
   }
   run(napi, ['artifacts', '--output-dir', 'artifacts', '--npm-dir', 'npm'], stage);
@@ -102,14 +195,6 @@ try {
     stdio: 'pipe',
   });
   check(true, `npm run prepublishOnly (${pkg.scripts.prepublishOnly}) passes`);
-
-  const pack = (cwd) => {
-    const [packed] = JSON.parse(run('npm', ['pack', '--json', '--pack-destination', work], cwd));
-    const tarball = join(work, packed.filename);
-    const files = run('tar', ['-tzf', tarball], work).trim().split('\n').sort();
-    const manifest = JSON.parse(run('tar', ['-xzOf', tarball, 'package/package.json'], work));
-    return { tarball, files, manifest };
-  };
 
   console.log(`\nroot package (ratestore@${version})`);
   const rootPack = pack(stage);
@@ -132,29 +217,37 @@ try {
   }
   check(!rootPack.manifest.scripts?.install && !rootPack.manifest.scripts?.postinstall, 'no install script');
 
-  console.log(`\nplatform package (ratestore-${triple}@${version})`);
-  const platformPack = pack(join(stage, 'npm', triple));
-  const expectedPlatform = ['LICENSE', 'README.md', 'package.json', binaryName].map((f) => `package/${f}`).sort();
-  check(same(platformPack.files, expectedPlatform), `files: ${show(platformPack.files)}`);
-  const m = platformPack.manifest;
-  check(m.name === `ratestore-${triple}` && m.version === version, `name and version: ${m.name}@${m.version}`);
-  check(m.main === binaryName, `main: ${m.main}`);
-  for (const field of ['repository', 'homepage', 'bugs', 'license']) {
-    check(same(m[field], pkg[field]), `${field} as in the root package`);
+  const platformTarballs = {};
+  for (const packed of linuxDir ? LINUX : [triple]) {
+    const binary = `ratestore.${packed}.node`;
+    console.log(`\nplatform package (ratestore-${packed}@${version})`);
+    const platformPack = pack(join(stage, 'npm', packed));
+    platformTarballs[packed] = platformPack.tarball;
+    const expectedPlatform = ['LICENSE', 'README.md', 'package.json', binary].map((f) => `package/${f}`).sort();
+    check(same(platformPack.files, expectedPlatform), `files: ${show(platformPack.files)}`);
+    const m = platformPack.manifest;
+    check(m.name === `ratestore-${packed}` && m.version === version, `name and version: ${m.name}@${m.version}`);
+    check(m.main === binary, `main: ${m.main}`);
+    for (const field of ['repository', 'homepage', 'bugs', 'license']) {
+      check(same(m[field], pkg[field]), `${field} as in the root package`);
+    }
+    const own = expectedFor(targets.find((target) => expectedFor(target).binary === binary));
+    check(same(m.os, own.os), `os: ${show(m.os)}`);
+    check(same(m.cpu, own.cpu), `cpu: ${show(m.cpu)}`);
+    check(same(m.libc, own.libc), `libc: ${show(m.libc)}`);
+    if (packed !== triple) continue;
+    const unpacked = join(work, 'unpacked');
+    mkdirSync(unpacked);
+    run('tar', ['-xzf', platformPack.tarball, '-C', unpacked], work);
+    const binaryVersion = run(
+      process.execPath,
+      ['-p', `require(${show(join(unpacked, 'package', binary))}).version()`],
+      work,
+    ).trim();
+    check(binaryVersion === version, `the packed binary loads and says version ${binaryVersion}`);
   }
-  const own = expectedFor(targets.find((target) => expectedFor(target).binary === binaryName));
-  check(same(m.os, own.os), `os: ${show(m.os)}`);
-  check(same(m.cpu, own.cpu), `cpu: ${show(m.cpu)}`);
-  check(same(m.libc, own.libc), `libc: ${show(m.libc)}`);
-  const unpacked = join(work, 'unpacked');
-  mkdirSync(unpacked);
-  run('tar', ['-xzf', platformPack.tarball, '-C', unpacked], work);
-  const binaryVersion = run(
-    process.execPath,
-    ['-p', `require(${show(join(unpacked, 'package', binaryName))}).version()`],
-    work,
-  ).trim();
-  check(binaryVersion === version, `the packed binary loads and says version ${binaryVersion}`);
+
+  if (linuxDir) installEach(rootPack.tarball, platformTarballs);
 
   // Every platform package, as prepublish left it: the fields npm and the loader go by.
   console.log('\nevery platform package');

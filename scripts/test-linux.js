@@ -263,9 +263,10 @@ const GLIBC_LIBS =
 function glibcFloor(t) {
   const info = elf(binaryOf(t));
   check(info.machine === MACHINE[t.cpu], `${t.triple}: an ${info.machine} binary`);
-  const highest = info.versions.sort(compareVersions).at(-1) ?? 'none';
+  const numbers = info.versions.map((v) => v.slice('GLIBC_'.length)).sort(compareVersions);
+  const highest = numbers.length > 0 ? `GLIBC_${numbers.at(-1)}` : 'none';
   check(
-    info.versions.length > 0 && compareVersions(highest.slice('GLIBC_'.length), '2.17') <= 0,
+    numbers.length > 0 && compareVersions(numbers.at(-1), '2.17') <= 0,
     `${t.triple}: the highest glibc symbol version it needs is ${highest} (floor: GLIBC_2.17)`,
   );
   check(
