@@ -69,6 +69,34 @@ async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): P
   }
 }
 
+/** `processes` instances, a process each, `inFlight` requests at a time for `ms`, on one table. */
+async function fleet(url: string, table: string, processes: number, inFlight: number, ms: number) {
+  type Report = {
+    requests: number;
+    failed: number;
+    failures: Record<string, number>;
+    sums: Record<string, number>;
+    slowest: number;
+  };
+  const script = join(__dirname, 'fixtures', 'pg-fleet-child.js');
+  const children = Array.from({ length: processes }, () =>
+    spawn(process.execPath, [script, url, table, String(ms), String(inFlight), '50', '5'], {
+      stdio: ['pipe', 'pipe', 'inherit'],
+    }),
+  );
+  // Listened for at once: a child may exit before its report is read.
+  const exits = children.map((child) => new Promise((resolve) => child.once('exit', resolve)));
+  const lines = children.map((child) => createInterface({ input: child.stdout! })[Symbol.asyncIterator]());
+  for (const next of lines) expect((await next.next()).value).toBe('ready');
+  for (const child of children) child.stdin!.end('go\n');
+  const reports: Report[] = [];
+  for (const next of lines) reports.push(JSON.parse((await next.next()).value as string) as Report);
+  await Promise.all(exits);
+  const sums: Record<string, number> = {};
+  for (const r of reports) for (const [key, n] of Object.entries(r.sums)) sums[key] = (sums[key] ?? 0) + n;
+  return { reports, sums };
+}
+
 /** Every row's total of `table`, by key. */
 const totals = async (sql: (s: string) => Promise<string>, table: string) =>
   JSON.parse(await sql(`SELECT coalesce(json_object_agg(key, total), '{}') FROM ${table}`)) as Record<string, number>;
@@ -924,6 +952,14 @@ describe('postgresStore', () => {
     await store.close();
   }, 30_000);
 
+  it("a fleet: 3 processes x 40 in flight of askdare's pattern on shared keys for 10 s: no failure, every count exact", async () => {
+    const table = `fleet_${randomUUID().replace(/-/g, '')}`;
+    const { reports, sums } = await fleet(own.url, table, 3, 40, 10_000);
+    expect(reports.map((r) => [r.failed, r.failures])).toEqual(reports.map(() => [0, {}]));
+    expect(reports.reduce((n, r) => n + r.requests, 0)).toBeGreaterThan(300);
+    expect(await totals(own.sql, table)).toEqual(sums);
+  }, 60_000);
+
   it('under a repeatable read or serializable default, stores on shared keys in every order count exactly', async () => {
     for (const level of ['repeatable%5C%20read', 'serializable']) {
       const table = `iso_${randomUUID().replace(/-/g, '')}`;
@@ -1167,6 +1203,15 @@ describe("postgresStore through PgBouncer in transaction mode (Debian's pgbounce
     expect(await pgServer.sql(`SELECT count(*) FROM ${table}_tb`)).toBe('0');
     await s.close();
   }, 30_000);
+
+  it("a fleet through it: 3 processes x 40 in flight of askdare's pattern on shared keys for 10 s: no failure, every count exact", async () => {
+    const table = `bfleet_${randomUUID().replace(/-/g, '')}`;
+    const { reports, sums } = await fleet(bouncer.url, table, 3, 40, 10_000);
+    expect(reports.map((r) => [r.failed, r.failures])).toEqual(reports.map(() => [0, {}]));
+    expect(reports.reduce((n, r) => n + r.requests, 0)).toBeGreaterThan(100);
+    expect(await totals(pgServer.sql, table)).toEqual(sums);
+    expect(await backends()).toBeLessThanOrEqual(POOL);
+  }, 60_000);
 
   it('counts exactly under concurrent calls from several stores sharing 2 server connections', async () => {
     const stores = Array.from({ length: 6 }, store);
