@@ -381,7 +381,9 @@ export interface PostgresStoreOptions {
    * `postgres://user:password@host:port/database[?sslmode=…]`. Default: the `DATABASE_URL` environment
    * variable, then `POSTGRES_URL`, read on the first call, never at import or construction. `sslmode`
    * is libpq's (see `sslmode` below); `sslrootcert=system` means the public roots (with `verify-full`
-   * or `verify-ca`); a file in `sslrootcert` is not read (pass its PEM as `tls.ca`).
+   * or `verify-ca`); a file in `sslrootcert` is not read (pass its PEM as `tls.ca`). pg's and Prisma's
+   * `ssl`, `sslmode=no-verify`, `uselibpqcompat`, `pgbouncer`, `connection_limit`, `schema`,
+   * `statement_cache_size`, `pool_timeout` and `socket_timeout` are accepted (README: "URL parameters").
    */
   url?: string;
   /**
@@ -400,11 +402,16 @@ export interface PostgresStoreOptions {
    * and `TABLE_tb_v1` (at most 57 bytes, so that no name made from it is cut).
    */
   table?: string;
-  /** The table's schema. Default: the connection's search_path. */
+  /**
+   * The table's schema. Default: the URL's `schema` parameter (Prisma's), else the schema where the
+   * first connection's search_path finds the table (else `current_schema()`), named explicitly from then on.
+   */
   schema?: string;
   /**
    * Bound on one call in milliseconds, connecting included; past it the call rejects with `ERR_TIMEOUT`,
-   * whose `sent` says whether the call had been sent (then it may or may not have counted). Default 2,000.
+   * whose `sent` says whether the call had been sent (then it may or may not have counted). A row another
+   * session holds is waited for until just before it (the call then rejects, sent, counting nothing).
+   * Default 2,000; at most 2^32 - 1.
    */
   timeoutMs?: number;
   /**

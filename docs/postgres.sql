@@ -15,7 +15,7 @@ CREATE TABLE IF NOT EXISTS "askdare_counters" (
   reset_at timestamptz NOT NULL
 );
 DO $ratestore$ BEGIN
-IF to_regclass('"askdare_counters_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters") THEN
+IF to_regclass(E'"askdare_counters_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters") THEN
 CREATE INDEX IF NOT EXISTS "askdare_counters_ix" ON "askdare_counters" (reset_at);
 END IF;
 END
@@ -32,7 +32,7 @@ CREATE TABLE IF NOT EXISTS "askdare_counters_sw" (
   expires_at timestamptz NOT NULL
 );
 DO $ratestore$ BEGIN
-IF to_regclass('"askdare_counters_sw_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters_sw") THEN
+IF to_regclass(E'"askdare_counters_sw_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters_sw") THEN
 CREATE INDEX IF NOT EXISTS "askdare_counters_sw_ix" ON "askdare_counters_sw" (expires_at);
 END IF;
 END
@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS "askdare_counters_tb" (
   expires_at timestamptz NOT NULL
 );
 DO $ratestore$ BEGIN
-IF to_regclass('"askdare_counters_tb_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters_tb") THEN
+IF to_regclass(E'"askdare_counters_tb_ix"') IS NULL AND NOT EXISTS (SELECT FROM "askdare_counters_tb") THEN
 CREATE INDEX IF NOT EXISTS "askdare_counters_tb_ix" ON "askdare_counters_tb" (expires_at);
 END IF;
 END
@@ -61,7 +61,7 @@ $ratestore$;
 -- or not the one named) or {allowed, count, remaining, resetMs, window} (1), as src/window.rs.
 -- A window is open while reset_at's ms tick is after now's; its id is reset_at in µs.
 DO $ratestore$ BEGIN
-IF to_regprocedure('"askdare_counters_fw_v1"(int4, text, int8, int8, int8, int8)') IS NULL THEN
+IF to_regprocedure(E'"askdare_counters_fw_v1"(int4, text, int8, int8, int8, int8)') IS NULL THEN
 CREATE FUNCTION "askdare_counters_fw_v1"(op int4, k text, window_ms int8, amount int8, arg int8, clock_us int8 DEFAULT NULL)
 RETURNS int8[] LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -147,7 +147,7 @@ $ratestore$;
 -- {count, resetMs, window} (0, 1) or {allowed, count, remaining, resetMs,
 -- retryMs, window} (2), as src/sliding.rs.
 DO $ratestore$ BEGIN
-IF to_regprocedure('"askdare_counters_sw_v1"(int4, text, int8, int8, int8, int8)') IS NULL THEN
+IF to_regprocedure(E'"askdare_counters_sw_v1"(int4, text, int8, int8, int8, int8)') IS NULL THEN
 CREATE FUNCTION "askdare_counters_sw_v1"(op int4, k text, window_ms int8, amount int8, arg int8, clock_us int8 DEFAULT NULL)
 RETURNS int8[] LANGUAGE plpgsql AS $fn$
 DECLARE
@@ -250,7 +250,7 @@ $ratestore$;
 
 -- tokenBucket: answers {allowed, remaining, retryMs, resetMs}, as src/bucket.rs.
 DO $ratestore$ BEGIN
-IF to_regprocedure('"askdare_counters_tb_v1"(text, int8, int8, int8, int8, int8)') IS NULL THEN
+IF to_regprocedure(E'"askdare_counters_tb_v1"(text, int8, int8, int8, int8, int8)') IS NULL THEN
 CREATE FUNCTION "askdare_counters_tb_v1"(k text, capacity int8, refill int8, interval_ms int8, cost int8, clock_us int8 DEFAULT NULL)
 RETURNS int8[] LANGUAGE plpgsql AS $fn$
 DECLARE

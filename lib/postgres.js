@@ -20,6 +20,8 @@ const { Failures } = require('./stats.js');
 const OPTIONS = ['url', 'table', 'schema', 'timeoutMs', 'createTable', 'sslmode', 'tls', 'sweepIntervalMs', 'onError'];
 /** The longest sweep interval: what a native u32 of ms holds (about 49 days). */
 const MAX_SWEEP_MS = 2 ** 32 - 1;
+/** The longest timeoutMs, as the native u32 holds it (about 49 days). */
+const MAX_TIMEOUT_MS = 2 ** 32 - 1;
 const SSLMODES = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full'];
 
 class PostgresStore extends ServerOperations {
@@ -50,7 +52,13 @@ class PostgresStore extends ServerOperations {
     }
     const { ca } = checkOptions('postgresStore', tls, ['ca'], 'tls');
     checkOption('postgresStore', 'tls.ca', ca, 'string');
-    if (timeoutMs !== undefined) checkPositiveInteger('postgresStore', 'timeoutMs', timeoutMs);
+    if (timeoutMs !== undefined) {
+      checkPositiveInteger('postgresStore', 'timeoutMs', timeoutMs);
+      // The native side holds a u32 of ms: a larger one would wrap.
+      if (timeoutMs > MAX_TIMEOUT_MS) {
+        throw rangeError(`postgresStore(options): timeoutMs must be at most ${MAX_TIMEOUT_MS}, got ${timeoutMs}`);
+      }
+    }
     checkOption('postgresStore', 'sweepIntervalMs', sweepIntervalMs, 'number');
     if (
       sweepIntervalMs !== undefined &&

@@ -7,14 +7,22 @@
 //! session and the store works through PgBouncer's transaction mode.
 //! Concurrent calls share one connection, in one queue: the calls made while
 //! a statement is on the way go out together as one statement ([`queue`]).
+//!
+//! Many instances on one database: a batch locks its rows in one global
+//! order (by table, then key), so two batches never deadlock each other;
+//! every statement waits for a row lock at most `lock_timeout` (set by the
+//! statement itself), and runs at READ COMMITTED whatever the session's
+//! default; a key whose row another session holds is served on a second
+//! connection, so it stalls only its own calls ([`queue`]).
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::Mutex;
 use tokio_postgres::types::{ToSql, Type};
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::{Client, NoTls, Row};
 
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
@@ -33,6 +41,13 @@ pub const URL_VARIABLES: [&str; 2] = ["DATABASE_URL", "POSTGRES_URL"];
 pub const DEFAULT_TABLE: &str = "askdare_counters";
 pub const DEFAULT_TIMEOUT_MS: u64 = 2000;
 pub const DEFAULT_SWEEP_INTERVAL_MS: u64 = 60_000;
+/// The connections a store opens at most: one for the calls, one for the
+/// keys whose rows another session holds (and the sweeper).
+pub const MAX_CONNECTIONS: usize = 2;
+/// Keys longer than this (in UTF-8 bytes) are stored as their first bytes
+/// and their SHA-256 (see [`stored_key`]): every key up to the 1 MiB that
+/// every store takes fits PostgreSQL's index.
+pub const MAX_PLAIN_KEY_BYTES: usize = 1024;
 
 /// The options as JavaScript gave them (checked there).
 #[derive(Clone, Debug, Default)]
@@ -57,13 +72,18 @@ pub struct Config {
     /// The password, kept to clean it out of any message.
     password: Vec<u8>,
     url: String,
-    /// The tables' and functions' names, quoted.
-    names: Names,
+    /// The table's name as given.
+    table: String,
+    /// The tables' and functions' names, quoted: set when a schema is given,
+    /// else resolved on the first connection ([`PgStore::resolve`]).
+    names: Option<Names>,
     pub timeout_ms: u64,
     create_table: bool,
     /// TLS, unless `sslmode` is `disable`.
     tls: Option<Tls>,
     sweep_interval_ms: u64,
+    /// Connections at most (1 or [`MAX_CONNECTIONS`]; the URL's `connection_limit`).
+    connections: usize,
 }
 
 fn config_error(text: impl Into<String>) -> Error {
@@ -72,6 +92,133 @@ fn config_error(text: impl Into<String>) -> Error {
         text: text.into(),
         sent: None,
     }
+}
+
+/// `text` with its `%XX` escapes decoded (as a URL's query value).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        match bytes[i] {
+            b'%' if i + 2 < bytes.len() => match (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push((h * 16 + l) as u8);
+                    i += 3;
+                    continue;
+                }
+                _ => out.push(b'%'),
+            },
+            b'+' => out.push(b' '),
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// What the parameters of pg's and Prisma's URLs that tokio-postgres does
+/// not know say to postgresStore.
+#[derive(Default, Debug, PartialEq, Eq)]
+struct Extra {
+    /// `connection_limit`.
+    connections: Option<usize>,
+    /// Prisma's `schema`.
+    schema: Option<String>,
+}
+
+/// Takes out of a URL's query the parameters of pg and Prisma that
+/// tokio-postgres does not know, and rewrites those with a libpq meaning:
+/// `ssl=true` is `sslmode=verify-full` (pg's: a verified TLS connection),
+/// `ssl=false` `sslmode=disable`, `sslmode=no-verify` (pg's) `require`;
+/// `pgbouncer`, `statement_cache_size`, `uselibpqcompat`, `pool_timeout` and
+/// `socket_timeout` are accepted and change nothing (every statement goes out
+/// unnamed, sslmode always means what it means to libpq).
+fn split_extra(url: &str) -> Result<(String, Extra)> {
+    let mut extra = Extra::default();
+    let Some((base, query)) = url.split_once('?').filter(|_| url.contains("://")) else {
+        return Ok((url.to_string(), extra));
+    };
+    let boolean = |name: &str, v: &str| match v {
+        "true" | "1" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(config_error(format!(
+            "the database URL's parameter {name} must be true or false"
+        ))),
+    };
+    let mut kept: Vec<String> = Vec::new();
+    let mut ssl = None;
+    let mut has_sslmode = false;
+    for pair in query.split('&').filter(|p| !p.is_empty()) {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        match name {
+            "pgbouncer" | "uselibpqcompat" => {
+                boolean(name, value)?;
+            }
+            "statement_cache_size" | "pool_timeout" | "socket_timeout" => {
+                if value.parse::<u64>().is_err() {
+                    return Err(config_error(format!(
+                        "the database URL's parameter {name} must be a whole number"
+                    )));
+                }
+            }
+            "connection_limit" => match value.parse::<usize>() {
+                Ok(n) if n >= 1 => extra.connections = Some(n.min(MAX_CONNECTIONS)),
+                _ => return Err(config_error(
+                    "the database URL's parameter connection_limit must be a whole number from 1",
+                )),
+            },
+            "schema" => extra.schema = Some(percent_decoded(value)),
+            "ssl" => ssl = Some(boolean(name, value)?),
+            "sslmode" if value == "no-verify" => {
+                has_sslmode = true;
+                kept.push("sslmode=require".into());
+            }
+            _ => {
+                has_sslmode |= name == "sslmode";
+                kept.push(pair.to_string());
+            }
+        }
+    }
+    match ssl {
+        Some(on) if !has_sslmode => kept.push(format!(
+            "sslmode={}",
+            if on { "verify-full" } else { "disable" }
+        )),
+        _ => {}
+    }
+    let rest = if kept.is_empty() {
+        base.to_string()
+    } else {
+        format!("{base}?{}", kept.join("&"))
+    };
+    Ok((rest, extra))
+}
+
+/// The error for a URL tokio-postgres can't parse: naming the parameter it
+/// refuses, if one is to blame (never a value, which may hold a password).
+fn url_error(rest: &str) -> Error {
+    if let Some((_, query)) = rest.split_once('?').filter(|_| rest.contains("://")) {
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let probe = format!("postgres://localhost/?{pair}");
+            if probe.parse::<tokio_postgres::Config>().is_err() {
+                let name = pair.split_once('=').map_or(pair, |(n, _)| n);
+                let shown: String = name
+                    .chars()
+                    .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .take(40)
+                    .collect();
+                return config_error(format!(
+                    "the database URL's parameter {shown:?} is not one postgresStore knows, or its value is wrong \
+                     (see the README's postgresStore URL parameters)"
+                ));
+            }
+        }
+    }
+    config_error(
+        "the database URL can't be parsed (expected postgres://user:password@host:port/database)",
+    )
 }
 
 impl Config {
@@ -88,10 +235,9 @@ impl Config {
                     )
                 })?,
         };
-        let (rest, url_mode, root) = tls::split_url(&url);
-        let mut pg: tokio_postgres::Config = rest.parse().map_err(|_| {
-            config_error("the database URL can't be parsed (expected postgres://user:password@host:port/database)")
-        })?;
+        let (known, extra) = split_extra(&url)?;
+        let (rest, url_mode, root) = tls::split_url(&known);
+        let mut pg: tokio_postgres::Config = rest.parse().map_err(|_| url_error(&rest))?;
         let password = pg.get_password().map(<[u8]>::to_vec).unwrap_or_default();
         let system_roots = match root.as_deref() {
             None => false,
@@ -132,14 +278,16 @@ impl Config {
             SslMode::Prefer => tokio_postgres::config::SslMode::Prefer,
             _ => tokio_postgres::config::SslMode::Require,
         });
-        let names = Names::new(
-            options.table.as_deref().unwrap_or(DEFAULT_TABLE),
-            options.schema.as_deref(),
-        )?;
+        let table = options.table.as_deref().unwrap_or(DEFAULT_TABLE);
+        let schema = options.schema.as_deref().or(extra.schema.as_deref());
+        // Checked here even when the schema is resolved later.
+        let checked = Names::new(table, schema.or(Some("public")))?;
+        let names = schema.map(|_| checked);
         Ok(Config {
             pg,
             password,
             url,
+            table: table.to_string(),
             names,
             timeout_ms: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
             create_table: options.create_table.unwrap_or(true),
@@ -147,6 +295,7 @@ impl Config {
             sweep_interval_ms: options
                 .sweep_interval_ms
                 .unwrap_or(DEFAULT_SWEEP_INTERVAL_MS),
+            connections: extra.connections.unwrap_or(MAX_CONNECTIONS),
         })
     }
 
@@ -155,14 +304,57 @@ impl Config {
     }
 }
 
+/// The key as stored: itself up to [`MAX_PLAIN_KEY_BYTES`] bytes; a longer
+/// one as its first bytes (up to that many, at a character's boundary), a
+/// U+0001 and its SHA-256 in hex. A stored long key is longer than any key
+/// stored as itself, so the two never meet; two long keys share a row only
+/// if their SHA-256 do.
+pub fn stored_key(key: String) -> String {
+    use sha2::{Digest, Sha256};
+    if key.len() <= MAX_PLAIN_KEY_BYTES {
+        return key;
+    }
+    let mut cut = MAX_PLAIN_KEY_BYTES;
+    while !key.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let digest = Sha256::digest(key.as_bytes());
+    let mut stored = String::with_capacity(cut + 1 + 64);
+    stored.push_str(&key[..cut]);
+    stored.push('\u{1}');
+    for byte in digest.iter() {
+        stored.push_str(&format!("{byte:02x}"));
+    }
+    stored
+}
+
+/// The text a statement's range check raises (as an int8 that can't be
+/// parsed, SQLSTATE 22P02) when a function answered a count past ±(2^53 - 1):
+/// the statement fails, so nothing of it is applied. (The text depends on
+/// the answer, so that the planner can't fold the cast, and fail, ahead.)
+const COUNT_RANGE_MARK: &str = "ratestore_count_range";
+
+/// `x.r`, a function's answer, unless one of its integers is past the safe range.
+fn checked_answer() -> String {
+    format!(
+        "CASE WHEN EXISTS (SELECT FROM unnest(x.r) v WHERE v NOT BETWEEN -{MAX_SAFE} AND {MAX_SAFE}) \
+         THEN ('{{{COUNT_RANGE_MARK}' || cardinality(x.r) || '}}')::int8[] ELSE x.r END"
+    )
+}
+
 /// The statements, for one set of names. Each operation is one call of the
 /// algorithm's PL/pgSQL function (src/postgres/schema.rs), whose statements
 /// PostgreSQL plans once per session: the client sends one short statement.
+///
+/// Every statement that locks a row first sets `lock_timeout` for itself
+/// (`set_config(…, true)`: it lasts to the statement's end), from its last
+/// parameter, before any lock is asked for: `cfg` is joined before the
+/// function's row (`WHERE cfg.s IS NOT NULL` makes the function's subquery
+/// depend on it).
 struct Sql {
     create: String,
-    fixed: String,
-    sliding: String,
-    bucket: String,
+    /// One call alone, by [`Kind`].
+    single: [String; 3],
     /// One statement for a batch of calls, by the set of algorithms in it
     /// (bit 0 the fixed window, 1 the sliding window, 2 the bucket): a
     /// database with only some functions (createTable: false) runs the
@@ -170,39 +362,85 @@ struct Sql {
     batch: [String; 8],
     unlink: [String; 3],
     reset_all: [String; 3],
+    /// The sweeper's statements: by the end column's index, or a range of pages.
     sweep: [String; 3],
+    sweep_pages: [String; 3],
+    /// Whether the table has a valid index led by its end column; its size in pages.
+    has_index: String,
+    pages: String,
+    /// The three tables' (qualified, quoted) names and end columns.
+    tables: [(String, &'static str); 3],
 }
 
 impl Sql {
     fn new(n: &Names) -> Sql {
+        let tables = [
+            (n.table.clone(), "reset_at"),
+            (n.sliding.clone(), "expires_at"),
+            (n.bucket.clone(), "expires_at"),
+        ];
+        let check = checked_answer();
+        let single = |function: &str| {
+            format!(
+                "SELECT {check} FROM (SELECT set_config('lock_timeout', $6, true) AS s) AS cfg, \
+                 LATERAL (SELECT {function}($1, $2, $3, $4, $5) AS r WHERE cfg.s IS NOT NULL OFFSET 0) AS x"
+            )
+        };
         Sql {
             create: schema::create_batch(n),
-            fixed: format!("SELECT {}($1, $2, $3, $4, $5)", n.fixed_fn),
-            sliding: format!("SELECT {}($1, $2, $3, $4, $5)", n.sliding_fn),
-            bucket: format!("SELECT {}($1, $2, $3, $4, $5)", n.bucket_fn),
+            single: [
+                single(&n.fixed_fn),
+                single(&n.sliding_fn),
+                single(&n.bucket_fn),
+            ],
             batch: std::array::from_fn(|kinds| batch_sql(n, kinds)),
-            unlink: [&n.table, &n.sliding, &n.bucket]
-                .map(|t| format!("DELETE FROM {t} WHERE key = $1")),
-            reset_all: [&n.table, &n.sliding, &n.bucket].map(|t| format!("DELETE FROM {t}")),
+            unlink: [&n.table, &n.sliding, &n.bucket].map(|t| {
+                format!(
+                    "DELETE FROM {t} WHERE key = $1 AND (SELECT set_config('lock_timeout', $2, true)) IS NOT NULL \
+                     RETURNING 1"
+                )
+            }),
+            reset_all: [&n.table, &n.sliding, &n.bucket].map(|t| {
+                format!(
+                    "WITH d AS (DELETE FROM {t} WHERE (SELECT set_config('lock_timeout', $1, true)) IS NOT NULL \
+                     RETURNING 1) SELECT count(*) FROM d"
+                )
+            }),
             // Rows that count nothing: an ended window, a sliding state past its
-            // end, a bucket full again. SKIP LOCKED: a row a call holds is left.
-            sweep: [
-                (&n.table, "reset_at"),
-                (&n.sliding, "expires_at"),
-                (&n.bucket, "expires_at"),
-            ]
-            .map(|(t, column)| {
+            // end, a bucket full again. SKIP LOCKED: a row a call holds is left,
+            // and the sweep never waits for a lock.
+            sweep: tables.clone().map(|(t, column)| {
                 format!(
                     "DELETE FROM {t} WHERE ctid = ANY (ARRAY(SELECT ctid FROM {t} WHERE {column} < now() \
                      LIMIT {SWEEP_BATCH} FOR UPDATE SKIP LOCKED))"
                 )
             }),
+            // Without that index (seed 000's table has none): one range of pages at a time
+            // (a TID range scan), never the whole table in one statement.
+            sweep_pages: tables.clone().map(|(t, column)| {
+                format!(
+                    "DELETE FROM {t} WHERE ctid = ANY (ARRAY(SELECT ctid FROM {t} \
+                     WHERE ctid >= format('(%s,0)', $1::int8)::tid AND ctid < format('(%s,0)', $2::int8)::tid \
+                     AND {column} < now() FOR UPDATE SKIP LOCKED))"
+                )
+            }),
+            has_index: "SELECT EXISTS (SELECT FROM pg_catalog.pg_index i JOIN pg_catalog.pg_attribute a \
+                        ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] \
+                        WHERE i.indrelid = pg_catalog.to_regclass($1) AND a.attname = $2 AND i.indisvalid \
+                        AND i.indpred IS NULL)"
+                .into(),
+            pages: "SELECT pg_catalog.pg_relation_size(pg_catalog.to_regclass($1)) \
+                    / current_setting('block_size')::int8"
+                .into(),
+            tables,
         }
     }
 }
 
 /// The statement for a batch of calls of the algorithms in `kinds` (bit
-/// [`Kind`]): each row of `unnest` one call, answered in the order of the rows.
+/// [`Kind`]): each row of `unnest` one call, applied and answered in the
+/// order of the rows (the lateral function call runs row by row, in the
+/// order `unnest` gives them); `$8` is the statement's lock_timeout.
 fn batch_sql(n: &Names, kinds: usize) -> String {
     let call = |kind: Kind| match kind {
         Kind::Fixed => format!("{}(u.o, u.k, u.a, u.b, u.c)", n.fixed_fn),
@@ -225,8 +463,11 @@ fn batch_sql(n: &Names, kinds: usize) -> String {
         }
     };
     format!(
-        "SELECT {value} FROM unnest($1::int4[], $2::int4[], $3::text[], $4::int8[], $5::int8[], $6::int8[], \
-         $7::int8[]) WITH ORDINALITY AS u(f, o, k, a, b, c, d, i) ORDER BY u.i"
+        "SELECT {} FROM (SELECT set_config('lock_timeout', $8, true) AS s) AS cfg, \
+         unnest($1::int4[], $2::int4[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[]) \
+         WITH ORDINALITY AS u(f, o, k, a, b, c, d, i), \
+         LATERAL (SELECT {value} AS r WHERE cfg.s IS NOT NULL OFFSET 0) AS x ORDER BY u.i",
+        checked_answer()
     )
 }
 
@@ -234,15 +475,27 @@ fn batch_sql(n: &Names, kinds: usize) -> String {
 fn answer(values: Option<Vec<i64>>, len: usize) -> Result<Answer> {
     match values {
         Some(v) if v.len() == len && v.iter().all(|n| n.abs() <= MAX_SAFE) => Ok(Answer::new(&v)),
+        Some(v) if v.len() == len => Err(Error::CountOutOfRange),
         _ => Err(schema::wrong_shape()),
     }
 }
 
-/// One store's connection and statements.
+/// A statement's failure: the error, and the SQLSTATE the server answered.
+#[derive(Clone)]
+pub(crate) struct Failure {
+    pub error: Error,
+    pub state: Option<String>,
+}
+
+/// One store's connections and statements.
 pub struct PgStore {
     config: Config,
-    sql: Sql,
-    client: Mutex<Option<Arc<Client>>>,
+    /// The statements, once the names are known (at once with a schema, else on the first connect).
+    sql: std::sync::Mutex<Option<Arc<Sql>>>,
+    /// The connections: 0 for the calls, 1 for the calls on keys whose rows
+    /// another session holds, and the sweeper (with `connection_limit=1`,
+    /// both use 0).
+    lanes: [Mutex<Option<Arc<Client>>>; MAX_CONNECTIONS],
     /// The calls waiting for the connection, in the order they were made.
     queue: std::sync::Mutex<queue::Queue>,
     /// Set by a 25006 answer, or by [`TIMEOUTS_BEFORE_REPLACING`] statements
@@ -255,19 +508,34 @@ pub struct PgStore {
     /// Expired rows the sweeper removed: `stats().swept`.
     swept: Arc<AtomicU64>,
     closed: AtomicBool,
+    /// The session's default isolation is not READ COMMITTED: each statement
+    /// goes between `BEGIN ISOLATION LEVEL READ COMMITTED` and `COMMIT`
+    /// (pipelined with it, in one round trip).
+    wrap: AtomicBool,
+    /// The sweeper's choice per table: whether it has an index on its end column.
+    indexed: std::sync::Mutex<HashMap<usize, bool>>,
 }
 
 /// Rows one sweep statement removes at most: each holds its rows' locks
 /// for one short statement, and skips rows a call has locked.
 const SWEEP_BATCH: u64 = 500;
-/// The pause between two batches of one sweep, so that hits pipelined on
-/// the connection go between them.
+/// Pages one sweep statement reads on a table without an index on its end column.
+const SWEEP_PAGES: i64 = 256;
+/// The pause between two statements of one sweep.
 const SWEEP_PAUSE: Duration = Duration::from_millis(20);
+
+/// The SQLSTATE of `e`, if the server answered it.
+fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
+    e.as_db_error().map(|db| db.code().code())
+}
 
 /// A tokio-postgres error as a core error, its text cleaned of `secrets`.
 fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     let (code, text) = match e.as_db_error() {
         Some(db) if db.code().code() == schema::COUNT_RANGE_STATE => return Error::CountOutOfRange,
+        Some(db) if db.code().code() == "22P02" && db.message().contains(COUNT_RANGE_MARK) => {
+            return Error::CountOutOfRange
+        }
         // statement_timeout (or a cancel): the statement was rolled back, so the call counted nothing.
         Some(db) if db.code().code() == "57014" => {
             return Error::Postgres {
@@ -275,6 +543,19 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
                 text: format!(
                     "PostgreSQL cancelled the statement (57014: {}); it was rolled back: the call was sent, \
                      counted nothing, and is not sent again",
+                    db.message()
+                ),
+                sent: Some(true),
+            }
+            .redacted(secrets)
+        }
+        // lock_timeout: another session held the key's row past the call's time.
+        Some(db) if db.code().code() == "55P03" => {
+            return Error::Postgres {
+                code: "ERR_TIMEOUT",
+                text: format!(
+                    "the key's row stayed locked by another session until the call's time ran out (55P03: {}); \
+                     PostgreSQL rolled the call back: it was sent, counted nothing, and is not sent again",
                     db.message()
                 ),
                 sent: Some(true),
@@ -291,6 +572,7 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
                 "42P01" => " (the table is missing: create it with docs/postgres.sql, or leave createTable on)",
                 "42883" => " (the store's function is missing: create it with docs/postgres.sql, or leave createTable on)",
                 "25006" => " (the server is read-only, e.g. a standby after a failover: the next call connects again)",
+                "40P01" | "40001" => " (the statement was rolled back: the call counted nothing)",
                 _ => "",
             };
             (
@@ -318,6 +600,31 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     .redacted(secrets)
 }
 
+/// A failure of a new connection's set-up (its connect, login, and the
+/// statements that prepare it): the call was not sent.
+fn unsent(e: Error) -> Error {
+    match e {
+        Error::Postgres {
+            code,
+            text,
+            sent: None,
+        } if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" => queue::with_sent(
+            Error::Postgres {
+                code,
+                text,
+                sent: None,
+            },
+            false,
+        ),
+        Error::Postgres { code, text, .. } => Error::Postgres {
+            code,
+            text: format!("{text} (while connecting: the call was not sent)"),
+            sent: Some(false),
+        },
+        other => other,
+    }
+}
+
 /// A connect in progress; dropped before it finished (its call timed out),
 /// it is a failed connect for the backoff.
 struct Attempt<'a> {
@@ -341,15 +648,15 @@ impl Drop for Attempt<'_> {
 /// by a failover, so the next call connects anew (the URL's host may now
 /// name the new primary).
 fn read_only(e: &tokio_postgres::Error) -> bool {
-    e.as_db_error()
-        .is_some_and(|db| db.code().code() == "25006")
+    sqlstate(e) == Some("25006")
 }
 
 /// Whether `e` is PostgreSQL's "relation does not exist".
 fn undefined_table(e: &tokio_postgres::Error) -> bool {
-    e.as_db_error()
-        .is_some_and(|db| db.code().code() == "42P01")
+    sqlstate(e) == Some("42P01")
 }
+
+type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
 
 impl PgStore {
     /// A statement got no answer within `timeoutMs` (`answered`: false) or
@@ -366,11 +673,11 @@ impl PgStore {
     }
 
     pub fn new(config: Config, swept: Arc<AtomicU64>) -> PgStore {
-        let sql = Sql::new(&config.names);
+        let sql = config.names.as_ref().map(|n| Arc::new(Sql::new(n)));
         PgStore {
             config,
-            sql,
-            client: Mutex::new(None),
+            sql: std::sync::Mutex::new(sql),
+            lanes: std::array::from_fn(|_| Mutex::new(None)),
             queue: std::sync::Mutex::new(queue::Queue::default()),
             replace: AtomicBool::new(false),
             timeouts: std::sync::atomic::AtomicU32::new(0),
@@ -379,12 +686,33 @@ impl PgStore {
             )),
             swept,
             closed: AtomicBool::new(false),
+            wrap: AtomicBool::new(false),
+            indexed: std::sync::Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The statements (known once a connection resolved the names).
+    fn sql(&self) -> Result<Arc<Sql>> {
+        self.sql
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+            .ok_or(Error::Internal(
+                "a statement was made before the names were resolved",
+            ))
+    }
+
+    /// How long a statement on the calls' connection waits for a row lock:
+    /// a quarter of `timeoutMs`, so that a key another session holds is
+    /// found, and moved to the second connection, well within the calls' time.
+    pub(crate) fn lock_ms(&self) -> u64 {
+        (self.config.timeout_ms / 4).clamp(1, i32::MAX as u64)
     }
 
     /// Starts the sweeper (unless `sweepIntervalMs` is 0): every interval,
     /// while the store is open and connected, it deletes expired rows in
-    /// batches. It never connects on its own, and ends with the store.
+    /// batches, on the second connection. It never opens the first
+    /// connection on its own, and ends with the store.
     pub fn start_sweeper(store: &Arc<PgStore>, handle: &tokio::runtime::Handle) {
         let every = store.config.sweep_interval_ms;
         if every == 0 {
@@ -406,32 +734,121 @@ impl PgStore {
 
     /// One sweep of the three tables; answers the rows it removed.
     pub async fn sweep(&self) -> Result<u64> {
-        let client = match &*self.client.lock().await {
-            Some(client) if !client.is_closed() => Arc::clone(client),
-            _ => return Ok(0),
+        let connected = match &*self.lanes[0].lock().await {
+            Some(client) => !client.is_closed(),
+            None => false,
         };
+        if !connected {
+            return Ok(0);
+        }
+        let client = self.client(MAX_CONNECTIONS - 1).await?;
+        let sql = self.sql()?;
+        let bound = Duration::from_millis(self.config.timeout_ms);
         let mut removed = 0;
-        for (state, sql) in self.sql.sweep.iter().enumerate() {
-            loop {
-                let work = client.execute_typed(sql, &[]);
-                let n =
-                    match tokio::time::timeout(Duration::from_millis(self.config.timeout_ms), work)
-                        .await
-                    {
+        for (state, (table, column)) in sql.tables.iter().enumerate() {
+            let indexed = self.indexed(&client, &sql, state, table, column).await;
+            let indexed = match indexed {
+                Ok(Some(indexed)) => indexed,
+                Ok(None) => continue,
+                Err(e) => return Err(e),
+            };
+            if indexed {
+                loop {
+                    let work = client.execute_typed(&sql.sweep[state], &[]);
+                    let n = match tokio::time::timeout(bound, work).await {
                         Ok(Ok(n)) => n,
                         Ok(Err(e)) if state > 0 && undefined_table(&e) => break,
                         Ok(Err(e)) => return Err(self.error(e)),
-                        Err(_) => return Ok(removed),
+                        Err(_) => {
+                            self.cancel(&client);
+                            return Ok(removed);
+                        }
                     };
+                    removed += n;
+                    self.swept.fetch_add(n, Ordering::Relaxed);
+                    if n < SWEEP_BATCH || self.closed.load(Ordering::Relaxed) {
+                        break;
+                    }
+                    tokio::time::sleep(SWEEP_PAUSE).await;
+                }
+                continue;
+            }
+            let pages = match client.query_typed(&sql.pages, &[(table, Type::TEXT)]).await {
+                Ok(rows) => rows
+                    .first()
+                    .and_then(|r| r.try_get::<_, Option<i64>>(0).ok().flatten())
+                    .unwrap_or(0),
+                Err(e) => return Err(self.error(e)),
+            };
+            let mut from = 0i64;
+            while from < pages && !self.closed.load(Ordering::Relaxed) {
+                let to = from + SWEEP_PAGES;
+                let params: [(&(dyn ToSql + Sync), Type); 2] =
+                    [(&from, Type::INT8), (&to, Type::INT8)];
+                let work = client.execute_typed(&sql.sweep_pages[state], &params);
+                let n = match tokio::time::timeout(bound, work).await {
+                    Ok(Ok(n)) => n,
+                    Ok(Err(e)) => return Err(self.error(e)),
+                    Err(_) => {
+                        self.cancel(&client);
+                        return Ok(removed);
+                    }
+                };
                 removed += n;
                 self.swept.fetch_add(n, Ordering::Relaxed);
-                if n < SWEEP_BATCH || self.closed.load(Ordering::Relaxed) {
-                    break;
-                }
+                from = to;
                 tokio::time::sleep(SWEEP_PAUSE).await;
             }
         }
         Ok(removed)
+    }
+
+    /// Whether table `state` has an index on its end column (asked once);
+    /// `None` for a state's table that does not exist.
+    async fn indexed(
+        &self,
+        client: &Client,
+        sql: &Sql,
+        state: usize,
+        table: &String,
+        column: &'static str,
+    ) -> Result<Option<bool>> {
+        if let Some(&known) = self
+            .indexed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&state)
+        {
+            return Ok(Some(known));
+        }
+        let column = column.to_string();
+        let rows = client
+            .query_typed(&sql.pages, &[(table, Type::TEXT)])
+            .await
+            .map_err(|e| self.error(e))?;
+        if rows
+            .first()
+            .and_then(|r| r.try_get::<_, Option<i64>>(0).ok().flatten())
+            .is_none()
+        {
+            return Ok(None);
+        }
+        let rows = client
+            .query_typed(
+                &sql.has_index,
+                &[(table, Type::TEXT), (&column, Type::TEXT)],
+            )
+            .await
+            .map_err(|e| self.error(e))?;
+        let indexed = rows
+            .first()
+            .and_then(|r| r.try_get::<_, bool>(0).ok())
+            .unwrap_or(false);
+        self.indexed
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(state, indexed);
+        Ok(Some(indexed))
     }
 
     pub fn timeout_ms(&self) -> u64 {
@@ -445,15 +862,38 @@ impl PgStore {
         pg_error(e, &self.config.secrets())
     }
 
-    /// The open connection, connecting (and creating the table) first if
-    /// there is none or it was lost. One connect at a time: the lock.
+    fn failure(&self, e: tokio_postgres::Error) -> Failure {
+        let state = sqlstate(&e).map(str::to_string);
+        Failure {
+            error: self.error(e),
+            state,
+        }
+    }
+
+    /// Asks the server to cancel what `client`'s backend runs (a statement
+    /// that got no answer in time), so that it does not wait on.
+    pub(crate) fn cancel(&self, client: &Client) {
+        let token = client.cancel_token();
+        let tls = self.config.tls.clone();
+        tokio::spawn(async move {
+            let _ = match tls {
+                None => token.cancel_query(NoTls).await,
+                Some(tls) => token.cancel_query(tls).await,
+            };
+        });
+    }
+
+    /// The open connection of `lane`, connecting (and creating the table)
+    /// first if there is none or it was lost. One connect at a time per
+    /// lane: the lock.
     ///
     /// After a failed connect, calls reject at once (unsent) for a delay
     /// that doubles with each failure in a row ([`Backoff`]); then the next
     /// call alone connects (the others, waiting on the lock, see its outcome).
-    async fn client(&self) -> Result<Arc<Client>> {
-        let mut slot = self.client.lock().await;
-        if self.replace.swap(false, Ordering::Relaxed) {
+    pub(crate) async fn client(&self, lane: usize) -> Result<Arc<Client>> {
+        let lane = lane.min(self.config.connections - 1);
+        let mut slot = self.lanes[lane].lock().await;
+        if lane == 0 && self.replace.swap(false, Ordering::Relaxed) {
             slot.take();
         }
         if let Some(client) = &*slot {
@@ -469,7 +909,7 @@ impl PgStore {
             store: self,
             done: false,
         };
-        let result = self.connect().await;
+        let result = self.connect(lane).await;
         attempt.done = true;
         match result {
             Ok(client) => {
@@ -487,62 +927,183 @@ impl PgStore {
         }
     }
 
+    /// Drops `lane`'s connection if it is still `client` (it got no answer in time).
+    pub(crate) async fn drop_client(&self, lane: usize, client: &Arc<Client>) {
+        let lane = lane.min(self.config.connections - 1);
+        let mut slot = self.lanes[lane].lock().await;
+        if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
+            slot.take();
+        }
+    }
+
     fn backoff(&self) -> std::sync::MutexGuard<'_, Backoff> {
         self.backoff.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// A new connection, with the store's tables and functions made on it.
-    async fn connect(&self) -> Result<Client> {
+    /// A new connection's set-up query: the session's default isolation, and
+    /// the schema where the table's name resolves on the search path (the
+    /// seed's table in `public` when a `"$user"` schema exists too), else the
+    /// schema new tables go to (`current_schema()`).
+    const SETUP: &'static str = "SELECT current_setting('transaction_isolation'), \
+         coalesce((SELECT n.nspname::text FROM pg_catalog.pg_class c \
+         JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace \
+         WHERE c.oid = pg_catalog.to_regclass($1)), pg_catalog.current_schema()::text)";
+
+    /// The store's names: the configured schema's, else the schema the
+    /// set-up query found: named explicitly from then on, so the store never
+    /// makes a second table elsewhere.
+    fn resolve(&self, found: Option<String>) -> Result<Arc<Sql>> {
+        if let Ok(sql) = self.sql() {
+            return Ok(sql);
+        }
+        let schema = found.ok_or_else(|| {
+            config_error(
+                "the table's schema can't be found: the table is on no schema of the search_path and the \
+                 search_path names no schema that exists to create it in; pass { schema }",
+            )
+        })?;
+        let sql = Arc::new(Sql::new(&Names::new(&self.config.table, Some(&schema))?));
+        let mut slot = self.sql.lock().unwrap_or_else(|e| e.into_inner());
+        Ok(Arc::clone(slot.get_or_insert(sql)))
+    }
+
+    /// A new connection for `lane`, set up: the calls' connection makes the
+    /// store's tables and functions on it (createTable).
+    async fn connect(&self, lane: usize) -> Result<Client> {
+        let setup = |e: tokio_postgres::Error| match e.as_db_error() {
+            // A statement_timeout that cancelled the set-up: no call was sent.
+            Some(db) if db.code().code() == "57014" => queue::with_sent(
+                Error::Postgres {
+                    code: "ERR_TIMEOUT",
+                    text: format!(
+                        "PostgreSQL cancelled the set-up of a new connection (57014: {})",
+                        db.message()
+                    ),
+                    sent: None,
+                }
+                .redacted(&self.config.secrets()),
+                false,
+            ),
+            _ => unsent(self.error(e)),
+        };
         let client = match &self.config.tls {
             None => {
-                let (client, connection) = self
-                    .config
-                    .pg
-                    .connect(NoTls)
-                    .await
-                    .map_err(|e| self.error(e))?;
+                let (client, connection) = self.config.pg.connect(NoTls).await.map_err(setup)?;
                 tokio::spawn(connection);
                 client
             }
             Some(tls) => {
-                let (client, connection) = self
-                    .config
-                    .pg
-                    .connect(tls.clone())
-                    .await
-                    .map_err(|e| self.error(e))?;
+                let (client, connection) =
+                    self.config.pg.connect(tls.clone()).await.map_err(setup)?;
                 tokio::spawn(connection);
                 client
             }
         };
-        if self.config.create_table {
-            client
-                .batch_execute(&self.sql.create)
-                .await
-                .map_err(|e| self.error(e))?;
+        let quoted = schema::quote(&self.config.table);
+        let rows = client
+            .query_typed(Self::SETUP, &[(&quoted, Type::TEXT)])
+            .await
+            .map_err(setup)?;
+        let row = rows.first();
+        let isolation: Option<String> = row.and_then(|r| r.try_get(0).ok());
+        self.wrap.store(
+            isolation.as_deref() != Some("read committed"),
+            Ordering::Relaxed,
+        );
+        let sql = self
+            .resolve(row.and_then(|r| r.try_get(1).ok()))
+            .map_err(unsent)?;
+        if self.config.create_table && lane == 0 {
+            client.batch_execute(&sql.create).await.map_err(setup)?;
         }
         Ok(client)
     }
 
-    /// Runs one op within the store's timeout, in its place in the store's queue.
-    pub async fn run(self: &Arc<Self>, op: Op, args: Args, key: String) -> Result<Answer> {
-        self.submit(Work::Call { op, args, key }).await
+    /// Runs `sql` on `client`, at READ COMMITTED whatever the session's default.
+    async fn query(
+        &self,
+        client: &Client,
+        sql: &str,
+        params: &Params<'_>,
+    ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
+        if !self.wrap.load(Ordering::Relaxed) {
+            return client.query_typed(sql, params).await;
+        }
+        let (begin, rows, commit) = futures_util::future::join3(
+            client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
+            client.query_typed(sql, params),
+            client.batch_execute("COMMIT"),
+        )
+        .await;
+        begin?;
+        let rows = rows?;
+        commit?;
+        Ok(rows)
     }
 
-    /// One call of an algorithm's function, alone.
-    async fn function(&self, client: &Client, call: &Encoded<'_>) -> Result<Answer> {
-        let sql = match call.kind {
-            Kind::Fixed => &self.sql.fixed,
-            Kind::Sliding => &self.sql.sliding,
-            Kind::Bucket => &self.sql.bucket,
-        };
-        let params: [(&(dyn ToSql + Sync), Type); 5] = match call.kind {
+    /// Runs one op within the store's timeout, in its place in the store's queue.
+    pub async fn run(self: &Arc<Self>, op: Op, args: Args, key: String) -> Result<Answer> {
+        if key.contains('\0') {
+            return Err(Error::Postgres {
+                code: "ERR_POSTGRES",
+                text: "the key holds a NUL character, which PostgreSQL's text can't hold (22021); \
+                       the call was not sent"
+                    .into(),
+                sent: Some(false),
+            });
+        }
+        self.submit(Work::Call {
+            op,
+            args,
+            key: stored_key(key),
+        })
+        .await
+    }
+
+    /// Calls of one algorithm's functions as one statement (one alone as its
+    /// own short statement), each waiting at most `lock_ms` for a row lock;
+    /// a deadlock or a serialization failure (nothing applied) is tried again.
+    async fn run_calls(
+        &self,
+        client: &Client,
+        calls: &[&Encoded<'_>],
+        lock_ms: u64,
+    ) -> std::result::Result<Vec<Result<Answer>>, Failure> {
+        let sql = self.sql().map_err(|error| Failure { error, state: None })?;
+        let lock = lock_ms.to_string();
+        let mut tries = 0;
+        loop {
+            let outcome = match calls {
+                [call] => self
+                    .run_one(client, &sql, call, &lock)
+                    .await
+                    .map(|a| vec![a]),
+                _ => self.run_batch(client, &sql, calls, &lock).await,
+            };
+            match outcome {
+                Err(f) if matches!(f.state.as_deref(), Some("40P01" | "40001")) && tries < 3 => {
+                    tries += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn run_one(
+        &self,
+        client: &Client,
+        sql: &Sql,
+        call: &Encoded<'_>,
+        lock: &String,
+    ) -> std::result::Result<Result<Answer>, Failure> {
+        let params: [(&(dyn ToSql + Sync), Type); 6] = match call.kind {
             Kind::Fixed | Kind::Sliding => [
                 (&call.op, Type::INT4),
                 (&call.key, Type::TEXT),
                 (&call.a, Type::INT8),
                 (&call.b, Type::INT8),
                 (&call.c, Type::INT8),
+                (lock, Type::TEXT),
             ],
             Kind::Bucket => [
                 (&call.key, Type::TEXT),
@@ -550,35 +1111,95 @@ impl PgStore {
                 (&call.b, Type::INT8),
                 (&call.c, Type::INT8),
                 (&call.d, Type::INT8),
+                (lock, Type::TEXT),
             ],
         };
-        let rows = client
-            .query_typed(sql, &params)
+        let rows = self
+            .query(client, &sql.single[call.kind as usize], &params)
             .await
-            .map_err(|e| self.error(e))?;
-        answer(rows.first().and_then(|row| row.try_get(0).ok()), call.len)
+            .map_err(|e| self.failure(e))?;
+        Ok(answer(
+            rows.first().and_then(|row| row.try_get(0).ok()),
+            call.len,
+        ))
     }
 
-    async fn run_op(&self, client: &Client, op: Op, args: &Args, key: &str) -> Result<Answer> {
-        if let Some(call) = Encoded::new(op, args, key) {
-            return self.function(client, &call).await;
+    async fn run_batch(
+        &self,
+        client: &Client,
+        sql: &Sql,
+        calls: &[&Encoded<'_>],
+        lock: &String,
+    ) -> std::result::Result<Vec<Result<Answer>>, Failure> {
+        let mut kinds = 0;
+        let (mut f, mut o, mut k) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for call in calls {
+            kinds |= 1 << call.kind as usize;
+            f.push(call.kind as i32);
+            o.push(call.op);
+            k.push(call.key);
+            a.push(call.a);
+            b.push(call.b);
+            c.push(call.c);
+            d.push(call.d);
         }
-        let k = || (&key as &(dyn ToSql + Sync), Type::TEXT);
+        let params: [(&(dyn ToSql + Sync), Type); 8] = [
+            (&f, Type::INT4_ARRAY),
+            (&o, Type::INT4_ARRAY),
+            (&k, Type::TEXT_ARRAY),
+            (&a, Type::INT8_ARRAY),
+            (&b, Type::INT8_ARRAY),
+            (&c, Type::INT8_ARRAY),
+            (&d, Type::INT8_ARRAY),
+            (lock, Type::TEXT),
+        ];
+        let rows = self
+            .query(client, &sql.batch[kinds], &params)
+            .await
+            .map_err(|e| self.failure(e))?;
+        if rows.len() != calls.len() {
+            return Err(Failure {
+                error: schema::wrong_shape(),
+                state: None,
+            });
+        }
+        Ok(rows
+            .iter()
+            .zip(calls)
+            .map(|(row, call)| answer(row.try_get(0).ok(), call.len))
+            .collect())
+    }
+
+    /// A call that is not an algorithm's (`reset`, `ping`), waiting at most
+    /// `lock_ms` for a row lock.
+    async fn run_op(
+        &self,
+        client: &Client,
+        op: Op,
+        args: &Args,
+        key: &str,
+        lock_ms: u64,
+    ) -> std::result::Result<Answer, Failure> {
+        let lock = lock_ms.to_string();
         match op {
             Op::Unlink => {
+                let sql = self.sql().map_err(|error| Failure { error, state: None })?;
                 let state = args[0] as usize;
-                match client.execute_typed(&self.sql.unlink[state], &[k()]).await {
-                    Ok(n) => Ok(Answer::new(&[n as i64])),
+                let params: [(&(dyn ToSql + Sync), Type); 2] =
+                    [(&key, Type::TEXT), (&lock, Type::TEXT)];
+                match self.query(client, &sql.unlink[state], &params).await {
+                    Ok(rows) => Ok(Answer::new(&[rows.len() as i64])),
                     // A state's table that was never created (createTable: false) holds nothing.
                     Err(e) if state > 0 && undefined_table(&e) => Ok(Answer::new(&[0])),
-                    Err(e) => Err(self.error(e)),
+                    Err(e) => Err(self.failure(e)),
                 }
             }
             _ => {
                 client
                     .simple_query("SELECT 1")
                     .await
-                    .map_err(|e| self.error(e))?;
+                    .map_err(|e| self.failure(e))?;
                 Ok(Answer::new(&[1]))
             }
         }
@@ -589,21 +1210,36 @@ impl PgStore {
         self.submit(Work::ResetAll).await.map(|_| ())
     }
 
-    async fn reset_all_on(&self, client: &Client) -> Result<()> {
-        for (state, sql) in self.sql.reset_all.iter().enumerate() {
-            match client.batch_execute(sql).await {
-                Ok(()) => {}
-                Err(e) if state > 0 && undefined_table(&e) => {}
-                Err(e) => return Err(self.error(e)),
+    async fn reset_all_on(
+        &self,
+        client: &Client,
+        lock_ms: u64,
+    ) -> std::result::Result<(), Failure> {
+        let sql = self.sql().map_err(|error| Failure { error, state: None })?;
+        let lock = lock_ms.to_string();
+        for (state, statement) in sql.reset_all.iter().enumerate() {
+            let params: [(&(dyn ToSql + Sync), Type); 1] = [(&lock, Type::TEXT)];
+            let mut tries = 0;
+            loop {
+                match self.query(client, statement, &params).await {
+                    Ok(_) => break,
+                    Err(e) if state > 0 && undefined_table(&e) => break,
+                    Err(e) if matches!(sqlstate(&e), Some("40P01" | "40001")) && tries < 3 => {
+                        tries += 1
+                    }
+                    Err(e) => return Err(self.failure(e)),
+                }
             }
         }
         Ok(())
     }
 
-    /// Drops the connection (calls in flight fail).
+    /// Drops the connections (calls in flight fail).
     pub async fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        self.client.lock().await.take();
+        for lane in &self.lanes {
+            lane.lock().await.take();
+        }
     }
 }
 
@@ -643,6 +1279,60 @@ mod tests {
             ..Options::default()
         };
         let config = Config::resolve(&options, |_| None).ok().unwrap();
-        assert_eq!(config.names.table, "\"s\".\"we\"\"ird\"");
+        assert_eq!(config.names.unwrap().table, "\"s\".\"we\"\"ird\"");
+    }
+
+    #[test]
+    fn pg_and_prisma_parameters_are_taken_with_a_meaning() {
+        let (rest, extra) = split_extra(
+            "postgres://u@h/b?pgbouncer=true&connection_limit=1&uselibpqcompat=true&pool_timeout=10&schema=my%20s&ssl=true&application_name=a",
+        )
+        .ok()
+        .unwrap();
+        assert_eq!(
+            rest,
+            "postgres://u@h/b?application_name=a&sslmode=verify-full"
+        );
+        assert_eq!(extra.connections, Some(1));
+        assert_eq!(extra.schema.as_deref(), Some("my s"));
+        let (rest, _) = split_extra("postgres://u@h/b?ssl=true&sslmode=no-verify")
+            .ok()
+            .unwrap();
+        assert_eq!(rest, "postgres://u@h/b?sslmode=require");
+        let (_, extra) = split_extra("postgres://u@h/b?connection_limit=9")
+            .ok()
+            .unwrap();
+        assert_eq!(extra.connections, Some(MAX_CONNECTIONS));
+        assert!(split_extra("postgres://u@h/b?pgbouncer=maybe").is_err());
+        assert!(split_extra("postgres://u@h/b?connection_limit=0").is_err());
+    }
+
+    #[test]
+    fn an_unknown_parameter_is_named_and_no_value_is_shown() {
+        let err = Config::resolve(
+            &Options {
+                url: Some("postgres://u:secret@h/b?application_name=a&frobnicate=secret".into()),
+                ..Options::default()
+            },
+            |_| None,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(err.code(), "ERR_CONFIG");
+        assert!(err.to_string().contains("\"frobnicate\""), "{err}");
+        assert!(!err.to_string().contains("secret"));
+    }
+
+    #[test]
+    fn long_keys_are_stored_by_their_sha256_longer_than_any_plain_key() {
+        let short = "k".repeat(MAX_PLAIN_KEY_BYTES);
+        assert_eq!(stored_key(short.clone()), short);
+        let a = stored_key(format!("{short}a"));
+        let b = stored_key(format!("{short}b"));
+        assert_ne!(a, b);
+        assert!(a.len() > MAX_PLAIN_KEY_BYTES && a.len() < 1100);
+        // Cut at a character's boundary.
+        let wide = stored_key("\u{e9}".repeat(MAX_PLAIN_KEY_BYTES));
+        assert!(wide.starts_with(&"\u{e9}".repeat(MAX_PLAIN_KEY_BYTES / 2)));
     }
 }

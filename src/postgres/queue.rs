@@ -5,39 +5,59 @@
 //! made meanwhile wait in the queue, and the next batch takes all the
 //! algorithm calls at its front ([`MAX_BATCH`] at most) and sends them as
 //! one statement: `unnest` of their arguments, each row one call of its
-//! algorithm's function, applied in the order of the rows, in one
-//! transaction (one commit for the batch, not one per call). A call alone
-//! goes out as its own short statement, as do `reset`, `ping` and
-//! `resetAll`, each in its place in the queue; so calls on one key apply in
-//! the order they were made, and each still answers its own result.
+//! algorithm's function, in one transaction (one commit for the batch, not
+//! one per call). A call alone goes out as its own short statement, as do
+//! `reset`, `ping` and `resetAll`, each in its place in the queue; so calls
+//! on one key apply in the order they were made, and each still answers its
+//! own result.
+//!
+//! **Lock order.** A batch's rows are locked in one order, the same in
+//! every instance: by table, then by key (byte order), the calls of one key
+//! in the order they were made. Two batches wait for each other's rows only
+//! in that order, so they never deadlock. A deadlock with another client,
+//! or a serialization failure, rolled the whole statement back: it is sent
+//! again (up to 3 times).
+//!
+//! **A row another session holds.** Each statement on the calls' connection
+//! waits at most [`PgStore::lock_ms`] (a quarter of `timeoutMs`) for a row
+//! lock. A batch that waited longer was rolled back; its calls go again as
+//! one statement per key, pipelined, each waiting at most [`PROBE_MS`]: the
+//! keys still locked are *stalled*. A stalled key's calls (those of the
+//! batch, and every later one until one succeeds) go on the second
+//! connection, one key at a time, each statement waiting for the lock until
+//! just before its first call's `timeoutMs`: then the call rejects
+//! `ERR_TIMEOUT`, sent, counting nothing (PostgreSQL rolled it back). The
+//! other keys go on on the first connection meanwhile.
 //!
 //! A batch's statement is atomic. When the database refuses it for one call's
 //! data (a count past the safe-integer range, a key the database can't hold),
-//! nothing of it was applied, and each call is sent again on its own, in
-//! order, so only that call fails. Any other failure (the connection lost, a
-//! timeout, a read-only server, a cancelled statement) fails every call of
-//! the batch with the same error and `sent` flag.
+//! nothing of it was applied, and it goes again one statement per key; a
+//! key's statement refused again goes call by call, in order, so only that
+//! call fails. Any other failure (the connection lost, a timeout, a
+//! read-only server, a cancelled statement) fails every call of the batch
+//! with the same error and `sent` flag.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::Client;
 
-use super::{schema, PgStore};
+use super::{Failure, PgStore};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 
 /// Batches on the connection at once. One: a batch refused for one call's
 /// data is sent again call by call before anything made after it is sent,
-/// so calls keep their order (and two measured no faster: the commits of
-/// one connection are one after another either way).
+/// so calls keep their order.
 const FLUSHERS: usize = 1;
 /// Calls one batch takes at most.
 pub const MAX_BATCH: usize = 512;
+/// How long a key's statement waits for its row after its batch waited
+/// [`PgStore::lock_ms`] in vain: a key still locked then is stalled.
+pub const PROBE_MS: u64 = 50;
 
 /// What a call asks of the database.
 pub enum Work {
@@ -51,6 +71,8 @@ struct Pending {
     work: Work,
     /// Set once its batch is handed to the connection.
     sent: Arc<AtomicBool>,
+    /// When its caller stops waiting.
+    deadline: Instant,
     answer: oneshot::Sender<Result<Answer>>,
 }
 
@@ -61,14 +83,34 @@ impl Pending {
             Work::ResetAll => None,
         }
     }
+
+    /// The key whose row the call locks (none for `ping` and `resetAll`).
+    fn key(&self) -> Option<&str> {
+        match &self.work {
+            Work::Call { op: Op::Ping, .. } | Work::ResetAll => None,
+            Work::Call { key, .. } => Some(key),
+        }
+    }
 }
 
 #[derive(Default)]
 pub struct Queue {
     waiting: VecDeque<Pending>,
-    /// Batches being sent or answered.
+    /// Batches being sent or answered on the first connection.
     flushing: usize,
+    /// Whether the second connection's flusher runs.
+    side: bool,
     next_id: u64,
+    /// The stalled keys: their calls go on the second connection.
+    stalled: HashSet<String>,
+}
+
+/// What became of a call of a batch.
+#[derive(Clone)]
+enum Outcome {
+    Done(Result<Answer>),
+    /// Its key's row is held elsewhere: nothing was applied; it goes on the second connection.
+    Stalled,
 }
 
 /// Which algorithm's function a call runs.
@@ -155,11 +197,17 @@ pub(super) fn timeout_error(ms: u64) -> Error {
     }
 }
 
-/// Whether a batch's failure is one call's data, so that each call is sent
-/// again on its own: a count out of range, or SQLSTATE class 22 (data
-/// exception: a key with a character the database's encoding can't hold).
-fn one_calls_fault(e: &Error, state: Option<&str>) -> bool {
-    matches!(e, Error::CountOutOfRange) || state.is_some_and(|s| s.starts_with("22"))
+/// Whether a failure is one call's data, so that each call is sent again on
+/// its own: a count out of range, or SQLSTATE class 22 (data exception: a
+/// key with a character the database's encoding can't hold).
+fn one_calls_fault(f: &Failure) -> bool {
+    matches!(f.error, Error::CountOutOfRange)
+        || f.state.as_deref().is_some_and(|s| s.starts_with("22"))
+}
+
+/// Whether a statement waited for a row lock past its lock_timeout (55P03).
+fn locked(f: &Failure) -> bool {
+    f.state.as_deref() == Some("55P03")
 }
 
 impl PgStore {
@@ -171,29 +219,40 @@ impl PgStore {
     pub(super) async fn submit(self: &Arc<Self>, work: Work) -> Result<Answer> {
         let (answer, result) = oneshot::channel();
         let sent = Arc::new(AtomicBool::new(false));
-        let (id, start) = {
+        let ms = self.config.timeout_ms;
+        let bound = Duration::from_millis(ms);
+        let (id, start, side) = {
             let mut queue = self.queue();
             let id = queue.next_id;
             queue.next_id += 1;
-            queue.waiting.push_back(Pending {
+            let pending = Pending {
                 id,
                 work,
                 sent: Arc::clone(&sent),
+                deadline: Instant::now() + bound,
                 answer,
-            });
+            };
+            let side = !queue.side && pending.key().is_some_and(|k| queue.stalled.contains(k));
+            queue.waiting.push_back(pending);
             let start = queue.flushing < FLUSHERS;
             if start {
                 queue.flushing += 1;
             }
-            (id, start)
+            if side {
+                queue.side = true;
+            }
+            (id, start, side)
         };
+        // Their own tasks: a caller that stops waiting never stops a batch of other calls.
         if start {
-            // Its own task: a caller that stops waiting never stops a batch of other calls.
             let store = Arc::clone(self);
             tokio::spawn(async move { store.flush().await });
         }
-        let ms = self.config.timeout_ms;
-        let outcome = tokio::time::timeout(Duration::from_millis(ms), result).await;
+        if side {
+            let store = Arc::clone(self);
+            tokio::spawn(async move { store.flush_side().await });
+        }
+        let outcome = tokio::time::timeout(bound, result).await;
         match outcome {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(with_sent(
@@ -217,12 +276,41 @@ impl PgStore {
         }
     }
 
+    /// Starts the flushers that have calls waiting for them and are not running.
+    fn kick(self: &Arc<Self>) {
+        let (main, side) = {
+            let mut guard = self.queue();
+            let queue = &mut *guard;
+            let main = queue.flushing < FLUSHERS && !queue.waiting.is_empty();
+            if main {
+                queue.flushing += 1;
+            }
+            let side = !queue.side
+                && queue
+                    .waiting
+                    .iter()
+                    .any(|p| p.key().is_some_and(|k| queue.stalled.contains(k)));
+            if side {
+                queue.side = true;
+            }
+            (main, side)
+        };
+        if main {
+            let store = Arc::clone(self);
+            tokio::spawn(async move { store.flush().await });
+        }
+        if side {
+            let store = Arc::clone(self);
+            tokio::spawn(async move { store.flush_side().await });
+        }
+    }
+
     /// Sends batches while calls wait.
     async fn flush(self: Arc<Self>) {
         loop {
             let batch = {
                 let mut queue = self.queue();
-                let batch = take(&mut queue.waiting);
+                let batch = take(&mut queue);
                 if batch.is_empty() {
                     queue.flushing -= 1;
                     return;
@@ -233,12 +321,28 @@ impl PgStore {
         }
     }
 
+    /// Sends the stalled keys' calls on the second connection while they wait.
+    async fn flush_side(self: Arc<Self>) {
+        loop {
+            let batch = {
+                let mut queue = self.queue();
+                let batch = take_stalled(&mut queue);
+                if batch.is_empty() {
+                    queue.side = false;
+                    return;
+                }
+                batch
+            };
+            self.send_stalled(batch).await;
+        }
+    }
+
     /// Sends one batch on the connection (connecting first if need be) and
     /// answers each of its calls.
-    async fn send(&self, mut batch: Vec<Pending>) {
+    async fn send(self: &Arc<Self>, mut batch: Vec<Pending>) {
         let ms = self.config.timeout_ms;
         let bound = Duration::from_millis(ms);
-        let client = match tokio::time::timeout(bound, self.client()).await {
+        let client = match tokio::time::timeout(bound, self.client(0)).await {
             Ok(Ok(client)) => client,
             Ok(Err(e)) => return answer_all(batch, |_| Err(with_sent(e.clone(), false))),
             Err(_) => return answer_all(batch, |_| Err(with_sent(timeout_error(ms), false))),
@@ -248,113 +352,305 @@ impl PgStore {
         for p in &batch {
             p.sent.store(true, Ordering::Relaxed);
         }
-        let results = match tokio::time::timeout(bound, self.execute(&client, &batch)).await {
-            Ok(results) => {
+        let work = self.execute(&client, &batch, self.lock_ms());
+        let outcomes = match tokio::time::timeout(bound, work).await {
+            Ok(outcomes) => {
                 self.answered(true);
-                results
+                outcomes
             }
             Err(_) => {
                 self.answered(false);
-                vec![Err(timeout_error(ms)); batch.len()]
+                // Its backend stops waiting (on a lock, say), and the connection serves the next batch.
+                self.cancel(&client);
+                vec![Outcome::Done(Err(timeout_error(ms))); batch.len()]
+            }
+        };
+        let mut stalled = Vec::new();
+        for (p, outcome) in batch.into_iter().zip(outcomes) {
+            match outcome {
+                Outcome::Done(result) => {
+                    let _ = p.answer.send(result.map_err(|e| with_sent(e, true)));
+                }
+                Outcome::Stalled => stalled.push(p),
+            }
+        }
+        if !stalled.is_empty() {
+            self.stall(stalled);
+        }
+    }
+
+    /// Puts back calls whose key is stalled (nothing of them was applied) in
+    /// their places in the queue, for the second connection.
+    fn stall(self: &Arc<Self>, calls: Vec<Pending>) {
+        {
+            let mut guard = self.queue();
+            let queue = &mut *guard;
+            for p in calls {
+                p.sent.store(false, Ordering::Relaxed);
+                if let Some(key) = p.key() {
+                    queue.stalled.insert(key.to_string());
+                }
+                let at = queue.waiting.partition_point(|q| q.id < p.id);
+                queue.waiting.insert(at, p);
+            }
+        }
+        self.kick();
+    }
+
+    /// Sends the calls of one stalled key on the second connection, its
+    /// statement waiting for the row until just before the first call's
+    /// time runs out; answers each call. Once they succeed, the key is no
+    /// longer stalled.
+    async fn send_stalled(self: &Arc<Self>, mut batch: Vec<Pending>) {
+        let ms = self.config.timeout_ms;
+        let bound = Duration::from_millis(ms);
+        let key = batch[0].key().map(str::to_string).unwrap_or_default();
+        let client = match tokio::time::timeout(bound, self.client(1)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => return answer_all(batch, |_| Err(with_sent(e.clone(), false))),
+            Err(_) => return answer_all(batch, |_| Err(with_sent(timeout_error(ms), false))),
+        };
+        batch.retain(|p| !p.answer.is_closed());
+        let Some(first) = batch.iter().map(|p| p.deadline).min() else {
+            return;
+        };
+        for p in &batch {
+            p.sent.store(true, Ordering::Relaxed);
+        }
+        // Time for the answer to come back before the call's time is up.
+        let margin = Duration::from_millis((ms / 10).clamp(1, 50));
+        let wait = first
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(margin);
+        let lock = (wait.as_millis() as u64).max(1);
+        let work = self.execute_stalled(&client, &batch, lock);
+        let (results, free) = match tokio::time::timeout(bound, work).await {
+            Ok(done) => done,
+            Err(_) => {
+                self.cancel(&client);
+                self.drop_client(1, &client).await;
+                (vec![Err(timeout_error(ms)); batch.len()], false)
             }
         };
         for (p, result) in batch.into_iter().zip(results) {
             let _ = p.answer.send(result.map_err(|e| with_sent(e, true)));
         }
-    }
-
-    /// The results of `batch`'s calls, in order.
-    async fn execute(&self, client: &Client, batch: &[Pending]) -> Vec<Result<Answer>> {
-        if let [one] = batch {
-            return vec![self.execute_one(client, one).await];
-        }
-        let calls: Vec<Encoded<'_>> = batch.iter().filter_map(Pending::call).collect();
-        match self.execute_batch(client, &calls).await {
-            Ok(answers) => answers,
-            Err((e, state)) if one_calls_fault(&e, state.as_deref()) => {
-                // Nothing of the batch was applied: each call again, alone, in order.
-                let mut results = Vec::with_capacity(batch.len());
-                for p in batch {
-                    results.push(self.execute_one(client, p).await);
-                }
-                results
-            }
-            Err((e, _)) => vec![Err(e); batch.len()],
+        if free {
+            self.queue().stalled.remove(&key);
+            self.kick();
         }
     }
 
-    async fn execute_one(&self, client: &Client, p: &Pending) -> Result<Answer> {
-        match &p.work {
-            Work::Call { op, args, key } => self.run_op(client, *op, args, key).await,
-            Work::ResetAll => self.reset_all_on(client).await.map(|()| Answer::new(&[])),
-        }
-    }
-
-    /// One statement for every call of `calls`: their answers, or the error
-    /// (with its SQLSTATE) that refused them all.
-    async fn execute_batch(
+    /// The results of the calls of one key, and whether the key's row was free.
+    async fn execute_stalled(
         &self,
         client: &Client,
-        calls: &[Encoded<'_>],
-    ) -> std::result::Result<Vec<Result<Answer>>, (Error, Option<String>)> {
-        let mut kinds = 0;
-        let (mut f, mut o, mut k) = (Vec::new(), Vec::new(), Vec::new());
-        let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-        for call in calls {
-            kinds |= 1 << call.kind as usize;
-            f.push(call.kind as i32);
-            o.push(call.op);
-            k.push(call.key);
-            a.push(call.a);
-            b.push(call.b);
-            c.push(call.c);
-            d.push(call.d);
-        }
-        let params: [(&(dyn ToSql + Sync), Type); 7] = [
-            (&f, Type::INT4_ARRAY),
-            (&o, Type::INT4_ARRAY),
-            (&k, Type::TEXT_ARRAY),
-            (&a, Type::INT8_ARRAY),
-            (&b, Type::INT8_ARRAY),
-            (&c, Type::INT8_ARRAY),
-            (&d, Type::INT8_ARRAY),
-        ];
-        let rows = match client.query_typed(&self.sql.batch[kinds], &params).await {
-            Ok(rows) => rows,
-            Err(e) => {
-                let state = e.as_db_error().map(|db| db.code().code().to_string());
-                return Err((self.error(e), state));
+        batch: &[Pending],
+        lock_ms: u64,
+    ) -> (Vec<Result<Answer>>, bool) {
+        if let [one] = batch {
+            if one.call().is_none() {
+                return match self.execute_other(client, one, lock_ms).await {
+                    Ok(answer) => (vec![Ok(answer)], true),
+                    Err(f) => {
+                        let free = !locked(&f);
+                        (vec![Err(f.error)], free)
+                    }
+                };
             }
-        };
-        if rows.len() != calls.len() {
-            return Err((schema::wrong_shape(), None));
         }
-        Ok(rows
-            .iter()
-            .zip(calls)
-            .map(|(row, call)| {
-                let values: Option<Vec<i64>> = row.try_get(0).ok();
-                super::answer(values, call.len)
-            })
-            .collect())
+        let calls: Vec<Encoded<'_>> = batch.iter().filter_map(Pending::call).collect();
+        let refs: Vec<&Encoded<'_>> = calls.iter().collect();
+        match self.run_calls(client, &refs, lock_ms).await {
+            Ok(answers) => (answers, true),
+            Err(f) if one_calls_fault(&f) => {
+                let mut results = Vec::with_capacity(refs.len());
+                let mut free = true;
+                for call in &refs {
+                    match self.run_calls(client, &[call], lock_ms).await {
+                        Ok(mut one) => results.push(
+                            one.pop()
+                                .unwrap_or_else(|| Err(super::schema::wrong_shape())),
+                        ),
+                        Err(f) => {
+                            free &= !locked(&f);
+                            results.push(Err(f.error));
+                        }
+                    }
+                }
+                (results, free)
+            }
+            Err(f) => {
+                let free = !locked(&f);
+                (vec![Err(f.error); refs.len()], free)
+            }
+        }
+    }
+
+    /// The outcomes of `batch`'s calls, in order.
+    async fn execute(&self, client: &Client, batch: &[Pending], lock_ms: u64) -> Vec<Outcome> {
+        if let [one] = batch {
+            if one.call().is_none() {
+                return vec![match self.execute_other(client, one, lock_ms).await {
+                    Ok(answer) => Outcome::Done(Ok(answer)),
+                    Err(f) if locked(&f) && one.key().is_some() => Outcome::Stalled,
+                    Err(f) => Outcome::Done(Err(f.error)),
+                }];
+            }
+        }
+        let calls: Vec<Encoded<'_>> = batch.iter().filter_map(Pending::call).collect();
+        // The lock order: by table, then key; a key's calls in the order they were made (a stable sort).
+        let mut order: Vec<usize> = (0..calls.len()).collect();
+        order.sort_by(|&i, &j| {
+            (calls[i].kind as u8, calls[i].key).cmp(&(calls[j].kind as u8, calls[j].key))
+        });
+        let sorted: Vec<&Encoded<'_>> = order.iter().map(|&i| &calls[i]).collect();
+        let outcomes = match self.run_calls(client, &sorted, lock_ms).await {
+            Ok(answers) => answers.into_iter().map(Outcome::Done).collect(),
+            Err(f) if locked(&f) || one_calls_fault(&f) => {
+                self.by_key(client, &sorted, PROBE_MS.min(lock_ms)).await
+            }
+            Err(f) => vec![Outcome::Done(Err(f.error)); sorted.len()],
+        };
+        let mut answered: Vec<Option<Outcome>> = vec![None; calls.len()];
+        for (outcome, &at) in outcomes.into_iter().zip(&order) {
+            answered[at] = Some(outcome);
+        }
+        answered
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Outcome::Done(Err(super::schema::wrong_shape()))))
+            .collect()
+    }
+
+    /// `sorted`'s calls again, one statement per key (pipelined, each
+    /// waiting at most `lock_ms`); a key's statement refused for one call's
+    /// data goes call by call, in order.
+    async fn by_key(&self, client: &Client, sorted: &[&Encoded<'_>], lock_ms: u64) -> Vec<Outcome> {
+        let mut groups: Vec<&[&Encoded<'_>]> = Vec::new();
+        let mut start = 0;
+        for i in 1..=sorted.len() {
+            let same = i < sorted.len()
+                && sorted[i].kind == sorted[start].kind
+                && sorted[i].key == sorted[start].key;
+            if !same {
+                groups.push(&sorted[start..i]);
+                start = i;
+            }
+        }
+        let runs = futures_util::future::join_all(
+            groups
+                .iter()
+                .map(|group| self.run_calls(client, group, lock_ms)),
+        )
+        .await;
+        let mut outcomes = Vec::with_capacity(sorted.len());
+        for (group, run) in groups.iter().zip(runs) {
+            match run {
+                Ok(answers) => outcomes.extend(answers.into_iter().map(Outcome::Done)),
+                Err(f) if locked(&f) => outcomes.extend(group.iter().map(|_| Outcome::Stalled)),
+                Err(f) if one_calls_fault(&f) => {
+                    let mut stalled = false;
+                    for call in group.iter() {
+                        if stalled {
+                            outcomes.push(Outcome::Stalled);
+                            continue;
+                        }
+                        match self.run_calls(client, &[call], lock_ms).await {
+                            Ok(mut one) => outcomes.push(Outcome::Done(
+                                one.pop()
+                                    .unwrap_or_else(|| Err(super::schema::wrong_shape())),
+                            )),
+                            // The rest of the key's calls follow it, in order.
+                            Err(f) if locked(&f) => {
+                                stalled = true;
+                                outcomes.push(Outcome::Stalled);
+                            }
+                            Err(f) => outcomes.push(Outcome::Done(Err(f.error))),
+                        }
+                    }
+                }
+                Err(f) => {
+                    outcomes.extend(group.iter().map(|_| Outcome::Done(Err(f.error.clone()))))
+                }
+            }
+        }
+        outcomes
+    }
+
+    /// A call that is not an algorithm's: `reset`, `ping`, `resetAll`.
+    async fn execute_other(
+        &self,
+        client: &Client,
+        p: &Pending,
+        lock_ms: u64,
+    ) -> std::result::Result<Answer, Failure> {
+        match &p.work {
+            Work::Call { op, args, key } => self.run_op(client, *op, args, key, lock_ms).await,
+            Work::ResetAll => self
+                .reset_all_on(client, lock_ms)
+                .await
+                .map(|()| Answer::new(&[])),
+        }
     }
 }
 
-/// The next batch: the front call alone if it is not an algorithm's, else
-/// every algorithm call at the front (up to [`MAX_BATCH`]). Calls whose
-/// callers stopped waiting are dropped on the way.
-fn take(waiting: &mut VecDeque<Pending>) -> Vec<Pending> {
+/// The next batch for the first connection: the front call alone if it is
+/// not an algorithm's, else every algorithm call at the front (up to
+/// [`MAX_BATCH`]). Calls of stalled keys are left for the second
+/// connection, and calls whose callers stopped waiting are dropped on the way.
+fn take(queue: &mut Queue) -> Vec<Pending> {
     let mut batch = Vec::new();
-    while let Some(front) = waiting.front() {
+    let mut left = Vec::new();
+    while let Some(front) = queue.waiting.pop_front() {
         if front.answer.is_closed() {
-            waiting.pop_front();
+            continue;
+        }
+        if front.key().is_some_and(|k| queue.stalled.contains(k)) {
+            left.push(front);
             continue;
         }
         let joins = front.call().is_some();
         if !batch.is_empty() && (!joins || batch.len() == MAX_BATCH) {
+            queue.waiting.push_front(front);
             break;
         }
-        batch.extend(waiting.pop_front());
+        batch.push(front);
+        if !joins {
+            break;
+        }
+    }
+    for p in left.into_iter().rev() {
+        queue.waiting.push_front(p);
+    }
+    batch
+}
+
+/// The next batch for the second connection: the calls of the first stalled
+/// key waiting, in order (its algorithm calls at once, up to [`MAX_BATCH`];
+/// any other call alone).
+fn take_stalled(queue: &mut Queue) -> Vec<Pending> {
+    queue.waiting.retain(|p| !p.answer.is_closed());
+    let Some(at) = queue
+        .waiting
+        .iter()
+        .position(|p| p.key().is_some_and(|k| queue.stalled.contains(k)))
+    else {
+        return Vec::new();
+    };
+    let key = queue.waiting[at].key().map(str::to_string);
+    let mut batch = Vec::new();
+    let mut i = at;
+    while i < queue.waiting.len() {
+        let p = &queue.waiting[i];
+        if p.key().map(str::to_string) != key {
+            i += 1;
+            continue;
+        }
+        let joins = p.call().is_some();
+        if !batch.is_empty() && (!joins || batch.len() == MAX_BATCH) {
+            break;
+        }
+        batch.extend(queue.waiting.remove(i));
         if !joins {
             break;
         }
@@ -386,6 +682,7 @@ mod tests {
                 id,
                 work,
                 sent,
+                deadline: Instant::now(),
                 answer,
             },
             rx,
@@ -394,7 +691,7 @@ mod tests {
 
     #[test]
     fn a_batch_takes_the_algorithm_calls_at_the_front_and_stops_at_any_other_call() {
-        let mut waiting = VecDeque::new();
+        let mut queue = Queue::default();
         let mut kept = Vec::new();
         for (id, op) in [
             Op::Hit,
@@ -407,32 +704,56 @@ mod tests {
         .enumerate()
         {
             let (p, rx) = pending(id as u64, op);
-            waiting.push_back(p);
+            queue.waiting.push_back(p);
             kept.push(rx);
         }
         let ids = |batch: Vec<Pending>| batch.iter().map(|p| p.id).collect::<Vec<_>>();
-        assert_eq!(ids(take(&mut waiting)), [0, 1]);
-        assert_eq!(ids(take(&mut waiting)), [2]);
-        assert_eq!(ids(take(&mut waiting)), [3]);
-        assert_eq!(ids(take(&mut waiting)), [4]);
-        assert!(take(&mut waiting).is_empty());
+        assert_eq!(ids(take(&mut queue)), [0, 1]);
+        assert_eq!(ids(take(&mut queue)), [2]);
+        assert_eq!(ids(take(&mut queue)), [3]);
+        assert_eq!(ids(take(&mut queue)), [4]);
+        assert!(take(&mut queue).is_empty());
     }
 
     #[test]
     fn a_batch_holds_at_most_max_batch_calls_and_skips_calls_nobody_waits_for() {
-        let mut waiting = VecDeque::new();
+        let mut queue = Queue::default();
         let mut kept = Vec::new();
         for id in 0..(MAX_BATCH as u64 + 3) {
             let (p, rx) = pending(id, Op::Hit);
-            waiting.push_back(p);
+            queue.waiting.push_back(p);
             // The caller of call 1 stopped waiting.
             if id != 1 {
                 kept.push(rx);
             }
         }
-        let first = take(&mut waiting);
+        let first = take(&mut queue);
         assert_eq!(first.len(), MAX_BATCH);
         assert!(first.iter().all(|p| p.id != 1));
-        assert_eq!(take(&mut waiting).len(), 2);
+        assert_eq!(take(&mut queue).len(), 2);
+    }
+
+    #[test]
+    fn a_stalled_key_s_calls_are_left_for_the_second_connection_in_their_order() {
+        let mut queue = Queue::default();
+        let mut kept = Vec::new();
+        for id in 0..6u64 {
+            let (mut p, rx) = pending(id, Op::Hit);
+            if let Work::Call { key, .. } = &mut p.work {
+                *key = if id % 2 == 0 {
+                    "x".into()
+                } else {
+                    format!("k{id}")
+                };
+            }
+            queue.waiting.push_back(p);
+            kept.push(rx);
+        }
+        queue.stalled.insert("x".into());
+        let ids = |batch: Vec<Pending>| batch.iter().map(|p| p.id).collect::<Vec<_>>();
+        assert_eq!(ids(take(&mut queue)), [1, 3, 5]);
+        assert_eq!(ids(take_stalled(&mut queue)), [0, 2, 4]);
+        assert!(take(&mut queue).is_empty());
+        assert!(take_stalled(&mut queue).is_empty());
     }
 }

@@ -52,13 +52,14 @@ pub fn wrong_shape() -> Error {
 }
 
 /// `name` quoted as an SQL identifier.
-fn quote(name: &str) -> String {
+pub(crate) fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// `text` as an SQL string literal.
+/// `text` as an SQL string literal, in the escape form (`E'…'`): its
+/// meaning does not depend on `standard_conforming_strings`.
 fn literal(text: &str) -> String {
-    format!("'{}'", text.replace('\'', "''"))
+    format!("E'{}'", text.replace('\\', "\\\\").replace('\'', "''"))
 }
 
 /// Every name the store uses, quoted (and schema-qualified when a schema is given).
@@ -81,6 +82,13 @@ impl Names {
         let bad = |n: &str| n.is_empty() || n.contains('\0');
         if bad(table) || schema.is_some_and(bad) {
             return Err(config_error("table and schema must be non-empty names"));
+        }
+        // The DDL's bodies are dollar-quoted with these tags.
+        let tag = |n: &str| n.contains("$ratestore$") || n.contains("$fn$");
+        if tag(table) || schema.is_some_and(tag) {
+            return Err(config_error(
+                "table and schema may not hold $ratestore$ or $fn$ (the tags that quote the store's SQL)",
+            ));
         }
         let longest = MAX_IDENTIFIER - SLIDING.len() - VERSION.len();
         if table.len() > longest || schema.is_some_and(|s| s.len() > MAX_IDENTIFIER) {
