@@ -9,7 +9,7 @@ const { checkOptions, checkOption, typeError, rangeError, rejection, MAX_KEY_LEN
 const { STYLES, limitHeaders } = require('./headers.js');
 const { BlockCache } = require('./block-cache.js');
 const { watch } = require('./watch.js');
-const { Operations } = require('./ops.js');
+const { Operations, OP, TAKES, MAX_TAKES } = require('./ops.js');
 
 const ALGORITHMS = ['fixed-window', 'sliding-window', 'token-bucket'];
 const WINDOW_OPTIONS = ['algorithm', 'name', 'limit', 'windowMs'];
@@ -105,7 +105,7 @@ function readLimit(path, limit, store) {
         'this store has only hit, which counts fixed windows',
     );
   }
-  rule.take = TAKES[algorithm](store);
+  rule.take = TAKES_BY_ALGORITHM[algorithm](store);
   return rule;
 }
 
@@ -140,6 +140,7 @@ function readSet(path, value, store) {
     bucket: rules.find((rule) => rule.algorithm === 'token-bucket'),
     rules,
     longestSuffix: Math.max(...rules.map((rule) => rule.suffix.length)),
+    takeAll: rules.length > 1 ? takeAllOf(store, rules) : undefined,
   };
 }
 
@@ -235,7 +236,34 @@ function takeBucket(store) {
   };
 }
 
-const TAKES = {
+/**
+ * Several limits as one step, where the store offers it (memoryStore: one critical section): every
+ * limit takes the cost, or none does. Answers undefined for a store without it; else a function of
+ * (key, cost) answering each rule's answer, in order, with nothing to give back: a refused check took
+ * nothing, and a limit that would have allowed says what it has left untouched.
+ */
+function takeAllOf(store, rules) {
+  if (typeof store[TAKES] !== 'function' || rules.length > MAX_TAKES) return undefined;
+  return async (key, cost) => {
+    const takes = rules.map((rule) => {
+      const k = key + rule.suffix;
+      if (rule.algorithm === 'token-bucket') {
+        return { op: OP.tokenBucket, key: k, a: rule.capacity, b: rule.refill, c: rule.intervalMs, d: cost };
+      }
+      const op = rule.algorithm === 'sliding-window' ? OP.slidingConsume : OP.consume;
+      return { op, key: k, a: rule.windowMs, b: rule.limit, c: cost, d: 0 };
+    });
+    const { allowed, answers } = await store[TAKES](takes);
+    return answers.map((answer, i) => {
+      const limit = rules[i].limit;
+      // Not taken: what it found, the cost not spent.
+      const remaining = allowed || !answer.allowed ? answer.remaining : Math.min(limit, answer.remaining + cost);
+      return { allowed: answer.allowed, remaining, resetMs: answer.resetMs, retryMs: answer.retryMs };
+    });
+  };
+}
+
+const TAKES_BY_ALGORITHM = {
   'fixed-window': (store) => (supports(store, 'fixed-window') ? takeConsume(store) : takeHit(store)),
   'sliding-window': takeSliding,
   'token-bucket': takeBucket,
@@ -570,14 +598,27 @@ function createLimiter(options) {
       if (dones !== undefined) for (const done of dones) done();
       dones = undefined;
     };
-    const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
-    outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
+    const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
+    if (set.takeAll !== undefined) {
+      // Every limit, the bucket included, as one step of the store: all take, or none does.
+      try {
+        const answers = await set.takeAll(key, cost);
+        answers.forEach((answer, i) => taken.set(set.rules[i], answer));
+        // A bucket is reported as it is without the step only once every window allowed, as when it is
+        // asked last: a window's refusal is the answer, and the bucket is reported as configured.
+        if (set.bucket !== undefined && set.windows.some((rule) => !taken.get(rule).allowed)) taken.delete(set.bucket);
+      } catch (error) {
+        errors.push(error);
+      }
+    } else {
+      const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
+      outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
+    }
     if (fellBack()) {
       endTold();
       return run(set.fallback, key, cost, tier, errors[0]);
     }
-    const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
-    if (set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
+    if (set.takeAll === undefined && set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
       const [outcome] = await Promise.allSettled([set.bucket.take(key + set.bucket.suffix, set.bucket, cost)]);
       settle(set.bucket, outcome);
     }
