@@ -722,7 +722,23 @@ export interface Limiter {
    * `RateLimitStore` with only `hit`).
    */
   reset(key: string): Promise<void>;
+  /**
+   * Resolves with the answer of a check of `key` (counted, as `check` counts) once one is allowed, or
+   * rejects with `ERR_TIMEOUT` (nothing counted) when none is within `timeoutMs`. It does not poll: after
+   * a refusal it sleeps until the time the refusal named and checks once more.
+   */
+  wait(key: string, options: WaitOptions): Promise<LimitResult<never>>;
   stats(): LimiterStats;
+}
+
+export interface WaitOptions extends CheckOptions {
+  /** The longest wait in milliseconds: a safe integer, 0 or more. */
+  timeoutMs: number;
+}
+
+export interface TieredWaitOptions<Tier extends string> extends WaitOptions {
+  /** The key's tier: one of the limiter's. */
+  tier: Tier;
 }
 
 export interface TieredLimiter<Tier extends string> {
@@ -730,6 +746,8 @@ export interface TieredLimiter<Tier extends string> {
   check(key: string, options: TieredCheckOptions<Tier>): Promise<LimitResult<Tier>>;
   /** As {@link Limiter.reset}. */
   reset(key: string): Promise<void>;
+  /** As {@link Limiter.wait}, under the limits of `options.tier`. */
+  wait(key: string, options: TieredWaitOptions<Tier>): Promise<LimitResult<Tier>>;
   stats(): LimiterStats;
   /** The tier names, in the order given. */
   readonly tiers: readonly Tier[];

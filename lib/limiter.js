@@ -291,6 +291,9 @@ function resetFrom(rule, end, now) {
   return Math.max(0, Math.ceil(end - now));
 }
 
+/** Each refused answer's wait in ms before the same request could pass (for wait()). */
+const RETRY_MS = new WeakMap();
+
 function remainingOf(rule, count) {
   return Math.min(rule.limit, Math.max(0, rule.limit - count));
 }
@@ -776,6 +779,16 @@ function createLimiter(options) {
     };
     if (tier !== undefined) answer.tier = tier;
     if (error !== undefined) answer.error = error;
+    if (!allowed) {
+      // The wait before the same request could pass, in ms, for wait(): the longest refusal's.
+      let wait = 0;
+      for (const rule of set.rules) {
+        const got = taken.get(rule);
+        if (got === undefined || got.allowed) continue;
+        wait = Math.max(wait, Number.isFinite(got.retryMs) && got.retryMs > 0 ? got.retryMs : 1_000);
+      }
+      RETRY_MS.set(answer, wait || 1_000);
+    }
     return answer;
   }
 
@@ -836,7 +849,48 @@ function createLimiter(options) {
     };
   }
 
-  const limiter = { check, reset, stats };
+  /**
+   * Resolves with the answer of a check of `key` once one is allowed, or rejects with ERR_TIMEOUT when
+   * none is by `timeoutMs`. No loop of store calls: after a refusal it sleeps until the time the
+   * refusal named (the store's retry time, or the window's end) and checks once more; a check that
+   * could not pass before the deadline is made at the deadline, once.
+   */
+  async function wait(key, options) {
+    const { timeoutMs, cost, tier } = checkOptions(
+      'wait',
+      options,
+      tiers === undefined ? ['timeoutMs', 'cost'] : ['timeoutMs', 'cost', 'tier'],
+    );
+    if (typeof timeoutMs !== 'number') {
+      throw typeError(`wait(key, options): options.timeoutMs must be a number, got ${typeof timeoutMs}`);
+    }
+    if (!(Number.isSafeInteger(timeoutMs) && timeoutMs >= 0)) {
+      throw rangeError(`wait(key, options): options.timeoutMs must be a safe integer of 0 or more, got ${timeoutMs}`);
+    }
+    const how = {};
+    if (cost !== undefined) how.cost = cost;
+    if (tier !== undefined) how.tier = tier;
+    // Bad arguments reject here, before any wait.
+    request(key, how);
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const answer = await check(key, how);
+      if (answer.allowed) return answer;
+      const left = deadline - performance.now();
+      if (left <= 0) {
+        const error = new Error(
+          `ratestore: limiter.wait(key, options): the request was not allowed within timeoutMs (${timeoutMs} ms)`,
+        );
+        error.code = 'ERR_TIMEOUT';
+        error.sent = false;
+        throw error;
+      }
+      const sleep = Math.min(RETRY_MS.get(answer) ?? 1_000, Math.ceil(left));
+      await new Promise((resolve) => setTimeout(resolve, Math.max(1, sleep)));
+    }
+  }
+
+  const limiter = { check, reset, stats, wait };
   if (tiers !== undefined) limiter.tiers = tierNames;
   return limiter;
 }
