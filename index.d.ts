@@ -488,19 +488,37 @@ export type LimitAlgorithm = 'fixed-window' | 'sliding-window' | 'token-bucket';
 export interface WindowLimit {
   /** Default `'fixed-window'`. */
   algorithm?: 'fixed-window' | 'sliding-window';
-  /** Cost units allowed per window: a safe integer, 0 or more. */
-  limit: number;
+  /**
+   * Cost units allowed per window: a safe integer, 0 or more; or a function asked on every check for
+   * this request's (plans and overrides that are not fixed tiers). A check whose function answers
+   * something else rejects with a `TypeError` or `RangeError`, counting nothing, failOpen or not.
+   */
+  limit: number | PerRequest;
   /**
    * Window length in milliseconds: a positive safe integer up to 4,503,599,627,370 (2^52 µs, about 142
    * years), on every store; a longer one throws a `RangeError` at creation.
    */
-  windowMs: number;
+  windowMs: number | PerRequest;
   /**
    * The policy's name in draft-8 headers, and the suffix of its counter's key when a request is checked
    * against several limits. 1 to 64 printable ASCII characters without `"` or `\`; default as
    * express-rate-limit names its policy: `60-in-1min`.
    */
   name?: string;
+}
+
+/**
+ * A window's `limit` or `windowMs` computed per request, from the key and what the check was given
+ * (`check(key, { context })`). It must answer at once (no promise). A limit given so is never held by
+ * the block cache (another request's limit may differ), and is named `'per-request'` unless named.
+ */
+export type PerRequest = (key: string, info: PerRequestInfo) => number;
+
+export interface PerRequestInfo {
+  readonly cost: number;
+  readonly tier: string | undefined;
+  /** The check's `context`, as given. */
+  readonly context: unknown;
 }
 
 /** A token bucket: `capacity` tokens, `refill` of them back every `intervalMs`. Needs ratestore's stores. */
@@ -701,6 +719,8 @@ export interface LimiterStats {
 export interface CheckOptions {
   /** What this request costs: a positive safe integer. Default 1. */
   cost?: number;
+  /** Anything the limits' per-request functions need (a user's plan): passed to them as `info.context`. */
+  context?: unknown;
 }
 
 export interface TieredCheckOptions<Tier extends string> extends CheckOptions {

@@ -86,10 +86,18 @@ function readLimit(path, limit, store) {
     const name = `${capacity}-per-${refill}-in-${duration(intervalMs)}`;
     rule = { algorithm, name, limit: capacity, windowMs, capacity, refill, intervalMs };
   } else {
-    checkInteger(path, 'limit', limit.limit, 0);
-    checkInteger(path, 'windowMs', limit.windowMs, 1, MAX_SPAN_MS);
-    rule = { algorithm, name: `${limit.limit}-in-${duration(limit.windowMs)}`, limit: limit.limit };
-    rule.windowMs = limit.windowMs;
+    // Either may be a function, asked on each check (see resolve()).
+    const perRequest = {};
+    if (typeof limit.limit === 'function') perRequest.limit = limit.limit;
+    else checkInteger(path, 'limit', limit.limit, 0);
+    if (typeof limit.windowMs === 'function') perRequest.windowMs = limit.windowMs;
+    else checkInteger(path, 'windowMs', limit.windowMs, 1, MAX_SPAN_MS);
+    if (perRequest.limit !== undefined || perRequest.windowMs !== undefined) {
+      rule = { algorithm, name: 'per-request', limit: limit.limit, windowMs: limit.windowMs, perRequest, path };
+    } else {
+      rule = { algorithm, name: `${limit.limit}-in-${duration(limit.windowMs)}`, limit: limit.limit };
+      rule.windowMs = limit.windowMs;
+    }
   }
   if (limit.name !== undefined) {
     if (typeof limit.name !== 'string') throw fail(typeError, `${at(path, 'name')} must be a string`);
@@ -141,6 +149,8 @@ function readSet(path, value, store) {
     rules,
     longestSuffix: Math.max(...rules.map((rule) => rule.suffix.length)),
     takeAll: rules.length > 1 ? takeAllOf(store, rules) : undefined,
+    perRequest: rules.some((rule) => rule.perRequest !== undefined),
+    store,
   };
 }
 
@@ -368,8 +378,44 @@ function scaled(limit, rule, scale) {
     out.refill = Math.max(1, Math.floor(limit.refill * scale));
   } else {
     // At least 1, as a bucket's: a scaled limit of 0 would refuse every request while the store is down.
-    out.limit = limit.limit === 0 ? 0 : Math.max(1, Math.floor(limit.limit * scale));
+    const scale1 = (n) => (typeof n !== 'number' || n === 0 ? n : Math.max(1, Math.floor(n * scale)));
+    const given = limit.limit;
+    out.limit = typeof given === 'function' ? (key, info) => scale1(given(key, info)) : scale1(given);
   }
+  return out;
+}
+
+/**
+ * A set whose limits (or windows) are asked per request, resolved for this one: each such rule a copy
+ * with the numbers its functions answered (checked as the options are), under its tag and suffix.
+ * Throws a TypeError or RangeError naming the limit for an answer out of range.
+ */
+function resolve(set, key, info) {
+  if (!set.perRequest) return set;
+  const rules = set.rules.map((rule) => {
+    if (rule.perRequest === undefined) return rule;
+    const out = { ...rule };
+    for (const [option, ask] of Object.entries(rule.perRequest)) {
+      const value = ask(key, info);
+      const where = `check(key): ${at(rule.path, option)}(key, info) answered`;
+      if (typeof value !== 'number')
+        throw typeError(`${where} ${value === null ? 'null' : typeof value}, not a number`);
+      const [min, max] = option === 'limit' ? [0, Number.MAX_SAFE_INTEGER] : [1, MAX_SPAN_MS];
+      if (!(Number.isSafeInteger(value) && value >= min && value <= max)) {
+        throw rangeError(`${where} ${value}; it must be a safe integer from ${min} to ${max}`);
+      }
+      out[option] = value;
+    }
+    return out;
+  });
+  const out = {
+    ...set,
+    rules,
+    windows: rules.filter((rule) => rule.algorithm !== 'token-bucket'),
+    bucket: rules.find((rule) => rule.algorithm === 'token-bucket'),
+    takeAll: set.takeAll === undefined ? undefined : takeAllOf(set.store, rules),
+  };
+  if (set.fallback !== undefined) out.fallback = resolve(set.fallback, key, info);
   return out;
 }
 
@@ -519,7 +565,7 @@ function createLimiter(options) {
     let tier;
     if (typeof how === 'number') cost = how;
     else if (how !== undefined) {
-      checkOptions('check', how, tiers === undefined ? ['cost'] : ['cost', 'tier']);
+      checkOptions('check', how, tiers === undefined ? ['cost', 'context'] : ['cost', 'tier', 'context']);
       // Own properties only: a tier or cost inherited from a prototype is not one the caller gave.
       if (Object.hasOwn(how, 'cost') && how.cost !== undefined) cost = how.cost;
       if (Object.hasOwn(how, 'tier')) tier = how.tier;
@@ -541,7 +587,8 @@ function createLimiter(options) {
           `${MAX_KEY_LENGTH - set.longestSuffix} are accepted`,
       );
     }
-    return { set, cost, tier };
+    const info = { cost, tier, context: how !== null && typeof how === 'object' ? how.context : undefined };
+    return { set: resolve(set, key, info), cost, tier };
   }
 
   /** Answers a check: from the block cache, the fallback while the circuit is open, else the store. */
@@ -553,7 +600,8 @@ function createLimiter(options) {
       return rejection(error);
     }
     const { set, cost, tier } = asked;
-    if (cache !== undefined) {
+    // A limit asked per request may differ from the one a cached refusal proved: those go to the store.
+    if (cache !== undefined && !set.perRequest) {
       const refusal = cache.refusing(set, key, cost, performance.now());
       if (refusal !== undefined) {
         cache.refusals++;
@@ -655,7 +703,7 @@ function createLimiter(options) {
       return answer;
     }
     if (cache !== undefined) {
-      if (allowed) cache.forget(set, key);
+      if (allowed || set.perRequest) cache.forget(set, key);
       else cache.remember(set, key, cost, taken, started, sentAt);
     }
     return result(set, taken, allowed, tier, errors[0]);
@@ -856,10 +904,10 @@ function createLimiter(options) {
    * could not pass before the deadline is made at the deadline, once.
    */
   async function wait(key, options) {
-    const { timeoutMs, cost, tier } = checkOptions(
+    const { timeoutMs, cost, tier, context } = checkOptions(
       'wait',
       options,
-      tiers === undefined ? ['timeoutMs', 'cost'] : ['timeoutMs', 'cost', 'tier'],
+      tiers === undefined ? ['timeoutMs', 'cost', 'context'] : ['timeoutMs', 'cost', 'tier', 'context'],
     );
     if (typeof timeoutMs !== 'number') {
       throw typeError(`wait(key, options): options.timeoutMs must be a number, got ${typeof timeoutMs}`);
@@ -870,6 +918,7 @@ function createLimiter(options) {
     const how = {};
     if (cost !== undefined) how.cost = cost;
     if (tier !== undefined) how.tier = tier;
+    if (context !== undefined) how.context = context;
     // Bad arguments reject here, before any wait.
     request(key, how);
     const deadline = performance.now() + timeoutMs;
