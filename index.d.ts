@@ -478,7 +478,7 @@ export interface RatestoreArgumentError extends RatestoreError {
 }
 
 /** The algorithms a limit can use. Sliding windows and token buckets need ratestore's own stores. */
-export type LimitAlgorithm = 'fixed-window' | 'sliding-window' | 'token-bucket';
+export type LimitAlgorithm = 'fixed-window' | 'sliding-window' | 'token-bucket' | 'concurrency';
 
 /**
  * A window limit: at most `limit` cost units per `windowMs`. A fixed window starts with the first
@@ -534,8 +534,24 @@ export interface TokenBucketLimit {
   name?: string;
 }
 
+/**
+ * At most `limit` requests of a key in flight: a check takes a lease, and the answer's `release()`
+ * (at the request's end) gives it back; a lease never given back (a crashed process) ends `leaseMs`
+ * after it was taken. Each lease is a fixed window of 1 under `key + ':lease:' + i`. Needs one of
+ * ratestore's stores. A check takes one lease whatever its cost; at most one per request.
+ */
+export interface ConcurrencyLimit {
+  algorithm: 'concurrency';
+  /** Most leases held at once: 1 to 256. */
+  limit: number;
+  /** Milliseconds after which a lease not given back ends by itself: a positive safe integer. */
+  leaseMs: number;
+  /** As {@link WindowLimit.name}; default `10-concurrent`. */
+  name?: string;
+}
+
 /** One limit a request is checked against. */
-export type Limit = WindowLimit | TokenBucketLimit;
+export type Limit = WindowLimit | TokenBucketLimit | ConcurrencyLimit;
 
 /**
  * The response headers a limiter writes:
@@ -696,6 +712,11 @@ export interface LimitResult<Tier extends string = string> {
   readonly cached?: true;
   /** Present (true) when the fallback store counted this check, the main store failing. */
   readonly fallback?: true;
+  /**
+   * On a limiter with a concurrency limit: gives the request's lease back (call it when the request
+   * ends; a second call, or one on an answer that holds no lease, does nothing).
+   */
+  readonly release?: () => Promise<void>;
 }
 
 /** A limiter's figures since its creation. */

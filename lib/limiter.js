@@ -11,9 +11,12 @@ const { BlockCache } = require('./block-cache.js');
 const { watch } = require('./watch.js');
 const { Operations, OP, TAKES, MAX_TAKES } = require('./ops.js');
 
-const ALGORITHMS = ['fixed-window', 'sliding-window', 'token-bucket'];
+const ALGORITHMS = ['fixed-window', 'sliding-window', 'token-bucket', 'concurrency'];
 const WINDOW_OPTIONS = ['algorithm', 'name', 'limit', 'windowMs'];
 const BUCKET_OPTIONS = ['algorithm', 'name', 'capacity', 'refill', 'intervalMs'];
+const LEASE_OPTIONS = ['algorithm', 'name', 'limit', 'leaseMs'];
+/** The most leases a concurrency limit holds at once (each is a counter of its own). */
+const MAX_LEASES = 256;
 const COMMON_OPTIONS = ['store', 'headers', 'failOpen', 'blockCache', 'fallback', 'onError'];
 /**
  * The longest window (of every algorithm) and bucket refill a limiter accepts, on every store: 2^52 µs
@@ -63,7 +66,8 @@ function readLimit(path, limit, store) {
     throw fail(make, `${at(path, 'algorithm')} must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
   }
   const bucket = algorithm === 'token-bucket';
-  const known = bucket ? BUCKET_OPTIONS : WINDOW_OPTIONS;
+  const lease = algorithm === 'concurrency';
+  const known = bucket ? BUCKET_OPTIONS : lease ? LEASE_OPTIONS : WINDOW_OPTIONS;
   for (const option of Object.keys(limit)) {
     if (!known.includes(option)) {
       throw fail(
@@ -85,6 +89,11 @@ function readLimit(path, limit, store) {
     }
     const name = `${capacity}-per-${refill}-in-${duration(intervalMs)}`;
     rule = { algorithm, name, limit: capacity, windowMs, capacity, refill, intervalMs };
+  } else if (lease) {
+    checkInteger(path, 'limit', limit.limit, 1, MAX_LEASES);
+    checkInteger(path, 'leaseMs', limit.leaseMs, 1, MAX_SPAN_MS);
+    rule = { algorithm, name: `${limit.limit}-concurrent`, limit: limit.limit, windowMs: limit.leaseMs };
+    rule.leaseMs = limit.leaseMs;
   } else {
     // Either may be a function, asked on each check (see resolve()).
     const perRequest = {};
@@ -136,6 +145,9 @@ function readSet(path, value, store) {
   }
   // Taken tokens cannot be given back, so a bucket goes last, once every other limit allowed; a
   // second one could leave tokens spent on a request the other refused.
+  if (rules.filter((rule) => rule.algorithm === 'concurrency').length > 1) {
+    throw fail(rangeError, `${path}: at most one concurrency limit per request`);
+  }
   if (rules.filter((rule) => rule.algorithm === 'token-bucket').length > 1) {
     throw fail(
       rangeError,
@@ -143,12 +155,19 @@ function readSet(path, value, store) {
     );
   }
   for (const rule of rules) rule.suffix = rules.length === 1 ? '' : `:${rule.name}`;
+  const steps = rules.filter((rule) => rule.algorithm !== 'concurrency');
   return {
-    windows: rules.filter((rule) => rule.algorithm !== 'token-bucket'),
+    windows: steps.filter((rule) => rule.algorithm !== 'token-bucket'),
     bucket: rules.find((rule) => rule.algorithm === 'token-bucket'),
+    lease: rules.find((rule) => rule.algorithm === 'concurrency'),
     rules,
-    longestSuffix: Math.max(...rules.map((rule) => rule.suffix.length)),
-    takeAll: rules.length > 1 ? takeAllOf(store, rules) : undefined,
+    steps,
+    longestSuffix: Math.max(
+      ...rules.map(
+        (rule) => rule.suffix.length + (rule.leaseMs === undefined ? 0 : leaseKey('', rule.limit - 1).length),
+      ),
+    ),
+    takeAll: steps.length > 1 ? takeAllOf(store, steps) : undefined,
     perRequest: rules.some((rule) => rule.perRequest !== undefined),
     store,
   };
@@ -164,6 +183,8 @@ function supports(store, algorithm) {
     }
     case 'token-bucket':
       return typeof store.tokenBucket === 'function';
+    case 'concurrency':
+      return supports(store, 'fixed-window');
   }
   return false;
 }
@@ -273,7 +294,54 @@ function takeAllOf(store, rules) {
   };
 }
 
+/** The key of a concurrency limit's lease `i`: a fixed window of its own, of 1. */
+const leaseKey = (key, i) => `${key}:lease:${i}`;
+
+/**
+ * A concurrency limit: at most `limit` leases of a key at once, each a fixed window of 1 under a key
+ * of its own (`key:lease:i`) that ends `leaseMs` after it was taken, so that a lease a crashed process
+ * never gave back ends by itself. A take looks for a free lease from a random one on (one consume
+ * each, in turn: none is taken to be given back); its release gives back to the window it took only,
+ * so a release after the lease ended (and another request took it) frees nothing. A check takes one
+ * lease, whatever its cost.
+ */
+function takeLease(store) {
+  return async (key, rule) => {
+    const n = rule.limit;
+    const first = Math.floor(Math.random() * n);
+    let busy = 0;
+    let soonest = rule.leaseMs;
+    for (let j = 0; j < n; j++) {
+      const k = leaseKey(key, (first + j) % n);
+      const answer = await store.consume(k, { limit: 1, windowMs: rule.leaseMs, cost: 1 });
+      if (!answer.allowed) {
+        busy++;
+        soonest = Math.min(soonest, answer.resetMs);
+        continue;
+      }
+      let released;
+      const release = () => {
+        released ??= store.refund(k, 1, { window: answer.window }).then(() => undefined);
+        return released;
+      };
+      return {
+        allowed: true,
+        remaining: Math.max(0, n - 1 - busy),
+        resetMs: rule.leaseMs,
+        retryMs: 0,
+        release,
+        giveBack: async () => {
+          await release();
+          return undefined;
+        },
+      };
+    }
+    return { allowed: false, remaining: 0, resetMs: soonest, retryMs: soonest };
+  };
+}
+
 const TAKES_BY_ALGORITHM = {
+  concurrency: takeLease,
   'fixed-window': (store) => (supports(store, 'fixed-window') ? takeConsume(store) : takeHit(store)),
   'sliding-window': takeSliding,
   'token-bucket': takeBucket,
@@ -300,6 +368,9 @@ function resetFrom(rule, end, now) {
   }
   return Math.max(0, Math.ceil(end - now));
 }
+
+/** The release of an answer that holds no lease. */
+const releasedAlready = () => Promise.resolve();
 
 /** Each refused answer's wait in ms before the same request could pass (for wait()). */
 const RETRY_MS = new WeakMap();
@@ -408,12 +479,15 @@ function resolve(set, key, info) {
     }
     return out;
   });
+  const steps = rules.filter((rule) => rule.algorithm !== 'concurrency');
   const out = {
     ...set,
     rules,
-    windows: rules.filter((rule) => rule.algorithm !== 'token-bucket'),
+    steps,
+    windows: steps.filter((rule) => rule.algorithm !== 'token-bucket'),
     bucket: rules.find((rule) => rule.algorithm === 'token-bucket'),
-    takeAll: set.takeAll === undefined ? undefined : takeAllOf(set.store, rules),
+    lease: rules.find((rule) => rule.algorithm === 'concurrency'),
+    takeAll: set.takeAll === undefined ? undefined : takeAllOf(set.store, steps),
   };
   if (set.fallback !== undefined) out.fallback = resolve(set.fallback, key, info);
   return out;
@@ -437,7 +511,12 @@ function isBadInput(error) {
 // The limiter
 
 function createLimiter(options) {
-  const all = [...COMMON_OPTIONS, 'limits', 'tiers', ...new Set([...WINDOW_OPTIONS, ...BUCKET_OPTIONS])];
+  const all = [
+    ...COMMON_OPTIONS,
+    'limits',
+    'tiers',
+    ...new Set([...WINDOW_OPTIONS, ...BUCKET_OPTIONS, ...LEASE_OPTIONS]),
+  ];
   const {
     store,
     headers = 'draft-6',
@@ -650,11 +729,24 @@ function createLimiter(options) {
       dones = undefined;
     };
     const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
-    if (set.takeAll !== undefined) {
+    // A concurrency limit first: with no lease free, nothing else is asked.
+    let proceed = true;
+    if (set.lease !== undefined) {
+      const [outcome] = await Promise.allSettled([set.lease.take(key + set.lease.suffix, set.lease, cost)]);
+      settle(set.lease, outcome);
+      if (fellBack()) {
+        endTold();
+        return run(set.fallback, key, cost, tier, errors[0]);
+      }
+      proceed = outcome.status === 'fulfilled' ? outcome.value.allowed : failOpen;
+    }
+    if (!proceed) {
+      // The lease refused, or failed: the other limits are reported as configured.
+    } else if (set.takeAll !== undefined) {
       // Every limit, the bucket included, as one step of the store: all take, or none does.
       try {
         const answers = await set.takeAll(key, cost);
-        answers.forEach((answer, i) => taken.set(set.rules[i], answer));
+        answers.forEach((answer, i) => taken.set(set.steps[i], answer));
         // A bucket is reported as it is without the step only once every window allowed, as when it is
         // asked last: a window's refusal is the answer, and the bucket is reported as configured.
         if (set.bucket !== undefined && set.windows.some((rule) => !taken.get(rule).allowed)) taken.delete(set.bucket);
@@ -669,7 +761,13 @@ function createLimiter(options) {
       endTold();
       return run(set.fallback, key, cost, tier, errors[0]);
     }
-    if (set.takeAll === undefined && set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
+    if (
+      proceed &&
+      set.takeAll === undefined &&
+      set.bucket !== undefined &&
+      (failOpen || errors.length === 0) &&
+      allAllow()
+    ) {
       const [outcome] = await Promise.allSettled([set.bucket.take(key + set.bucket.suffix, set.bucket, cost)]);
       settle(set.bucket, outcome);
     }
@@ -827,6 +925,11 @@ function createLimiter(options) {
     };
     if (tier !== undefined) answer.tier = tier;
     if (error !== undefined) answer.error = error;
+    if (set.lease !== undefined) {
+      // The request's end gives its lease back (once; a refused request holds none).
+      const lease = taken.get(set.lease);
+      answer.release = allowed && lease?.release !== undefined ? lease.release : releasedAlready;
+    }
     if (!allowed) {
       // The wait before the same request could pass, in ms, for wait(): the longest refusal's.
       let wait = 0;
@@ -842,7 +945,12 @@ function createLimiter(options) {
 
   /** Every key a check of `key` counts under, in the main store. */
   function storeKeys(key) {
-    return [...new Set(rules.map((rule) => key + rule.suffix))];
+    const keys = rules.flatMap((rule) =>
+      rule.leaseMs === undefined
+        ? [key + rule.suffix]
+        : Array.from({ length: rule.limit }, (_, i) => leaseKey(key + rule.suffix, i)),
+    );
+    return [...new Set(keys)];
   }
 
   /**
