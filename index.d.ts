@@ -632,7 +632,7 @@ export interface RatestoreArgumentError extends RatestoreError {
 }
 
 /** The algorithms a limit can use. Sliding windows and token buckets need ratestore's own stores. */
-export type LimitAlgorithm = 'fixed-window' | 'sliding-window' | 'token-bucket';
+export type LimitAlgorithm = 'fixed-window' | 'sliding-window' | 'token-bucket' | 'concurrency';
 
 /**
  * A window limit: at most `limit` cost units per `windowMs`. A fixed window starts with the first
@@ -642,19 +642,37 @@ export type LimitAlgorithm = 'fixed-window' | 'sliding-window' | 'token-bucket';
 export interface WindowLimit {
   /** Default `'fixed-window'`. */
   algorithm?: 'fixed-window' | 'sliding-window';
-  /** Cost units allowed per window: a safe integer, 0 or more. */
-  limit: number;
+  /**
+   * Cost units allowed per window: a safe integer, 0 or more; or a function asked on every check for
+   * this request's (plans and overrides that are not fixed tiers). A check whose function answers
+   * something else rejects with a `TypeError` or `RangeError`, counting nothing, failOpen or not.
+   */
+  limit: number | PerRequest;
   /**
    * Window length in milliseconds: a positive safe integer up to 4,503,599,627,370 (2^52 µs, about 142
    * years), on every store; a longer one throws a `RangeError` at creation.
    */
-  windowMs: number;
+  windowMs: number | PerRequest;
   /**
    * The policy's name in draft-8 headers, and the suffix of its counter's key when a request is checked
    * against several limits. 1 to 64 printable ASCII characters without `"` or `\`; default as
    * express-rate-limit names its policy: `60-in-1min`.
    */
   name?: string;
+}
+
+/**
+ * A window's `limit` or `windowMs` computed per request, from the key and what the check was given
+ * (`check(key, { context })`). It must answer at once (no promise). A limit given so is never held by
+ * the block cache (another request's limit may differ), and is named `'per-request'` unless named.
+ */
+export type PerRequest = (key: string, info: PerRequestInfo) => number;
+
+export interface PerRequestInfo {
+  readonly cost: number;
+  readonly tier: string | undefined;
+  /** The check's `context`, as given. */
+  readonly context: unknown;
 }
 
 /** A token bucket: `capacity` tokens, `refill` of them back every `intervalMs`. Needs ratestore's stores. */
@@ -670,8 +688,24 @@ export interface TokenBucketLimit {
   name?: string;
 }
 
+/**
+ * At most `limit` requests of a key in flight: a check takes a lease, and the answer's `release()`
+ * (at the request's end) gives it back; a lease never given back (a crashed process) ends `leaseMs`
+ * after it was taken. Each lease is a fixed window of 1 under `key + ':lease:' + i`. Needs one of
+ * ratestore's stores. A check takes one lease whatever its cost; at most one per request.
+ */
+export interface ConcurrencyLimit {
+  algorithm: 'concurrency';
+  /** Most leases held at once: 1 to 256. */
+  limit: number;
+  /** Milliseconds after which a lease not given back ends by itself: a positive safe integer. */
+  leaseMs: number;
+  /** As {@link WindowLimit.name}; default `10-concurrent`. */
+  name?: string;
+}
+
 /** One limit a request is checked against. */
-export type Limit = WindowLimit | TokenBucketLimit;
+export type Limit = WindowLimit | TokenBucketLimit | ConcurrencyLimit;
 
 /**
  * The response headers a limiter writes:
@@ -832,6 +866,11 @@ export interface LimitResult<Tier extends string = string> {
   readonly cached?: true;
   /** Present (true) when the fallback store counted this check, the main store failing. */
   readonly fallback?: true;
+  /**
+   * On a limiter with a concurrency limit: gives the request's lease back (call it when the request
+   * ends; a second call, or one on an answer that holds no lease, does nothing).
+   */
+  readonly release?: () => Promise<void>;
 }
 
 /** A limiter's figures since its creation. */
@@ -855,6 +894,8 @@ export interface LimiterStats {
 export interface CheckOptions {
   /** What this request costs: a positive safe integer. Default 1. */
   cost?: number;
+  /** Anything the limits' per-request functions need (a user's plan): passed to them as `info.context`. */
+  context?: unknown;
 }
 
 export interface TieredCheckOptions<Tier extends string> extends CheckOptions {
@@ -876,7 +917,23 @@ export interface Limiter {
    * `RateLimitStore` with only `hit`).
    */
   reset(key: string): Promise<void>;
+  /**
+   * Resolves with the answer of a check of `key` (counted, as `check` counts) once one is allowed, or
+   * rejects with `ERR_TIMEOUT` (nothing counted) when none is within `timeoutMs`. It does not poll: after
+   * a refusal it sleeps until the time the refusal named and checks once more.
+   */
+  wait(key: string, options: WaitOptions): Promise<LimitResult<never>>;
   stats(): LimiterStats;
+}
+
+export interface WaitOptions extends CheckOptions {
+  /** The longest wait in milliseconds: a safe integer, 0 or more. */
+  timeoutMs: number;
+}
+
+export interface TieredWaitOptions<Tier extends string> extends WaitOptions {
+  /** The key's tier: one of the limiter's. */
+  tier: Tier;
 }
 
 export interface TieredLimiter<Tier extends string> {
@@ -884,6 +941,8 @@ export interface TieredLimiter<Tier extends string> {
   check(key: string, options: TieredCheckOptions<Tier>): Promise<LimitResult<Tier>>;
   /** As {@link Limiter.reset}. */
   reset(key: string): Promise<void>;
+  /** As {@link Limiter.wait}, under the limits of `options.tier`. */
+  wait(key: string, options: TieredWaitOptions<Tier>): Promise<LimitResult<Tier>>;
   stats(): LimiterStats;
   /** The tier names, in the order given. */
   readonly tiers: readonly Tier[];

@@ -14,7 +14,7 @@
 
 const { createHash } = require('node:crypto');
 
-const FAMILY = { 'fixed-window': 'fixed', 'sliding-window': 'sliding', 'token-bucket': 'bucket' };
+const FAMILY = { 'fixed-window': 'fixed', 'sliding-window': 'sliding', 'token-bucket': 'bucket', concurrency: 'fixed' };
 /**
  * The longest store key an entry is kept under as it is; a longer one is kept under its SHA-256. V8
  * hashes a string of more than 16,383 characters by its length alone, so long keys of one length would
@@ -120,7 +120,8 @@ class BlockCache {
     let snapshot;
     for (const rule of set.rules) {
       const answer = taken.get(rule);
-      if (answer === undefined || answer.allowed) continue;
+      // A concurrency limit's refusal proves nothing for later: a lease may be given back at any time.
+      if (answer === undefined || answer.allowed || rule.algorithm === 'concurrency') continue;
       const id = idOf(rule.tag, key + rule.suffix);
       const change = this.#changes.get(id);
       if (change !== undefined && (change.inFlight > 0 || change.settled > started)) continue;

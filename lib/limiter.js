@@ -9,11 +9,14 @@ const { checkOptions, checkOption, typeError, rangeError, rejection, MAX_KEY_LEN
 const { STYLES, limitHeaders } = require('./headers.js');
 const { BlockCache } = require('./block-cache.js');
 const { watch } = require('./watch.js');
-const { Operations } = require('./ops.js');
+const { Operations, OP, TAKES, MAX_TAKES } = require('./ops.js');
 
-const ALGORITHMS = ['fixed-window', 'sliding-window', 'token-bucket'];
+const ALGORITHMS = ['fixed-window', 'sliding-window', 'token-bucket', 'concurrency'];
 const WINDOW_OPTIONS = ['algorithm', 'name', 'limit', 'windowMs'];
 const BUCKET_OPTIONS = ['algorithm', 'name', 'capacity', 'refill', 'intervalMs'];
+const LEASE_OPTIONS = ['algorithm', 'name', 'limit', 'leaseMs'];
+/** The most leases a concurrency limit holds at once (each is a counter of its own). */
+const MAX_LEASES = 256;
 const COMMON_OPTIONS = ['store', 'headers', 'failOpen', 'blockCache', 'fallback', 'onError'];
 /**
  * The longest window (of every algorithm) and bucket refill a limiter accepts, on every store: 2^52 µs
@@ -63,7 +66,8 @@ function readLimit(path, limit, store) {
     throw fail(make, `${at(path, 'algorithm')} must be one of ${ALGORITHMS.map((a) => `'${a}'`).join(', ')}`);
   }
   const bucket = algorithm === 'token-bucket';
-  const known = bucket ? BUCKET_OPTIONS : WINDOW_OPTIONS;
+  const lease = algorithm === 'concurrency';
+  const known = bucket ? BUCKET_OPTIONS : lease ? LEASE_OPTIONS : WINDOW_OPTIONS;
   for (const option of Object.keys(limit)) {
     if (!known.includes(option)) {
       throw fail(
@@ -85,11 +89,24 @@ function readLimit(path, limit, store) {
     }
     const name = `${capacity}-per-${refill}-in-${duration(intervalMs)}`;
     rule = { algorithm, name, limit: capacity, windowMs, capacity, refill, intervalMs };
+  } else if (lease) {
+    checkInteger(path, 'limit', limit.limit, 1, MAX_LEASES);
+    checkInteger(path, 'leaseMs', limit.leaseMs, 1, MAX_SPAN_MS);
+    rule = { algorithm, name: `${limit.limit}-concurrent`, limit: limit.limit, windowMs: limit.leaseMs };
+    rule.leaseMs = limit.leaseMs;
   } else {
-    checkInteger(path, 'limit', limit.limit, 0);
-    checkInteger(path, 'windowMs', limit.windowMs, 1, MAX_SPAN_MS);
-    rule = { algorithm, name: `${limit.limit}-in-${duration(limit.windowMs)}`, limit: limit.limit };
-    rule.windowMs = limit.windowMs;
+    // Either may be a function, asked on each check (see resolve()).
+    const perRequest = {};
+    if (typeof limit.limit === 'function') perRequest.limit = limit.limit;
+    else checkInteger(path, 'limit', limit.limit, 0);
+    if (typeof limit.windowMs === 'function') perRequest.windowMs = limit.windowMs;
+    else checkInteger(path, 'windowMs', limit.windowMs, 1, MAX_SPAN_MS);
+    if (perRequest.limit !== undefined || perRequest.windowMs !== undefined) {
+      rule = { algorithm, name: 'per-request', limit: limit.limit, windowMs: limit.windowMs, perRequest, path };
+    } else {
+      rule = { algorithm, name: `${limit.limit}-in-${duration(limit.windowMs)}`, limit: limit.limit };
+      rule.windowMs = limit.windowMs;
+    }
   }
   if (limit.name !== undefined) {
     if (typeof limit.name !== 'string') throw fail(typeError, `${at(path, 'name')} must be a string`);
@@ -105,7 +122,7 @@ function readLimit(path, limit, store) {
         'this store has only hit, which counts fixed windows',
     );
   }
-  rule.take = TAKES[algorithm](store);
+  rule.take = TAKES_BY_ALGORITHM[algorithm](store);
   return rule;
 }
 
@@ -128,6 +145,9 @@ function readSet(path, value, store) {
   }
   // Taken tokens cannot be given back, so a bucket goes last, once every other limit allowed; a
   // second one could leave tokens spent on a request the other refused.
+  if (rules.filter((rule) => rule.algorithm === 'concurrency').length > 1) {
+    throw fail(rangeError, `${path}: at most one concurrency limit per request`);
+  }
   if (rules.filter((rule) => rule.algorithm === 'token-bucket').length > 1) {
     throw fail(
       rangeError,
@@ -135,11 +155,21 @@ function readSet(path, value, store) {
     );
   }
   for (const rule of rules) rule.suffix = rules.length === 1 ? '' : `:${rule.name}`;
+  const steps = rules.filter((rule) => rule.algorithm !== 'concurrency');
   return {
-    windows: rules.filter((rule) => rule.algorithm !== 'token-bucket'),
+    windows: steps.filter((rule) => rule.algorithm !== 'token-bucket'),
     bucket: rules.find((rule) => rule.algorithm === 'token-bucket'),
+    lease: rules.find((rule) => rule.algorithm === 'concurrency'),
     rules,
-    longestSuffix: Math.max(...rules.map((rule) => rule.suffix.length)),
+    steps,
+    longestSuffix: Math.max(
+      ...rules.map(
+        (rule) => rule.suffix.length + (rule.leaseMs === undefined ? 0 : leaseKey('', rule.limit - 1).length),
+      ),
+    ),
+    takeAll: steps.length > 1 ? takeAllOf(store, steps) : undefined,
+    perRequest: rules.some((rule) => rule.perRequest !== undefined),
+    store,
   };
 }
 
@@ -153,6 +183,8 @@ function supports(store, algorithm) {
     }
     case 'token-bucket':
       return typeof store.tokenBucket === 'function';
+    case 'concurrency':
+      return supports(store, 'fixed-window');
   }
   return false;
 }
@@ -235,7 +267,81 @@ function takeBucket(store) {
   };
 }
 
-const TAKES = {
+/**
+ * Several limits as one step, where the store offers it (memoryStore: one critical section): every
+ * limit takes the cost, or none does. Answers undefined for a store without it; else a function of
+ * (key, cost) answering each rule's answer, in order, with nothing to give back: a refused check took
+ * nothing, and a limit that would have allowed says what it has left untouched.
+ */
+function takeAllOf(store, rules) {
+  if (typeof store[TAKES] !== 'function' || rules.length > MAX_TAKES) return undefined;
+  return async (key, cost) => {
+    const takes = rules.map((rule) => {
+      const k = key + rule.suffix;
+      if (rule.algorithm === 'token-bucket') {
+        return { op: OP.tokenBucket, key: k, a: rule.capacity, b: rule.refill, c: rule.intervalMs, d: cost };
+      }
+      const op = rule.algorithm === 'sliding-window' ? OP.slidingConsume : OP.consume;
+      return { op, key: k, a: rule.windowMs, b: rule.limit, c: cost, d: 0 };
+    });
+    const { allowed, answers } = await store[TAKES](takes);
+    return answers.map((answer, i) => {
+      const limit = rules[i].limit;
+      // Not taken: what it found, the cost not spent.
+      const remaining = allowed || !answer.allowed ? answer.remaining : Math.min(limit, answer.remaining + cost);
+      return { allowed: answer.allowed, remaining, resetMs: answer.resetMs, retryMs: answer.retryMs };
+    });
+  };
+}
+
+/** The key of a concurrency limit's lease `i`: a fixed window of its own, of 1. */
+const leaseKey = (key, i) => `${key}:lease:${i}`;
+
+/**
+ * A concurrency limit: at most `limit` leases of a key at once, each a fixed window of 1 under a key
+ * of its own (`key:lease:i`) that ends `leaseMs` after it was taken, so that a lease a crashed process
+ * never gave back ends by itself. A take looks for a free lease from a random one on (one consume
+ * each, in turn: none is taken to be given back); its release gives back to the window it took only,
+ * so a release after the lease ended (and another request took it) frees nothing. A check takes one
+ * lease, whatever its cost.
+ */
+function takeLease(store) {
+  return async (key, rule) => {
+    const n = rule.limit;
+    const first = Math.floor(Math.random() * n);
+    let busy = 0;
+    let soonest = rule.leaseMs;
+    for (let j = 0; j < n; j++) {
+      const k = leaseKey(key, (first + j) % n);
+      const answer = await store.consume(k, { limit: 1, windowMs: rule.leaseMs, cost: 1 });
+      if (!answer.allowed) {
+        busy++;
+        soonest = Math.min(soonest, answer.resetMs);
+        continue;
+      }
+      let released;
+      const release = () => {
+        released ??= store.refund(k, 1, { window: answer.window }).then(() => undefined);
+        return released;
+      };
+      return {
+        allowed: true,
+        remaining: Math.max(0, n - 1 - busy),
+        resetMs: rule.leaseMs,
+        retryMs: 0,
+        release,
+        giveBack: async () => {
+          await release();
+          return undefined;
+        },
+      };
+    }
+    return { allowed: false, remaining: 0, resetMs: soonest, retryMs: soonest };
+  };
+}
+
+const TAKES_BY_ALGORITHM = {
+  concurrency: takeLease,
   'fixed-window': (store) => (supports(store, 'fixed-window') ? takeConsume(store) : takeHit(store)),
   'sliding-window': takeSliding,
   'token-bucket': takeBucket,
@@ -262,6 +368,12 @@ function resetFrom(rule, end, now) {
   }
   return Math.max(0, Math.ceil(end - now));
 }
+
+/** The release of an answer that holds no lease. */
+const releasedAlready = () => Promise.resolve();
+
+/** Each refused answer's wait in ms before the same request could pass (for wait()). */
+const RETRY_MS = new WeakMap();
 
 function remainingOf(rule, count) {
   return Math.min(rule.limit, Math.max(0, rule.limit - count));
@@ -337,8 +449,47 @@ function scaled(limit, rule, scale) {
     out.refill = Math.max(1, Math.floor(limit.refill * scale));
   } else {
     // At least 1, as a bucket's: a scaled limit of 0 would refuse every request while the store is down.
-    out.limit = limit.limit === 0 ? 0 : Math.max(1, Math.floor(limit.limit * scale));
+    const scale1 = (n) => (typeof n !== 'number' || n === 0 ? n : Math.max(1, Math.floor(n * scale)));
+    const given = limit.limit;
+    out.limit = typeof given === 'function' ? (key, info) => scale1(given(key, info)) : scale1(given);
   }
+  return out;
+}
+
+/**
+ * A set whose limits (or windows) are asked per request, resolved for this one: each such rule a copy
+ * with the numbers its functions answered (checked as the options are), under its tag and suffix.
+ * Throws a TypeError or RangeError naming the limit for an answer out of range.
+ */
+function resolve(set, key, info) {
+  if (!set.perRequest) return set;
+  const rules = set.rules.map((rule) => {
+    if (rule.perRequest === undefined) return rule;
+    const out = { ...rule };
+    for (const [option, ask] of Object.entries(rule.perRequest)) {
+      const value = ask(key, info);
+      const where = `check(key): ${at(rule.path, option)}(key, info) answered`;
+      if (typeof value !== 'number')
+        throw typeError(`${where} ${value === null ? 'null' : typeof value}, not a number`);
+      const [min, max] = option === 'limit' ? [0, Number.MAX_SAFE_INTEGER] : [1, MAX_SPAN_MS];
+      if (!(Number.isSafeInteger(value) && value >= min && value <= max)) {
+        throw rangeError(`${where} ${value}; it must be a safe integer from ${min} to ${max}`);
+      }
+      out[option] = value;
+    }
+    return out;
+  });
+  const steps = rules.filter((rule) => rule.algorithm !== 'concurrency');
+  const out = {
+    ...set,
+    rules,
+    steps,
+    windows: steps.filter((rule) => rule.algorithm !== 'token-bucket'),
+    bucket: rules.find((rule) => rule.algorithm === 'token-bucket'),
+    lease: rules.find((rule) => rule.algorithm === 'concurrency'),
+    takeAll: set.takeAll === undefined ? undefined : takeAllOf(set.store, steps),
+  };
+  if (set.fallback !== undefined) out.fallback = resolve(set.fallback, key, info);
   return out;
 }
 
@@ -360,7 +511,12 @@ function isBadInput(error) {
 // The limiter
 
 function createLimiter(options) {
-  const all = [...COMMON_OPTIONS, 'limits', 'tiers', ...new Set([...WINDOW_OPTIONS, ...BUCKET_OPTIONS])];
+  const all = [
+    ...COMMON_OPTIONS,
+    'limits',
+    'tiers',
+    ...new Set([...WINDOW_OPTIONS, ...BUCKET_OPTIONS, ...LEASE_OPTIONS]),
+  ];
   const {
     store,
     headers = 'draft-6',
@@ -488,7 +644,7 @@ function createLimiter(options) {
     let tier;
     if (typeof how === 'number') cost = how;
     else if (how !== undefined) {
-      checkOptions('check', how, tiers === undefined ? ['cost'] : ['cost', 'tier']);
+      checkOptions('check', how, tiers === undefined ? ['cost', 'context'] : ['cost', 'tier', 'context']);
       // Own properties only: a tier or cost inherited from a prototype is not one the caller gave.
       if (Object.hasOwn(how, 'cost') && how.cost !== undefined) cost = how.cost;
       if (Object.hasOwn(how, 'tier')) tier = how.tier;
@@ -510,7 +666,8 @@ function createLimiter(options) {
           `${MAX_KEY_LENGTH - set.longestSuffix} are accepted`,
       );
     }
-    return { set, cost, tier };
+    const info = { cost, tier, context: how !== null && typeof how === 'object' ? how.context : undefined };
+    return { set: resolve(set, key, info), cost, tier };
   }
 
   /** Answers a check: from the block cache, the fallback while the circuit is open, else the store. */
@@ -522,7 +679,8 @@ function createLimiter(options) {
       return rejection(error);
     }
     const { set, cost, tier } = asked;
-    if (cache !== undefined) {
+    // A limit asked per request may differ from the one a cached refusal proved: those go to the store.
+    if (cache !== undefined && !set.perRequest) {
       const refusal = cache.refusing(set, key, cost, performance.now());
       if (refusal !== undefined) {
         cache.refusals++;
@@ -570,14 +728,46 @@ function createLimiter(options) {
       if (dones !== undefined) for (const done of dones) done();
       dones = undefined;
     };
-    const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
-    outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
+    const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
+    // A concurrency limit first: with no lease free, nothing else is asked.
+    let proceed = true;
+    if (set.lease !== undefined) {
+      const [outcome] = await Promise.allSettled([set.lease.take(key + set.lease.suffix, set.lease, cost)]);
+      settle(set.lease, outcome);
+      if (fellBack()) {
+        endTold();
+        return run(set.fallback, key, cost, tier, errors[0]);
+      }
+      proceed = outcome.status === 'fulfilled' ? outcome.value.allowed : failOpen;
+    }
+    if (!proceed) {
+      // The lease refused, or failed: the other limits are reported as configured.
+    } else if (set.takeAll !== undefined) {
+      // Every limit, the bucket included, as one step of the store: all take, or none does.
+      try {
+        const answers = await set.takeAll(key, cost);
+        answers.forEach((answer, i) => taken.set(set.steps[i], answer));
+        // A bucket is reported as it is without the step only once every window allowed, as when it is
+        // asked last: a window's refusal is the answer, and the bucket is reported as configured.
+        if (set.bucket !== undefined && set.windows.some((rule) => !taken.get(rule).allowed)) taken.delete(set.bucket);
+      } catch (error) {
+        errors.push(error);
+      }
+    } else {
+      const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
+      outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
+    }
     if (fellBack()) {
       endTold();
       return run(set.fallback, key, cost, tier, errors[0]);
     }
-    const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
-    if (set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
+    if (
+      proceed &&
+      set.takeAll === undefined &&
+      set.bucket !== undefined &&
+      (failOpen || errors.length === 0) &&
+      allAllow()
+    ) {
       const [outcome] = await Promise.allSettled([set.bucket.take(key + set.bucket.suffix, set.bucket, cost)]);
       settle(set.bucket, outcome);
     }
@@ -611,7 +801,7 @@ function createLimiter(options) {
       return answer;
     }
     if (cache !== undefined) {
-      if (allowed) cache.forget(set, key);
+      if (allowed || set.perRequest) cache.forget(set, key);
       else cache.remember(set, key, cost, taken, started, sentAt);
     }
     return result(set, taken, allowed, tier, errors[0]);
@@ -735,12 +925,32 @@ function createLimiter(options) {
     };
     if (tier !== undefined) answer.tier = tier;
     if (error !== undefined) answer.error = error;
+    if (set.lease !== undefined) {
+      // The request's end gives its lease back (once; a refused request holds none).
+      const lease = taken.get(set.lease);
+      answer.release = allowed && lease?.release !== undefined ? lease.release : releasedAlready;
+    }
+    if (!allowed) {
+      // The wait before the same request could pass, in ms, for wait(): the longest refusal's.
+      let wait = 0;
+      for (const rule of set.rules) {
+        const got = taken.get(rule);
+        if (got === undefined || got.allowed) continue;
+        wait = Math.max(wait, Number.isFinite(got.retryMs) && got.retryMs > 0 ? got.retryMs : 1_000);
+      }
+      RETRY_MS.set(answer, wait || 1_000);
+    }
     return answer;
   }
 
   /** Every key a check of `key` counts under, in the main store. */
   function storeKeys(key) {
-    return [...new Set(rules.map((rule) => key + rule.suffix))];
+    const keys = rules.flatMap((rule) =>
+      rule.leaseMs === undefined
+        ? [key + rule.suffix]
+        : Array.from({ length: rule.limit }, (_, i) => leaseKey(key + rule.suffix, i)),
+    );
+    return [...new Set(keys)];
   }
 
   /**
@@ -795,7 +1005,49 @@ function createLimiter(options) {
     };
   }
 
-  const limiter = { check, reset, stats };
+  /**
+   * Resolves with the answer of a check of `key` once one is allowed, or rejects with ERR_TIMEOUT when
+   * none is by `timeoutMs`. No loop of store calls: after a refusal it sleeps until the time the
+   * refusal named (the store's retry time, or the window's end) and checks once more; a check that
+   * could not pass before the deadline is made at the deadline, once.
+   */
+  async function wait(key, options) {
+    const { timeoutMs, cost, tier, context } = checkOptions(
+      'wait',
+      options,
+      tiers === undefined ? ['timeoutMs', 'cost', 'context'] : ['timeoutMs', 'cost', 'tier', 'context'],
+    );
+    if (typeof timeoutMs !== 'number') {
+      throw typeError(`wait(key, options): options.timeoutMs must be a number, got ${typeof timeoutMs}`);
+    }
+    if (!(Number.isSafeInteger(timeoutMs) && timeoutMs >= 0)) {
+      throw rangeError(`wait(key, options): options.timeoutMs must be a safe integer of 0 or more, got ${timeoutMs}`);
+    }
+    const how = {};
+    if (cost !== undefined) how.cost = cost;
+    if (tier !== undefined) how.tier = tier;
+    if (context !== undefined) how.context = context;
+    // Bad arguments reject here, before any wait.
+    request(key, how);
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const answer = await check(key, how);
+      if (answer.allowed) return answer;
+      const left = deadline - performance.now();
+      if (left <= 0) {
+        const error = new Error(
+          `ratestore: limiter.wait(key, options): the request was not allowed within timeoutMs (${timeoutMs} ms)`,
+        );
+        error.code = 'ERR_TIMEOUT';
+        error.sent = false;
+        throw error;
+      }
+      const sleep = Math.min(RETRY_MS.get(answer) ?? 1_000, Math.ceil(left));
+      await new Promise((resolve) => setTimeout(resolve, Math.max(1, sleep)));
+    }
+  }
+
+  const limiter = { check, reset, stats, wait };
   if (tiers !== undefined) limiter.tiers = tierNames;
   return limiter;
 }

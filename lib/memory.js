@@ -15,7 +15,7 @@ const {
 } = require('./check.js');
 const { Failures } = require('./stats.js');
 
-const { Operations, decode, WATCHERS } = require('./ops.js');
+const { Operations, decode, WATCHERS, TAKES, OP, MAX_TAKES } = require('./ops.js');
 const { told } = require('./watch.js');
 
 const DEFAULT_MAX_KEYS = 1_000_000;
@@ -28,6 +28,8 @@ class MemoryStore extends Operations {
   #clear;
   #stats;
   #close;
+  #takes;
+  #takesIo;
   #closed = false;
   #failures;
   /** The message of ERR_STORE_FULL, as the addon words it. */
@@ -52,6 +54,8 @@ class MemoryStore extends Operations {
     this.#stats = table.stats;
     this.#close = table.close;
     this.#io = table.io;
+    this.#takes = table.takes;
+    this.#takesIo = table.takesIo;
     this.#fullMessage = table.fullMessage;
   }
 
@@ -147,6 +151,52 @@ class MemoryStore extends Operations {
     }
     if (n === undefined) return this.#fail(notAnswered());
     return Promise.resolve(decode(op, io, 0));
+  }
+
+  /**
+   * Several takes as one step, under every shard lock they need at once (see ops.js's TAKES): made all,
+   * or none. A sliding window or bucket take is told to the block caches watching this store, as its
+   * own call would be.
+   */
+  [TAKES](takes) {
+    if (!(takes.length >= 1 && takes.length <= MAX_TAKES)) {
+      return rejection(new RangeError(`ratestore: a step holds 1 to ${MAX_TAKES} takes`));
+    }
+    const run = () => this.#takesChecked(takes);
+    if (this[WATCHERS] === undefined) return run();
+    return takes.reduce((call, take) => {
+      if (take.op === OP.slidingConsume) return () => told(this, 'sliding-params', take.key, take.a, call);
+      if (take.op === OP.tokenBucket) {
+        return () => told(this, 'bucket-params', take.key, `${take.a}/${take.b}/${take.c}`, call);
+      }
+      return call;
+    }, run)();
+  }
+
+  #takesChecked(takes) {
+    if (this.#closed) return this.#fail(closedError('memoryStore'));
+    const io = this.#takesIo;
+    io[0] = takes.length;
+    let keys = '';
+    takes.forEach((take, i) => {
+      const at = 1 + 6 * i;
+      io[at] = take.op;
+      io[at + 1] = take.a;
+      io[at + 2] = take.b;
+      io[at + 3] = take.c;
+      io[at + 4] = take.d;
+      io[at + 5] = take.key.length;
+      keys += take.key;
+    });
+    let n;
+    try {
+      n = this.#takes(keys);
+    } catch (error) {
+      return this.#fail(error);
+    }
+    if (n !== takes.length) return this.#fail(notAnswered());
+    const answers = takes.map((take, i) => decode(take.op, io, 1 + 6 * i));
+    return Promise.resolve({ allowed: io[0] === 1, answers });
   }
 
   /** Drops every counter, at once. */

@@ -21,6 +21,14 @@ const OP = {
 
 /** Which state `unlink` removes: every algorithm's, for reset(key). */
 const STATES = [0, 1, 2];
+/**
+ * A store's several takes as one step (memoryStore): `store[TAKES](takes)`, each take `{ op, key, a, b,
+ * c, d }` (a consume, sliding consume or token bucket, its numbers checked), answers a promise of
+ * `{ allowed, answers }`: every take was made, or none was (each answer then says what its take found).
+ */
+const TAKES = Symbol('ratestore.takes');
+/** The most takes one step holds. */
+const MAX_TAKES = 16;
 /** Where a store keeps its `slidingWindow` view. */
 const SLIDING = Symbol('ratestore.slidingWindow');
 
@@ -241,4 +249,4 @@ class ServerOperations extends Operations {
   }
 }
 
-module.exports = { OP, Operations, ServerOperations, decode, WATCHERS };
+module.exports = { OP, Operations, ServerOperations, decode, WATCHERS, TAKES, MAX_TAKES };

@@ -22,6 +22,11 @@ use crate::window;
 /// Numbers in a store's `io`: a hit uses two, an op five in and up to six out.
 const IO_LEN: usize = crate::ops::ANSWER_LEN;
 
+/// Numbers in a store's `takesIo`: a step's count, then six per take (its
+/// op, four numbers and its key's length) in; whether all allowed, then six
+/// per take (its answer) out.
+const TAKES_IO_LEN: usize = 1 + 6 * memory::MAX_TAKES;
+
 /// What a hit function holds: its table and its numbers.
 struct HitData {
     table: Arc<Table>,
@@ -33,7 +38,7 @@ struct HitData {
 /// evictedShort, sweeps, swept]`.
 #[napi(
     js_name = "memoryStore",
-    ts_return_type = "{ hit(key: string): void; call(key: string): number | undefined; size(): number; clear(): void; stats(): number[]; close(): void; io: Float64Array }"
+    ts_return_type = "{ hit(key: string): void; call(key: string): number | undefined; takes(keys: string): number | undefined; size(): number; clear(): void; stats(): number[]; close(): void; io: Float64Array; takesIo: Float64Array }"
 )]
 pub fn memory_store<'e>(
     env: &'e Env,
@@ -58,6 +63,7 @@ pub fn memory_store<'e>(
     };
     let (table, name) = open().map_err(|e| throw_core(env, e))?;
     let io = raw::Numbers::new(IO_LEN);
+    let takes_io = raw::Numbers::new(TAKES_IO_LEN);
     let size_of = Arc::clone(&table);
     let size =
         env.create_function_from_closure::<(), _, _>("size", move |_| Ok(size_of.len() as f64))?;
@@ -100,6 +106,16 @@ pub fn memory_store<'e>(
         })
     };
     let (hit, call, io) = made.map_err(|e| throw_core(env, e))?;
+    let takes_data = HitData {
+        table: Arc::clone(&table),
+        io: Arc::clone(&takes_io),
+    };
+    // SAFETY: as above: `takes` reads its data as the `HitData` given here.
+    let made = unsafe {
+        raw::function(env.raw(), "takes", takes, takes_data)
+            .and_then(|takes| Ok((takes, takes_io.array(env.raw())?)))
+    };
+    let (takes_fn, takes_io) = made.map_err(|e| throw_core(env, e))?;
     let mut store = Object::new(env)?;
     store.set("size", size)?;
     store.set("clear", clear)?;
@@ -114,8 +130,74 @@ pub fn memory_store<'e>(
         store.set("hit", Unknown::from_raw_unchecked(env.raw(), hit))?;
         store.set("call", Unknown::from_raw_unchecked(env.raw(), call))?;
         store.set("io", Unknown::from_raw_unchecked(env.raw(), io))?;
+        store.set("takes", Unknown::from_raw_unchecked(env.raw(), takes_fn))?;
+        store.set("takesIo", Unknown::from_raw_unchecked(env.raw(), takes_io))?;
     }
     Ok(store)
+}
+
+/// `takes(keys)`, the keys of a step's takes one after another in one
+/// string, with `takesIo = [n, then per take: op, a, b, c, d, keyLength]` →
+/// `takesIo = [allowed, then per take its answer, six numbers]`: the takes
+/// as one step (see `memory::multi`). Returns undefined only on failure.
+unsafe extern "C" fn takes(env: sys::napi_env, info: sys::napi_callback_info) -> sys::napi_value {
+    // SAFETY: Node-API calls this on the JS thread with its own env and info.
+    unsafe {
+        raw::guard(env, || {
+            let ([keys], data) = raw::args::<1>(env, info)?;
+            // SAFETY: `data` is the HitData this function was made with,
+            // owned by the function and freed only after it is collected.
+            let HitData { table, io } = &*data.cast::<HitData>();
+            let n = io.take(0);
+            if !(n >= 1.0 && n <= memory::MAX_TAKES as f64 && n.fract() == 0.0) {
+                return Err(Error::Internal(
+                    "the step's numbers did not reach the store (its io array is detached?)",
+                ));
+            }
+            let n = n as usize;
+            let mut ops = Vec::with_capacity(n);
+            for i in 0..n {
+                let at = 1 + 6 * i;
+                let op = Op::from_code(io.take(at)).ok_or(Error::InvalidRange(
+                    "a step's take must be a consume or a token bucket",
+                ))?;
+                let numbers = [
+                    io.take(at + 1),
+                    io.take(at + 2),
+                    io.take(at + 3),
+                    io.take(at + 4),
+                ];
+                let len = io.take(at + 5);
+                if !(len >= 0.0 && len.fract() == 0.0) {
+                    return Err(Error::Internal("a take's key length is not a length"));
+                }
+                ops.push((op, op.check(numbers)?, len as usize));
+            }
+            let steps = raw::with_utf16(env, keys, "keys must be a string", |units| {
+                let mut from = 0;
+                let mut steps = Vec::with_capacity(n);
+                for &(op, args, len) in &ops {
+                    let key = units.get(from..from + len)?;
+                    from += len;
+                    steps.push(memory::Take {
+                        key: table.key(key),
+                        op,
+                        args,
+                    });
+                }
+                (from == units.len()).then_some(steps)
+            })?
+            .ok_or(Error::Internal("the step's keys are not as long as told"))?;
+            let (allowed, answers) = table.run_takes(&steps, clock::now_us)?;
+            io.set(0, f64::from(u8::from(allowed)));
+            for (i, answer) in answers.iter().enumerate() {
+                for (j, v) in answer.values.iter().enumerate() {
+                    io.set(1 + 6 * i + j, *v as f64);
+                }
+            }
+            raw::double(env, answers.len() as f64)
+        })
+    }
 }
 
 /// `call(key)` with `io = [op, a, b, c, d]` → how many numbers the op

@@ -6,6 +6,7 @@
 //! with its own lock and its own expiry index, so that neither a hit, nor
 //! making room in a full table, nor the sweeper ever scans the table.
 
+mod multi;
 mod shard;
 mod states;
 
@@ -20,6 +21,7 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 use crate::clock;
 use crate::errors::{Error, Result};
 use crate::window::{self, Change, Outcome};
+pub use multi::{Take, MAX_TAKES};
 use shard::Shard;
 pub use shard::Tally;
 

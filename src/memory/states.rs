@@ -43,7 +43,7 @@ fn state_end(c: &Counter) -> u64 {
 
 /// What an op does to one of its key's counters.
 #[derive(Clone, Copy, Debug)]
-enum Write {
+pub(super) enum Write {
     Keep,
     /// Store this counter, indexed as a window of this many ms.
     Put(Counter, u64),
@@ -51,7 +51,7 @@ enum Write {
 }
 
 /// The keys of the counters an op reads and writes (one to three).
-fn keys(key: KeyHash, op: Op, args: &Args) -> ([KeyHash; 3], usize) {
+pub(super) fn keys(key: KeyHash, op: Op, args: &Args) -> ([KeyHash; 3], usize) {
     let sliding = (
         [
             key ^ SLIDING_CURRENT,
@@ -157,7 +157,12 @@ fn bucket_state(held: Option<Counter>, p: &Params) -> Option<Bucket> {
 }
 
 /// The op at `now` on the counters it reads: its answer and its writes.
-fn apply(op: Op, a: &Args, held: [Option<Counter>; 3], now: u64) -> Result<(Answer, [Write; 3])> {
+pub(super) fn apply(
+    op: Op,
+    a: &Args,
+    held: [Option<Counter>; 3],
+    now: u64,
+) -> Result<(Answer, [Write; 3])> {
     let keep = Write::Keep;
     Ok(match op {
         Op::Hit => {
