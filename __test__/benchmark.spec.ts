@@ -45,6 +45,10 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^PostgreSQL, 256 in flight:/),
       expect.stringMatching(/^PostgreSQL, 256 in flight on one hot key/),
       expect.stringMatching(/^PostgreSQL, paced/),
+      expect.stringMatching(/^SQLite, 1 in flight/),
+      expect.stringMatching(/^SQLite, 16 in flight/),
+      expect.stringMatching(/^SQLite, 256 in flight:/),
+      expect.stringMatching(/^SQLite, 256 in flight on one hot key/),
     ]);
     for (const store of [
       'JS Map store',
@@ -74,6 +78,9 @@ describe('npm run bench -- --smoke', () => {
       "postgres (postgres.js), seed 000's upsert",
       'postgresStore()',
       'limit: pgbench -M prepared -c 64',
+      'rate-limiter-flexible RateLimiterSQLite',
+      "node:sqlite, seed 001's upsert",
+      'sqliteStore()',
     ]) {
       expect(stdout).toContain(`| ${store} |`);
     }

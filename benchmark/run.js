@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,replica,cluster,consume,flood,rest,cpu,postgres
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,replica,cluster,consume,flood,rest,cpu,postgres,sqlite
 //   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
 const { execFile, spawn } = require('node:child_process');
@@ -38,6 +38,7 @@ const { self, runtime, runtimeName } = require('./self.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
 const { flood, flooders } = require('./flood.js');
 const { postgres, pgbenchAbout } = require('./postgres.js');
+const { sqlite, sqliteStores } = require('./sqlite.js');
 
 const SIZES = {
   full: {
@@ -59,6 +60,7 @@ const SIZES = {
     floodChecks: 200_000,
     // Time per store, row and round: 4 rows of 4 stores and pgbench, 3 rounds, about 3 minutes in all.
     postgres: { rounds: 3, seconds: 2, warmSeconds: 1, pacedSeconds: 2 },
+    sqlite: { rounds: 3, seconds: 2, warmSeconds: 1 },
   },
   quick: {
     rounds: 7,
@@ -76,6 +78,7 @@ const SIZES = {
     benchmarkRequests: 200_000,
     floodChecks: 100_000,
     postgres: { rounds: 2, seconds: 1, warmSeconds: 0.5, pacedSeconds: 2 },
+    sqlite: { rounds: 2, seconds: 1, warmSeconds: 0.5 },
   },
   smoke: {
     rounds: 1,
@@ -93,6 +96,7 @@ const SIZES = {
     benchmarkRequests: 2_000,
     floodChecks: 20_000,
     postgres: { rounds: 1, seconds: 0.2, warmSeconds: 0.1, pacedSeconds: 0.3 },
+    sqlite: { rounds: 1, seconds: 0.2, warmSeconds: 0.1 },
   },
 };
 const SCENARIOS = [
@@ -110,6 +114,7 @@ const SCENARIOS = [
   'rest',
   'cpu',
   'postgres',
+  'sqlite',
 ];
 /** The widths of the REST tables: a lone request's round trip, and pipelines under load. */
 const REST_WIDTHS = [1, 256];
@@ -702,6 +707,22 @@ function targets(tables) {
     (r) => r <= 1.05,
     { against: 1, format: (r) => r.toFixed(3) },
   );
+  for (const id of ['sqlite-1', 'sqlite-16', 'sqlite-256', 'sqlite-hot']) {
+    check(id, `sqliteStore, ${id}: ops/s >= 2x the best JS store's`, 'sqliteStore()', 'ops/s', (r) => r >= 2);
+  }
+  if (byId.has('sqlite-256')) {
+    const cpuOf = (id) => ({ ...byId.get(id), higherIsBetter: false });
+    for (const id of ['sqlite-1', 'sqlite-16', 'sqlite-256', 'sqlite-hot']) {
+      byId.set(`${id}-cpu`, cpuOf(id));
+      check(
+        `${id}-cpu`,
+        `sqliteStore, ${id}: client CPU per hit <= 0.5x the best JS store's`,
+        'sqliteStore()',
+        'client us/hit',
+        (r) => r <= 0.5,
+      );
+    }
+  }
   if (byId.has('cpu')) lines.push(...cpuTargets(byId.get('cpu')));
   const p50 = byId.get('redis-1') && { ...byId.get('redis-1'), higherIsBetter: false };
   if (p50) {
@@ -788,6 +809,10 @@ async function main() {
   if (only.has('rest')) show(await rest(size));
   if (only.has('cpu')) show([await cpu(mode)]);
   if (only.has('postgres')) show(await postgres(size.postgres, { keys: KEYS, gc, notes }));
+  // better-sqlite3 (rate-limiter-flexible's row) is a V8 addon that Bun and Deno do not load.
+  if (only.has('sqlite') && runtime.name === 'Node.js') show(await sqlite(size.sqlite, { keys: KEYS, gc, notes }));
+  else if (only.has('sqlite'))
+    console.log(`The SQLite scenario runs on Node.js only (better-sqlite3), not on ${runtime.name}.\n`);
 
   const verdicts = targets(tables);
   console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
@@ -820,6 +845,7 @@ function results(tables, verdicts, notes, args, minutes) {
     '@upstash/redis',
     'pg',
     'postgres',
+    'better-sqlite3',
   ];
   const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
   return [
@@ -832,7 +858,7 @@ function results(tables, verdicts, notes, args, minutes) {
     `- Machine: ${machine()}`,
     `- Versions: ${runtimeName()}, ratestore ${versionOf('.')}, ` +
       `${peers.map((p) => `${p} ${versionOf(p)}`).join(', ')}, redis-server ${notes.redisVersion ?? '-'}, ` +
-      `PostgreSQL ${notes.postgresVersion ?? '-'}`,
+      `PostgreSQL ${notes.postgresVersion ?? '-'}, SQLite (node:sqlite) ${notes.sqliteVersion ?? '-'}`,
     `- Command: \`${command}\`; the limit row: \`${notes.benchmarkCommand ?? '-'}\``,
     `- PostgreSQL's limit rows: \`${notes.pgbenchCommand ?? '-'}\` (upsert.sql below); its settings: ` +
       `${notes.postgresSettings ?? '-'}`,
@@ -897,6 +923,7 @@ function results(tables, verdicts, notes, args, minutes) {
       ...redisConsumers,
       ...flooders,
       ...postgresStores,
+      ...sqliteStores,
       { name: 'limit: pgbench -M prepared -c C', about: pgbenchAbout },
     ].map((s) => `- ${s.name}: ${s.about}.`),
     '',

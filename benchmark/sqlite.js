@@ -1,0 +1,191 @@
+'use strict';
+// The SQLite scenario: a file on this host's disk, in WAL mode with synchronous=NORMAL for every store
+// (a commit is in the WAL when the hit answers: it survives kill -9), one hit per call. sqliteStore()
+// against rate-limiter-flexible's RateLimiterSQLite on better-sqlite3, and a store on Node's own
+// node:sqlite running seed 001's upsert, interleaved round by round at 1, 16 and 256 in flight over
+// 10,000 keys and at 256 on one hot key. Client CPU is this process's (process.cpuUsage: sqliteStore's
+// thread included).
+
+const { mkdtempSync, rmSync } = require('node:fs');
+const os = require('node:os');
+const { join } = require('node:path');
+const { performance } = require('node:perf_hooks');
+const { summary, rotated } = require('./stats.js');
+
+const WINDOW_MS = 60_000;
+const ROWS = [
+  { id: 'sqlite-1', width: 1, label: '1 in flight' },
+  { id: 'sqlite-16', width: 16, label: '16 in flight' },
+  { id: 'sqlite-256', width: 256, label: '256 in flight' },
+  { id: 'sqlite-hot', width: 256, label: '256 in flight on one hot key', hot: true },
+];
+const COLUMNS = [
+  { name: 'ops/s', range: true, unit: 'ops/s' },
+  { name: 'p50 us', unit: 'us' },
+  { name: 'p99 us', unit: 'us' },
+  { name: 'client us/hit', unit: 'us' },
+  { name: 'errors', unit: 'count' },
+];
+
+/** Seed 001's store: its bucket table and upsert, on node:sqlite (synchronous, on the JS thread). */
+function seedStore(path) {
+  const { DatabaseSync } = require('node:sqlite');
+  const db = new DatabaseSync(path);
+  db.exec('PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA busy_timeout = 2000');
+  db.exec('CREATE TABLE IF NOT EXISTS rate_buckets (id TEXT PRIMARY KEY, count INTEGER NOT NULL, expires_at INTEGER)');
+  const upsert = db.prepare(
+    `INSERT INTO rate_buckets (id, count, expires_at) VALUES (?, ?, ?)
+     ON CONFLICT(id) DO UPDATE SET count = count + excluded.count RETURNING count`,
+  );
+  return {
+    async hit(key, windowMs, amount) {
+      const now = Date.now();
+      const windowStart = Math.floor(now / windowMs) * windowMs;
+      const row = upsert.get(`${key}:${windowStart}`, amount, now + windowMs * 2);
+      return { count: Number(row.count), resetMs: windowStart + windowMs - now };
+    },
+    close: async () => db.close(),
+  };
+}
+
+const sqliteStores = [
+  {
+    name: 'rate-limiter-flexible RateLimiterSQLite',
+    about:
+      '`penalty(key, amount)` of RateLimiterSQLite (storeType `better-sqlite3`, better-sqlite3 12: synchronous, on ' +
+      "the JS thread) on a file of its own in WAL mode with synchronous=NORMAL: the library's own upsert in a " +
+      "transaction, its expiry computed in JS, with no limit check, as RateLimiterRedis's row",
+    peer: true,
+    async create(path) {
+      const Database = require('better-sqlite3');
+      const { RateLimiterSQLite } = require('rate-limiter-flexible');
+      const db = new Database(path);
+      db.pragma('journal_mode = WAL');
+      db.pragma('synchronous = NORMAL');
+      const limiter = await new Promise((resolve, reject) => {
+        const made = new RateLimiterSQLite(
+          {
+            storeClient: db,
+            storeType: 'better-sqlite3',
+            tableName: 'bench_rlflx',
+            points: Number.MAX_SAFE_INTEGER,
+            duration: WINDOW_MS / 1000,
+          },
+          (error) => (error ? reject(error) : resolve(made)),
+        );
+      });
+      return {
+        hit: async (key, _windowMs, amount) => {
+          const r = await limiter.penalty(key, amount);
+          return { count: r.consumedPoints, resetMs: r.msBeforeNext };
+        },
+        close: async () => db.close(),
+      };
+    },
+  },
+  {
+    name: "node:sqlite, seed 001's upsert",
+    about:
+      "seed 001's bucket table and upsert (`INSERT ... ON CONFLICT(id) DO UPDATE SET count = count + ? RETURNING " +
+      "count`, one prepared statement, the bucket id `key:windowStart`) on Node's own `node:sqlite` " +
+      '(DatabaseSync: synchronous, on the JS thread), a file of its own in WAL mode with synchronous=NORMAL',
+    peer: true,
+    create: async (path) => seedStore(path),
+  },
+  {
+    name: 'sqliteStore()',
+    about:
+      "ratestore's sqliteStore on a file of its own (its defaults: WAL, synchronous=NORMAL): the calls queued while " +
+      'a transaction runs go into the next one, on its own thread',
+    create: async (path) => require('../index.js').sqliteStore({ path, sweepIntervalMs: 0 }),
+  },
+];
+
+/** Hits for `ms`, `width` of them in flight, over `keys` (or its first alone): hits, errors, latencies (ms). */
+async function driveFor(store, keys, width, ms, hot) {
+  const latencies = [];
+  let next = 0;
+  let errors = 0;
+  let firstError;
+  const end = performance.now() + ms;
+  async function worker() {
+    while (performance.now() < end) {
+      const key = hot ? keys[0] : keys[next++ % keys.length];
+      const start = performance.now();
+      try {
+        await store.hit(key, WINDOW_MS, 1);
+        latencies.push(performance.now() - start);
+      } catch (error) {
+        errors++;
+        firstError ??= error;
+      }
+    }
+  }
+  const start = performance.now();
+  await Promise.all(Array.from({ length: width }, worker));
+  return { hits: latencies.length, errors, firstError, ms: performance.now() - start, latencies };
+}
+
+function push(samples, measure, value) {
+  (samples[measure] ??= []).push(value);
+}
+
+async function storeRound(entry, row, keys, ms, gc) {
+  gc();
+  const cpu = process.cpuUsage();
+  const r = await driveFor(entry.store, keys, row.width, ms, row.hot);
+  const used = process.cpuUsage(cpu);
+  if (r.errors > 0)
+    console.log(`  sqlite: ${entry.name}, ${row.label}: ${r.errors} errors, the first: ${r.firstError?.message}`);
+  const samples = entry.samples[row.id];
+  const hits = Math.max(r.hits, 1);
+  const sorted = Float64Array.from(r.latencies).sort();
+  push(samples, 'ops/s', r.hits / (r.ms / 1000));
+  push(samples, 'p50 us', sorted[Math.floor(sorted.length * 0.5)] * 1000);
+  push(samples, 'p99 us', sorted[Math.floor(sorted.length * 0.99)] * 1000);
+  push(samples, 'client us/hit', (used.user + used.system) / hits);
+  push(samples, 'errors', r.errors);
+}
+
+/** The scenario. `size`: { rounds, seconds (per store, row and round), warmSeconds }. Answers one table per row. */
+async function sqlite(size, { keys, gc, notes }) {
+  const dir = mkdtempSync(join(os.tmpdir(), 'ratestore-bench-sqlite-'));
+  const entries = [];
+  try {
+    notes.sqliteVersion = require('node:sqlite').DatabaseSync
+      ? new (require('node:sqlite').DatabaseSync)(':memory:').prepare('SELECT sqlite_version() AS v').get().v
+      : '-';
+    for (const [i, spec] of sqliteStores.entries()) {
+      entries.push({ ...spec, store: await spec.create(join(dir, `store${i}.sqlite3`)), samples: {} });
+    }
+    // Every key's row exists before the rounds: each measured hit updates one.
+    for (const entry of entries) await driveFor(entry.store, keys, 256, size.warmSeconds * 1000, false);
+    for (const entry of entries) for (const row of ROWS) entry.samples[row.id] = {};
+    for (let round = 0; round < size.rounds; round++) {
+      for (const row of ROWS) {
+        for (const entry of rotated(entries, round)) await storeRound(entry, row, keys, size.seconds * 1000, gc);
+      }
+      console.log(`  sqlite: round ${round + 1} of ${size.rounds} done`);
+    }
+    return ROWS.map((row) => ({
+      id: row.id,
+      title:
+        `SQLite, ${row.label}: a file on this host in WAL mode, synchronous=NORMAL, one hit per call` +
+        `${row.hot ? '' : ', 10,000 keys'}`,
+      unit: 'ops/s; latency in us per hit; CPU in us per hit (user + system, this process)',
+      higherIsBetter: true,
+      ratioOf: 'ops/s',
+      columns: COLUMNS,
+      rows: entries.map((entry) => {
+        const values = {};
+        for (const [measure, list] of Object.entries(entry.samples[row.id])) values[measure] = summary(list);
+        return { store: entry.name, peer: entry.peer, values };
+      }),
+    }));
+  } finally {
+    for (const entry of entries) await entry.store?.close?.().catch(() => undefined);
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+module.exports = { sqlite, sqliteStores };
