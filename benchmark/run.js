@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,replica,cluster,consume,flood,rest,cpu,postgres
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,replica,cluster,consume,flood,rest,cpu,postgres,mysql
 //   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
 const { execFile, spawn } = require('node:child_process');
@@ -38,6 +38,7 @@ const { self, runtime, runtimeName } = require('./self.js');
 const { memoryConsumers, redisConsumers } = require('./consume.js');
 const { flood, flooders } = require('./flood.js');
 const { postgres, pgbenchAbout } = require('./postgres.js');
+const { mysqlScenario } = require('./mysql.js');
 
 const SIZES = {
   full: {
@@ -59,6 +60,7 @@ const SIZES = {
     floodChecks: 200_000,
     // Time per store, row and round: 4 rows of 4 stores and pgbench, 3 rounds, about 3 minutes in all.
     postgres: { rounds: 3, seconds: 2, warmSeconds: 1, pacedSeconds: 2 },
+    mysql: { rounds: 3, seconds: 2, warmSeconds: 1 },
   },
   quick: {
     rounds: 7,
@@ -76,6 +78,7 @@ const SIZES = {
     benchmarkRequests: 200_000,
     floodChecks: 100_000,
     postgres: { rounds: 2, seconds: 1, warmSeconds: 0.5, pacedSeconds: 2 },
+    mysql: { rounds: 2, seconds: 1, warmSeconds: 0.5 },
   },
   smoke: {
     rounds: 1,
@@ -93,6 +96,7 @@ const SIZES = {
     benchmarkRequests: 2_000,
     floodChecks: 20_000,
     postgres: { rounds: 1, seconds: 0.2, warmSeconds: 0.1, pacedSeconds: 0.3 },
+    mysql: { rounds: 1, seconds: 0.2, warmSeconds: 0.1 },
   },
 };
 const SCENARIOS = [
@@ -110,6 +114,7 @@ const SCENARIOS = [
   'rest',
   'cpu',
   'postgres',
+  'mysql',
 ];
 /** The widths of the REST tables: a lone request's round trip, and pipelines under load. */
 const REST_WIDTHS = [1, 256];
@@ -785,6 +790,7 @@ async function main() {
   if (only.has('rest')) show(await rest(size));
   if (only.has('cpu')) show([await cpu(mode)]);
   if (only.has('postgres')) show(await postgres(size.postgres, { keys: KEYS, gc, notes }));
+  if (only.has('mysql')) show(await mysqlScenario(size.mysql, { keys: KEYS, gc, notes }));
 
   const verdicts = targets(tables);
   console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
@@ -808,7 +814,16 @@ function kept() {
 }
 
 function results(tables, verdicts, notes, args, minutes) {
-  const peers = ['express-rate-limit', 'rate-limiter-flexible', 'ioredis', 'redis', '@upstash/redis', 'pg', 'postgres'];
+  const peers = [
+    'express-rate-limit',
+    'rate-limiter-flexible',
+    'ioredis',
+    'redis',
+    '@upstash/redis',
+    'pg',
+    'postgres',
+    'mysql2',
+  ];
   const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
   return [
     '# Benchmark results',
