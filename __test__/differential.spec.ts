@@ -20,6 +20,7 @@ import {
   expressStore,
   memoryStore,
   postgresStore,
+  mysqlStore,
   redisStore,
   sqliteStore,
   universalStore,
@@ -30,6 +31,7 @@ import { startRedis, type RedisServer } from './support/redis.js';
 import { startCluster, type Cluster } from './support/cluster.js';
 import { startRest, type RestEndpoint } from './support/rest.js';
 import { plainPostgres } from './support/postgres.js';
+import { plainMariadb } from './support/mariadb.js';
 import {
   SLACK_US,
   applyCall,
@@ -68,14 +70,16 @@ let restRedis: RedisServer;
 let cluster: Cluster;
 let rest: RestEndpoint;
 let postgres: Awaited<ReturnType<typeof plainPostgres>>;
+let mariadb: Awaited<ReturnType<typeof plainMariadb>>;
 let targets: Target[];
 
 beforeAll(async () => {
   [redis, restRedis] = await Promise.all([startRedis(), startRedis()]);
-  [cluster, rest, postgres] = await Promise.all([
+  [cluster, rest, postgres, mariadb] = await Promise.all([
     startCluster(),
     startRest({ redisPort: restRedis.port, token: TOKEN }),
     plainPostgres(),
+    plainMariadb(),
   ]);
   const traits = (name: string, t: Partial<StoreTraits>): StoreTraits => ({
     name,
@@ -150,6 +154,20 @@ beforeAll(async () => {
       },
       flushScripts: async () => {},
     },
+    {
+      // The database's clock (UTC_TIMESTAMP(6)), on this machine: the same epoch µs as nowUs.
+      clock: nowUs,
+      traits: traits('mysqlStore', {}),
+      open: () =>
+        closing(
+          mysqlStore({
+            url: mariadb.url,
+            table: `diff_${randomUUID().replace(/-/g, '').slice(0, 20)}`,
+            timeoutMs: 5_000,
+          }),
+        ),
+      flushScripts: async () => {},
+    },
   ];
   // A script's first use on a server retries after NOSCRIPT, which today reorders the calls behind
   // it (KNOWN.callOrder): load every script once first, so that only the flushScripts steps meet it.
@@ -169,7 +187,7 @@ beforeAll(async () => {
 }, 60_000);
 
 afterAll(async () => {
-  await Promise.all([rest?.stop(), cluster?.stop(), postgres?.stop()]);
+  await Promise.all([rest?.stop(), cluster?.stop(), postgres?.stop(), mariadb?.stop()]);
   await Promise.all([redis?.stop(), restRedis?.stop()]);
 });
 

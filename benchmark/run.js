@@ -6,7 +6,7 @@
 //   npm run bench                 full run (about 5-10 minutes on 2 cores)
 //   npm run bench -- --quick      fewer rounds and hits: a fast look
 //   npm run bench -- --smoke      tiny sizes: checks every scenario runs (npm test does this)
-//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,replica,cluster,consume,flood,rest,cpu,postgres,sqlite
+//   npm run bench -- --only=seq,inflight,footprint,stall,full,workers,redis,replica,cluster,consume,flood,rest,cpu,postgres,sqlite,mysql
 //   npm run bench -- --runtime=bun    the same run on Bun (or deno), as pinned in runtimes/
 
 const { execFile, spawn } = require('node:child_process');
@@ -39,6 +39,7 @@ const { memoryConsumers, redisConsumers } = require('./consume.js');
 const { flood, flooders } = require('./flood.js');
 const { postgres, pgbenchAbout } = require('./postgres.js');
 const { sqlite, sqliteStores } = require('./sqlite.js');
+const { mysqlScenario } = require('./mysql.js');
 
 const SIZES = {
   full: {
@@ -61,6 +62,7 @@ const SIZES = {
     // Time per store, row and round: 4 rows of 4 stores and pgbench, 3 rounds, about 3 minutes in all.
     postgres: { rounds: 3, seconds: 2, warmSeconds: 1, pacedSeconds: 2 },
     sqlite: { rounds: 3, seconds: 2, warmSeconds: 1 },
+    mysql: { rounds: 3, seconds: 2, warmSeconds: 1 },
   },
   quick: {
     rounds: 7,
@@ -79,6 +81,7 @@ const SIZES = {
     floodChecks: 100_000,
     postgres: { rounds: 2, seconds: 1, warmSeconds: 0.5, pacedSeconds: 2 },
     sqlite: { rounds: 2, seconds: 1, warmSeconds: 0.5 },
+    mysql: { rounds: 2, seconds: 1, warmSeconds: 0.5 },
   },
   smoke: {
     rounds: 1,
@@ -97,6 +100,7 @@ const SIZES = {
     floodChecks: 20_000,
     postgres: { rounds: 1, seconds: 0.2, warmSeconds: 0.1, pacedSeconds: 0.3 },
     sqlite: { rounds: 1, seconds: 0.2, warmSeconds: 0.1 },
+    mysql: { rounds: 1, seconds: 0.2, warmSeconds: 0.1 },
   },
 };
 const SCENARIOS = [
@@ -115,6 +119,7 @@ const SCENARIOS = [
   'cpu',
   'postgres',
   'sqlite',
+  'mysql',
 ];
 /** The widths of the REST tables: a lone request's round trip, and pipelines under load. */
 const REST_WIDTHS = [1, 256];
@@ -813,6 +818,7 @@ async function main() {
   if (only.has('sqlite') && runtime.name === 'Node.js') show(await sqlite(size.sqlite, { keys: KEYS, gc, notes }));
   else if (only.has('sqlite'))
     console.log(`The SQLite scenario runs on Node.js only (better-sqlite3), not on ${runtime.name}.\n`);
+  if (only.has('mysql')) show(await mysqlScenario(size.mysql, { keys: KEYS, gc, notes }));
 
   const verdicts = targets(tables);
   console.log(`Targets (${mode} run):\n${verdicts.join('\n')}\n`);
@@ -846,6 +852,7 @@ function results(tables, verdicts, notes, args, minutes) {
     'pg',
     'postgres',
     'better-sqlite3',
+    'mysql2',
   ];
   const command = ['npm run bench', ...(args.length ? ['--', ...args] : [])].join(' ');
   return [

@@ -8,6 +8,8 @@ export interface MariadbServer {
   readonly url: string;
   readonly port: number;
   readonly dataDir: string;
+  /** The server's Unix socket (root logs in there without a password). */
+  readonly socket: string;
   /** The server's pid (while it runs). */
   pid(): number | undefined;
   /** Runs SQL as root in the store's database, answering its tab-separated output, trimmed. */

@@ -108,6 +108,7 @@ async function startMariadb(options = {}) {
     url: `mysql://${USER}:${PASSWORD}@127.0.0.1:${port}/${DATABASE}`,
     port,
     dataDir: data,
+    socket,
     pid: () => child.pid,
     /** Runs SQL as root (in the store's database) and answers the tab-separated output, trimmed. */
     sql: (statement) => sql(`USE ${DATABASE}; ${statement}`),

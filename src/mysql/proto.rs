@@ -438,6 +438,26 @@ impl Conn {
         Err(Failure::Protocol("the login did not end"))
     }
 
+    /// Whether an idle connection is known to be gone: the server closed it
+    /// (a restart, `KILL`, `wait_timeout`) or sent something unasked (its
+    /// error packet before closing). Looks without reading or waiting.
+    pub fn is_dead(&self) -> bool {
+        let (tcp, tls) = match self.stream.get_ref() {
+            Stream::Plain(tcp) => (tcp, false),
+            Stream::Tls(s) => (s.get_ref().0, true),
+        };
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match tcp.poll_peek(&mut cx, &mut buf) {
+            std::task::Poll::Pending => false,
+            // Over TLS, a record the server sends unasked (a session ticket) is no sign.
+            std::task::Poll::Ready(Ok(n)) => n == 0 || !tls,
+            std::task::Poll::Ready(Err(_)) => true,
+        }
+    }
+
     /// Runs `sql` (one or more statements, `;` between them) and reads
     /// every result: the replies of the statements that ran, in order, and
     /// the error that stopped the rest, if one did.

@@ -321,7 +321,7 @@ impl MyStore {
         let mut guard = self.slots[slot].lock().await;
         let generation = self.generation.load(Ordering::Relaxed);
         let mut conn = match guard.take() {
-            Some((conn, made)) if made == generation => conn,
+            Some((conn, made)) if made == generation && !conn.is_dead() => conn,
             _ => match self.connect().await {
                 Ok((conn, _)) => conn,
                 Err(e) => {
