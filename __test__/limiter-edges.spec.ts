@@ -74,7 +74,7 @@ describe('the block cache and long keys', () => {
     }
     times.sort((a, b) => a - b);
     // A scan of 2,000 same-length keys took ~5 ms a lookup; a digest's lookup is one hash.
-    expect(times[20]).toBeLessThan(1.5);
+    expect(times[20]).toBeLessThan(2.5);
   });
 
   it('bounds the bytes it holds: a 1 MiB key is held as its digest, and maxBytes evicts the oldest', async () => {

@@ -216,6 +216,19 @@ export function limiterSuite(name: string, create: () => RateLimitStore, { hitOn
       },
     );
 
+    ratestoreOnly('holds at most limit leases of a concurrency limit; a release lets the next in', async (store) => {
+      const limiter = createLimiter({ store, algorithm: 'concurrency', limit: 3, leaseMs: 60_000 });
+      const k = key();
+      const answers = await Promise.all(Array.from({ length: 8 }, () => limiter.check(k)));
+      const holders = answers.filter((a) => a.allowed);
+      expect(holders).toHaveLength(3);
+      await holders[0].release!();
+      const next = await Promise.all([limiter.check(k), limiter.check(k)]);
+      expect(next.filter((a) => a.allowed)).toHaveLength(1);
+      for (const a of [...holders, ...next]) await a.release!();
+      expect((await limiter.check(k)).allowed).toBe(true);
+    });
+
     ratestoreOnly(
       'lets exactly 25 of 100 parallel checks through a sliding window and a token bucket',
       async (store) => {
