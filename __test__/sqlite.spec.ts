@@ -324,10 +324,16 @@ describe('sqliteStore', () => {
   });
 
   describe('several processes on one file', () => {
-    const load = (path: string, keys: string[], ms: number) =>
-      spawn(process.execPath, [join(__dirname, 'fixtures', 'sqlite-load.js'), path, keys.join(','), '40', String(ms)]);
+    const logs = new WeakMap<ChildProcess, string>();
+    const load = (path: string, keys: string[], ms: number) => {
+      const log = join(dir, `answers-${randomUUID()}.log`);
+      const fixture = join(__dirname, 'fixtures', 'sqlite-load.js');
+      const child = spawn(process.execPath, [fixture, path, keys.join(','), '40', String(ms), log]);
+      logs.set(child, log);
+      return child;
+    };
 
-    /** Runs a child to its end (or its kill): each answered count per key index. */
+    /** Runs a child to its end (or its kill): each answered count per key index, from its log once it ended. */
     function collect(child: ChildProcess, keys: number) {
       const answered: number[][] = Array.from({ length: keys }, () => []);
       let ready!: () => void;
@@ -340,12 +346,16 @@ describe('sqliteStore', () => {
             if (line.startsWith('done')) {
               expect(line).toBe('done 0');
               done = true;
-              return;
             }
-            const [count, k] = line.split(' ').map(Number);
-            answered[k].push(count);
           })
           .on('close', resolve);
+      }).then(() => {
+        const log = logs.get(child)!;
+        const text = existsSync(log) ? readFileSync(log, 'utf8') : '';
+        for (const line of text.split('\n').filter(Boolean)) {
+          const [count, k] = line.split(' ').map(Number);
+          answered[k].push(count);
+        }
       });
       return { answered, isReady, ended, done: () => done };
     }
