@@ -131,6 +131,17 @@ describe('sqliteStore', () => {
     await again.close();
   });
 
+  it("with synchronous: 'full', counts as with 'normal' and keeps them across a reopen", async () => {
+    const path = file();
+    const store = sqliteStore({ path, synchronous: 'full' });
+    const hits = await Promise.all(Array.from({ length: 20 }, () => store.hit('full', 600_000, 1)));
+    expect(hits.map((h) => h.count).sort((x, y) => x - y)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    await store.close();
+    const again = sqliteStore({ path });
+    expect((await again.hit('full', 600_000, 0)).count).toBe(20);
+    await again.close();
+  });
+
   it('is shared on a file and not in memory; stats and metricsText count its work', async () => {
     const path = file();
     const a = sqliteStore({ path });
@@ -181,8 +192,13 @@ describe('sqliteStore', () => {
       try {
         expect(await nextLine(out)).toBe('locked');
         const started = Date.now();
+        // The wait is on the store's thread: the event loop runs on meanwhile.
+        let ticks = 0;
+        const timer = setInterval(() => ticks++, 20);
         const error = await rejection(store.hit(KEY_MARKER, 600_000, 1), path);
+        clearInterval(timer);
         expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+        expect(ticks).toBeGreaterThanOrEqual(5);
         expect(error).toMatchObject({ code: 'ERR_TIMEOUT', sent: false });
         expect(error.message).toContain('SQLITE_BUSY');
         // A call made while the lock is held gets it once the other process lets go.
