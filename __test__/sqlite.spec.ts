@@ -131,6 +131,17 @@ describe('sqliteStore', () => {
     await again.close();
   });
 
+  it("with synchronous: 'full', counts as with 'normal' and keeps them across a reopen", async () => {
+    const path = file();
+    const store = sqliteStore({ path, synchronous: 'full' });
+    const hits = await Promise.all(Array.from({ length: 20 }, () => store.hit('full', 600_000, 1)));
+    expect(hits.map((h) => h.count).sort((x, y) => x - y)).toEqual(Array.from({ length: 20 }, (_, i) => i + 1));
+    await store.close();
+    const again = sqliteStore({ path });
+    expect((await again.hit('full', 600_000, 0)).count).toBe(20);
+    await again.close();
+  });
+
   it('is shared on a file and not in memory; stats and metricsText count its work', async () => {
     const path = file();
     const a = sqliteStore({ path });
@@ -181,8 +192,13 @@ describe('sqliteStore', () => {
       try {
         expect(await nextLine(out)).toBe('locked');
         const started = Date.now();
+        // The wait is on the store's thread: the event loop runs on meanwhile.
+        let ticks = 0;
+        const timer = setInterval(() => ticks++, 20);
         const error = await rejection(store.hit(KEY_MARKER, 600_000, 1), path);
+        clearInterval(timer);
         expect(Date.now() - started).toBeGreaterThanOrEqual(300);
+        expect(ticks).toBeGreaterThanOrEqual(5);
         expect(error).toMatchObject({ code: 'ERR_TIMEOUT', sent: false });
         expect(error.message).toContain('SQLITE_BUSY');
         // A call made while the lock is held gets it once the other process lets go.
@@ -324,10 +340,16 @@ describe('sqliteStore', () => {
   });
 
   describe('several processes on one file', () => {
-    const load = (path: string, keys: string[], ms: number) =>
-      spawn(process.execPath, [join(__dirname, 'fixtures', 'sqlite-load.js'), path, keys.join(','), '40', String(ms)]);
+    const logs = new WeakMap<ChildProcess, string>();
+    const load = (path: string, keys: string[], ms: number) => {
+      const log = join(dir, `answers-${randomUUID()}.log`);
+      const fixture = join(__dirname, 'fixtures', 'sqlite-load.js');
+      const child = spawn(process.execPath, [fixture, path, keys.join(','), '40', String(ms), log]);
+      logs.set(child, log);
+      return child;
+    };
 
-    /** Runs a child to its end (or its kill): each answered count per key index. */
+    /** Runs a child to its end (or its kill): each answered count per key index, from its log once it ended. */
     function collect(child: ChildProcess, keys: number) {
       const answered: number[][] = Array.from({ length: keys }, () => []);
       let ready!: () => void;
@@ -340,12 +362,16 @@ describe('sqliteStore', () => {
             if (line.startsWith('done')) {
               expect(line).toBe('done 0');
               done = true;
-              return;
             }
-            const [count, k] = line.split(' ').map(Number);
-            answered[k].push(count);
           })
           .on('close', resolve);
+      }).then(() => {
+        const log = logs.get(child)!;
+        const text = existsSync(log) ? readFileSync(log, 'utf8') : '';
+        for (const line of text.split('\n').filter(Boolean)) {
+          const [count, k] = line.split(' ').map(Number);
+          answered[k].push(count);
+        }
       });
       return { answered, isReady, ended, done: () => done };
     }
