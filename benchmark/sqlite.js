@@ -6,9 +6,10 @@
 // 10,000 keys and at 256 on one hot key. Client CPU is this process's (process.cpuUsage: sqliteStore's
 // thread included).
 
-const { mkdtempSync, rmSync } = require('node:fs');
+const { execFileSync } = require('node:child_process');
+const { existsSync, mkdtempSync, realpathSync, rmSync } = require('node:fs');
 const os = require('node:os');
-const { join } = require('node:path');
+const { dirname, join } = require('node:path');
 const { performance } = require('node:perf_hooks');
 const { summary, rotated } = require('./stats.js');
 
@@ -48,6 +49,30 @@ function seedStore(path) {
   };
 }
 
+/**
+ * better-sqlite3, built on first use. Its install script is denied in package.json's allowScripts: it
+ * would fetch a prebuilt binary, then Node.js's headers, neither of which an offline machine reaches, so
+ * `npm ci` would hang there. Here node-gyp (the copy npm ships) builds it once against the headers of the
+ * Node.js that runs the benchmark (its `include/node`, beside `bin/`), and the build stays in node_modules.
+ */
+function betterSqlite() {
+  const dir = dirname(require.resolve('better-sqlite3/package.json'));
+  if (!existsSync(join(dir, 'build', 'Release', 'better_sqlite3.node'))) {
+    const nodedir = dirname(dirname(process.execPath));
+    if (!existsSync(join(nodedir, 'include', 'node', 'node_api.h')))
+      throw new Error(`better-sqlite3 needs Node.js's headers to build, and ${nodedir}/include/node has none`);
+    const npm =
+      process.env.npm_execpath || realpathSync(execFileSync('sh', ['-c', 'command -v npm']).toString().trim());
+    const gyp = join(dirname(npm), '..', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
+    console.error('benchmark: building better-sqlite3 (the SQLite peer) with node-gyp, once...');
+    execFileSync(process.execPath, [gyp, 'rebuild', '--release', `--nodedir=${nodedir}`], {
+      cwd: dir,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    });
+  }
+  return require('better-sqlite3');
+}
+
 const sqliteStores = [
   {
     name: 'rate-limiter-flexible RateLimiterSQLite',
@@ -57,7 +82,7 @@ const sqliteStores = [
       "transaction, its expiry computed in JS, with no limit check, as RateLimiterRedis's row",
     peer: true,
     async create(path) {
-      const Database = require('better-sqlite3');
+      const Database = betterSqlite();
       const { RateLimiterSQLite } = require('rate-limiter-flexible');
       const db = new Database(path);
       db.pragma('journal_mode = WAL');
