@@ -45,6 +45,10 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^PostgreSQL, 256 in flight:/),
       expect.stringMatching(/^PostgreSQL, 256 in flight on one hot key/),
       expect.stringMatching(/^PostgreSQL, paced/),
+      expect.stringMatching(/^MariaDB .*, 1 in flight/),
+      expect.stringMatching(/^MariaDB .*, 16 in flight/),
+      expect.stringMatching(/^MariaDB .*, 256 in flight:/),
+      expect.stringMatching(/^MariaDB .*, 256 in flight on one hot key/),
     ]);
     for (const store of [
       'JS Map store',
@@ -73,6 +77,9 @@ describe('npm run bench -- --smoke', () => {
       "postgres (postgres.js), seed 000's upsert",
       'postgresStore()',
       'limit: pgbench -M prepared -c 64',
+      'mysqlStore()',
+      "mysql2 pool, mysqlStore's CALL",
+      'rate-limiter-flexible RateLimiterMySQL',
     ]) {
       expect(stdout).toContain(`| ${store} |`);
     }
