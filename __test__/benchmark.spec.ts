@@ -49,6 +49,10 @@ describe('npm run bench -- --smoke', () => {
       expect.stringMatching(/^SQLite, 16 in flight/),
       expect.stringMatching(/^SQLite, 256 in flight:/),
       expect.stringMatching(/^SQLite, 256 in flight on one hot key/),
+      expect.stringMatching(/^MariaDB .*, 1 in flight/),
+      expect.stringMatching(/^MariaDB .*, 16 in flight/),
+      expect.stringMatching(/^MariaDB .*, 256 in flight:/),
+      expect.stringMatching(/^MariaDB .*, 256 in flight on one hot key/),
     ]);
     for (const store of [
       'JS Map store',
@@ -81,6 +85,9 @@ describe('npm run bench -- --smoke', () => {
       'rate-limiter-flexible RateLimiterSQLite',
       "node:sqlite, seed 001's upsert",
       'sqliteStore()',
+      'mysqlStore()',
+      "mysql2 pool, mysqlStore's CALL",
+      'rate-limiter-flexible RateLimiterMySQL',
     ]) {
       expect(stdout).toContain(`| ${store} |`);
     }

@@ -177,6 +177,29 @@ describe('mysqlStore settings', () => {
     await store.close();
   });
 
+  it('hits on one key made together answer as one after another, also where their sum would leave the safe range', async () => {
+    const store = ownStore();
+    const key = `fold:${randomUUID()}`;
+    const counts = await Promise.all(Array.from({ length: 50 }, (_, i) => store.hit(key, 60_000, 1 + (i % 3))));
+    const total = Array.from({ length: 50 }, (_, i) => 1 + (i % 3)).reduce((a, b) => a + b, 0);
+    // In the order made: each count is the one before plus its own amount.
+    counts.forEach((c, i) => expect(c.count).toBe((i === 0 ? 0 : counts[i - 1].count) + 1 + (i % 3)));
+    expect(counts[49].count).toBe(total);
+    const near = `fold-range:${randomUUID()}`;
+    await store.hit(near, 60_000, Number.MAX_SAFE_INTEGER - 3);
+    const outcomes = await Promise.allSettled(Array.from({ length: 5 }, () => store.hit(near, 60_000, 1)));
+    expect(
+      outcomes.map((o) => (o.status === 'fulfilled' ? o.value.count : (o.reason as { code: string }).code)),
+    ).toEqual([
+      Number.MAX_SAFE_INTEGER - 2,
+      Number.MAX_SAFE_INTEGER - 1,
+      Number.MAX_SAFE_INTEGER,
+      'ERR_COUNT_RANGE',
+      'ERR_COUNT_RANGE',
+    ]);
+    await store.close();
+  });
+
   it('counts on the database clock and answers the window as the other stores', async () => {
     const store = ownStore();
     const key = `clock:${randomUUID()}`;

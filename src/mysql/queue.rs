@@ -48,6 +48,8 @@ struct Pending {
     row: Option<Vec<u8>>,
     /// Set while its batch is on its way.
     sent: Arc<AtomicBool>,
+    /// Sent as a call of its own, never folded into another's (after a folded sum left the safe range).
+    solo: bool,
     answer: oneshot::Sender<Result<Answer>>,
 }
 
@@ -232,6 +234,7 @@ impl MyStore {
                 work,
                 row,
                 sent: Arc::clone(&sent),
+                solo: false,
                 answer,
             });
             id
@@ -361,18 +364,63 @@ impl MyStore {
                 return Vec::new();
             }
         }
-        let mut sql = String::with_capacity(batch.len() * 96);
-        let mut expected = Vec::with_capacity(batch.len());
-        for p in &batch {
+        // Consecutive hits on one key (amount above 0, one windowMs, nothing else on the key between
+        // them) go out as one call of their summed amount: each answers the count it would have seen
+        // one after another (the last's count less the amounts after it), as if they ran back to back.
+        let mut units: Vec<Vec<usize>> = Vec::with_capacity(batch.len());
+        let mut open: HashMap<&[u8], (usize, i64)> = HashMap::new();
+        for (i, p) in batch.iter().enumerate() {
+            let Work::Call { op, args, .. } = &p.work else {
+                unreachable!("resetAll goes alone")
+            };
+            let row = p.row.as_deref();
+            let joins = !p.solo && *op == Op::Hit && args[1] > 0;
+            if let (true, Some(row)) = (joins, row) {
+                if let Some((u, sum)) = open.get_mut(row) {
+                    let first = &batch[units[*u][0]];
+                    let same = matches!(&first.work, Work::Call { args: a, .. } if a[0] == args[0]);
+                    if same && *sum + args[1] <= MAX_SAFE {
+                        *sum += args[1];
+                        units[*u].push(i);
+                        continue;
+                    }
+                }
+            }
+            units.push(vec![i]);
+            if let Some(row) = row {
+                if joins {
+                    open.insert(row, (units.len() - 1, args[1]));
+                } else {
+                    open.remove(row);
+                }
+            }
+        }
+        drop(open);
+        let mut sql = String::with_capacity(units.len() * 96);
+        let mut expected = Vec::with_capacity(units.len());
+        for unit in &units {
             if !sql.is_empty() {
                 sql.push(';');
             }
+            let p = &batch[unit[0]];
             let Work::Call { op, args, key } = &p.work else {
                 unreachable!("resetAll goes alone")
             };
+            let mut args = *args;
+            if unit.len() > 1 {
+                args[1] = unit
+                    .iter()
+                    .map(|&i| match &batch[i].work {
+                        Work::Call { args, .. } => args[1],
+                        Work::ResetAll => 0,
+                    })
+                    .sum();
+            }
             let row = p.row.as_deref().unwrap_or(&[]);
-            expected.push(statement(self, *op, args, key, row, &mut sql));
-            p.sent.store(true, Ordering::Relaxed);
+            expected.push(statement(self, *op, &args, key, row, &mut sql));
+            for &i in unit {
+                batch[i].sent.store(true, Ordering::Relaxed);
+            }
         }
         let outcome = tokio::time::timeout(Duration::from_millis(ms), conn.query(&sql)).await;
         let (replies, failure) = match outcome {
@@ -397,15 +445,22 @@ impl MyStore {
         drop(guard);
         let mut replies = VecDeque::from(replies);
         let mut failure = failure;
-        let mut calls = batch.into_iter().zip(expected);
-        for (p, need) in calls.by_ref() {
-            let Work::Call { op, args, .. } = &p.work else {
+        let mut slots: Vec<Option<Pending>> = batch.into_iter().map(Some).collect();
+        let mut left = Vec::new();
+        let mut failed = false;
+        for (unit, need) in units.iter().zip(expected) {
+            if failed {
+                left.extend(unit.iter().copied());
                 continue;
+            }
+            let (op, arg0) = match slots[unit[0]].as_ref().map(|p| &p.work) {
+                Some(Work::Call { op, args, .. }) => (*op, args[0]),
+                _ => continue,
             };
             if replies.len() >= need {
                 let result = match op {
                     Op::Unlink | Op::Ping => match replies.pop_front() {
-                        Some(Reply::Done { affected }) => Ok(Answer::new(&[if *op == Op::Ping {
+                        Some(Reply::Done { affected }) => Ok(Answer::new(&[if op == Op::Ping {
                             1
                         } else {
                             affected as i64
@@ -415,25 +470,56 @@ impl MyStore {
                     _ => {
                         let row = replies.pop_front();
                         replies.pop_front();
-                        answer(row, *op)
+                        answer(row, op)
                     }
                 };
-                let _ = p.answer.send(result);
+                // The unit's members, last first: each answers the count less the amounts after it.
+                let mut after = 0;
+                for &i in unit.iter().rev() {
+                    let Some(p) = slots[i].take() else { continue };
+                    let amount = match &p.work {
+                        Work::Call { args, .. } => args[1],
+                        Work::ResetAll => 0,
+                    };
+                    let mine = result.clone().map(|mut a| {
+                        if unit.len() > 1 {
+                            a.values[0] -= after;
+                        }
+                        a
+                    });
+                    after += amount;
+                    let _ = p.answer.send(mine);
+                }
                 continue;
             }
-            // This call's statement failed; the rest did not run.
+            // This unit's statement failed; the rest did not run.
+            failed = true;
             let result = match failure.take() {
                 // A state's table that was never created (createTable: false) holds nothing.
-                Some(Failure::Server { code: 1146, .. }) if *op == Op::Unlink && args[0] > 0 => {
+                Some(Failure::Server { code: 1146, .. }) if op == Op::Unlink && arg0 > 0 => {
                     Ok(Answer::new(&[0]))
                 }
                 Some(f) => Err(self.call_error(f)),
                 None => Err(schema::wrong_shape()),
             };
-            let _ = p.answer.send(result);
-            break;
+            if unit.len() > 1 && matches!(result, Err(Error::CountOutOfRange)) {
+                // The sum left the range, though some of the hits alone may not: each again, on its own.
+                for &i in unit {
+                    if let Some(p) = slots[i].as_mut() {
+                        p.solo = true;
+                    }
+                }
+                left.extend(unit.iter().copied());
+                continue;
+            }
+            for &i in unit {
+                if let Some(p) = slots[i].take() {
+                    let _ = p.answer.send(result.clone());
+                }
+            }
         }
-        calls.map(|(p, _)| p).collect()
+        left.sort_unstable();
+        left.into_iter().filter_map(|i| slots[i].take()).collect()
     }
 
     /// A statement's failure, as its call rejects.
@@ -511,6 +597,7 @@ mod tests {
             work,
             row: key.map(schema::row_key),
             sent: Arc::new(AtomicBool::new(false)),
+            solo: false,
             answer,
         });
         rx
