@@ -59,6 +59,10 @@ pub const MAX_BATCH: usize = 512;
 /// [`PgStore::lock_ms`] in vain: a key still locked then is stalled.
 pub const PROBE_MS: u64 = 50;
 
+/// Stalled keys kept at most (past it the set starts over: a key still held
+/// is found again by its next batch).
+const MAX_STALLED: usize = 10_000;
+
 /// What a call asks of the database.
 pub enum Work {
     Call { op: Op, args: Args, key: String },
@@ -388,6 +392,10 @@ impl PgStore {
             for p in calls {
                 p.sent.store(false, Ordering::Relaxed);
                 if let Some(key) = p.key() {
+                    // Keys stay stalled until a call on them succeeds: the set is bounded all the same.
+                    if queue.stalled.len() >= MAX_STALLED && !queue.stalled.contains(key) {
+                        queue.stalled.clear();
+                    }
                     queue.stalled.insert(key.to_string());
                 }
                 let at = queue.waiting.partition_point(|q| q.id < p.id);
