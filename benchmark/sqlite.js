@@ -65,8 +65,14 @@ function betterSqlite() {
       process.env.npm_execpath || realpathSync(execFileSync('sh', ['-c', 'command -v npm']).toString().trim());
     const gyp = join(dirname(npm), '..', 'node_modules', 'node-gyp', 'bin', 'node-gyp.js');
     console.error('benchmark: building better-sqlite3 (the SQLite peer) with node-gyp, once...');
+    // npm run passes its own config down as npm_config_* variables, and a machine's npmrc may name another
+    // Node.js's headers (nodedir=/usr for a system Node.js), which node-gyp would take over the flag: the
+    // build gets this Node.js's headers alone.
+    const env = Object.fromEntries(Object.entries(process.env).filter(([name]) => !/^npm_config_nodedir$/i.test(name)));
+    env.npm_config_nodedir = nodedir;
     execFileSync(process.execPath, [gyp, 'rebuild', '--release', `--nodedir=${nodedir}`], {
       cwd: dir,
+      env,
       stdio: ['ignore', 'ignore', 'inherit'],
     });
   }

@@ -11,7 +11,8 @@ const { tmpdir } = require('node:os');
 const { join } = require('node:path');
 const { freePort } = require('./free-port.js');
 
-const MARIADBD = '/usr/sbin/mariadbd';
+// Debian puts mariadbd in /usr/sbin, off a user's PATH; elsewhere it is looked up on PATH.
+const MARIADBD = ['/usr/sbin/mariadbd', '/usr/local/sbin/mariadbd', '/sbin/mariadbd'].find(existsSync) ?? 'mariadbd';
 const PASSWORD = 'my-pw-marker-9b2e';
 const USER = 'ratestore';
 const DATABASE = 'ratestore';
