@@ -139,7 +139,11 @@ export declare function metricsText(
 export interface ConsumeOptions {
   /** Most cost units allowed per window: a safe integer, 0 or more. */
   limit: number;
-  /** Window length in milliseconds: a positive safe integer. */
+  /**
+   * Window length in milliseconds: a positive safe integer up to 4,503,599,627,370 (2^52 µs), as for
+   * every limit-aware op (the sliding window's, a bucket's time to fill) on every store; past it the
+   * call rejects with a `RangeError` and changes nothing.
+   */
   windowMs: number;
   /** What this request costs: a safe integer, 0 or more. Default 1; 0 reads. */
   cost?: number;

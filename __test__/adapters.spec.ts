@@ -47,6 +47,7 @@ describe('universalStore', () => {
     expect(make({ windowMs: 0 })).toThrow(RangeError);
     expect(make({ windowMs: 1.5 })).toThrow(RangeError);
     expect(make({ windowMs: 2 ** 53 })).toThrow(RangeError);
+    expect(make({ windowMs: 4_503_599_627_371 })).toThrow(RangeError);
     expect(make({ windowMs: 1000, algorithm: 'token-bucket' })).toThrow(RangeError);
     expect(make({ windowMs: 1000, algorithm: 1 })).toThrow(TypeError);
     expect(make({ windowMs: 1000, store: {} })).toThrow(/store must be a ratestore store/);

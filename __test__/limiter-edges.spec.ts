@@ -236,6 +236,34 @@ describe('a fixed window past the epoch range', () => {
   });
 });
 
+describe("a store's own limit-aware ops past the span bound", () => {
+  it('reject with a RangeError and change nothing, on memoryStore and on Redis alike', async () => {
+    const MAX_SPAN_MS = 4_503_599_627_370;
+    for (const s of [memoryStore(), store]) {
+      const k = `span:${randomUUID()}`;
+      for (const windowMs of [Number.MAX_SAFE_INTEGER, MAX_SPAN_MS + 1]) {
+        const calls = [
+          () => s.consume(k, { limit: 10, windowMs, cost: 1 }),
+          () => s.slidingWindow.increment(k, windowMs, 1),
+          () => s.slidingWindow.decrement(k, windowMs, 1),
+          () => s.slidingWindow.consume(k, { limit: 10, windowMs, cost: 1 }),
+          () => s.tokenBucket(k, { capacity: 1, refill: 1, intervalMs: windowMs }),
+          () => s.tokenBucket(k, { capacity: 3, refill: 1, intervalMs: Math.floor(MAX_SPAN_MS / 2) }),
+        ];
+        for (const call of calls) {
+          await expect(call()).rejects.toMatchObject({ name: 'RangeError', code: 'ERR_OUT_OF_RANGE' });
+        }
+      }
+      // Nothing was written: each algorithm's state of the key is still empty.
+      expect((await s.hit(k, 60_000, 0)).count).toBe(0);
+      expect((await s.slidingWindow.increment(k, 60_000, 0)).count).toBe(0);
+      expect((await s.tokenBucket(k, { capacity: 5, refill: 1, intervalMs: 1_000, cost: 0 })).remaining).toBe(5);
+      // The bound itself is accepted, the same on both.
+      expect((await s.consume(k, { limit: 10, windowMs: MAX_SPAN_MS, cost: 1 })).count).toBe(1);
+    }
+  });
+});
+
 describe('a cached sliding-window refusal', () => {
   it("answers the aligned window now current's reset once the one the store answered ended", async () => {
     const windowMs = 1_000;

@@ -5,7 +5,15 @@
 // which window each key's recent hits went into, so that a decrement gives back only to it.
 
 const { memoryStore } = require('./memory.js');
-const { checkOptions, checkOption, checkWellFormed, typeName, typeError, rangeError } = require('./check.js');
+const {
+  checkOptions,
+  checkOption,
+  checkWellFormed,
+  typeName,
+  typeError,
+  rangeError,
+  MAX_SPAN_MS,
+} = require('./check.js');
 
 /**
  * What an adapter does with each algorithm: a counted hit that answers its window, a decrement that
@@ -81,6 +89,9 @@ function checkWindowMs(where, windowMs) {
   }
   if (!(windowMs >= 1 && Number.isSafeInteger(windowMs))) {
     throw rangeError(`${where}: windowMs must be a positive safe integer (ms), got ${windowMs}`);
+  }
+  if (windowMs > MAX_SPAN_MS) {
+    throw rangeError(`${where}: windowMs must be at most ${MAX_SPAN_MS} ms (2^52 µs), got ${windowMs}`);
   }
 }
 

@@ -4,6 +4,13 @@
 
 /** The longest key accepted, in UTF-16 code units (1 Mi: far past any real key). */
 const MAX_KEY_LENGTH = 1024 * 1024;
+/**
+ * The longest window (of every algorithm) and bucket refill every store accepts for a limit-aware op,
+ * and a limiter for any limit: 2^52 µs (about 142 years), so that Lua's doubles stay exact and a
+ * window's end (now + windowMs, in epoch ms) stays a safe integer on every store for as long as
+ * ratestore runs. Past it a call is refused before any store is touched, the same on every store.
+ */
+const MAX_SPAN_MS = 4_503_599_627_370;
 
 function typeName(value) {
   return value === null ? 'null' : Array.isArray(value) ? 'an array' : typeof value;
@@ -164,6 +171,7 @@ module.exports = {
   isRatestoreError,
   ERROR_CODES,
   MAX_KEY_LENGTH,
+  MAX_SPAN_MS,
   typeName,
   invalidHit,
   checkOptions,

@@ -5,7 +5,15 @@
 // took is given back only to the window it took it from; on any other
 // RateLimitStore a fixed window is a hit, never given back.
 
-const { checkOptions, checkOption, typeError, rangeError, rejection, MAX_KEY_LENGTH } = require('./check.js');
+const {
+  checkOptions,
+  checkOption,
+  typeError,
+  rangeError,
+  rejection,
+  MAX_KEY_LENGTH,
+  MAX_SPAN_MS,
+} = require('./check.js');
 const { STYLES, limitHeaders } = require('./headers.js');
 const { BlockCache } = require('./block-cache.js');
 const { watch } = require('./watch.js');
@@ -18,12 +26,6 @@ const LEASE_OPTIONS = ['algorithm', 'name', 'limit', 'leaseMs'];
 /** The most leases a concurrency limit holds at once (each is a counter of its own). */
 const MAX_LEASES = 256;
 const COMMON_OPTIONS = ['store', 'headers', 'failOpen', 'blockCache', 'fallback', 'onError'];
-/**
- * The longest window (of every algorithm) and bucket refill a limiter accepts, on every store: 2^52 µs
- * (about 142 years), so that Lua's doubles stay exact and a window's end (now + windowMs, in epoch ms)
- * stays a safe integer on every store for as long as ratestore runs.
- */
-const MAX_SPAN_MS = 4_503_599_627_370;
 /** Policy names: sf-string characters (no quote, no backslash), and short. */
 const NAME = /^[\x20\x21\x23-\x5b\x5d-\x7e]{1,64}$/;
 

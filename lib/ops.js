@@ -4,7 +4,7 @@
 // (a bad call is refused before any store is touched), its numbers, and how
 // its answer (up to five integers) becomes the result object.
 
-const { typeError, rangeError, typeName, rejection, invalidHit, MAX_KEY_LENGTH } = require('./check.js');
+const { typeError, rangeError, typeName, rejection, invalidHit, MAX_KEY_LENGTH, MAX_SPAN_MS } = require('./check.js');
 const { WATCHERS, told } = require('./watch.js');
 
 const OP = {
@@ -50,6 +50,13 @@ function checkInteger(call, name, value, min) {
   return undefined;
 }
 
+/** The error for a window's length or a bucket's interval: 1 to MAX_SPAN_MS ms, or undefined. */
+function checkSpan(call, name, value) {
+  const error = checkInteger(call, name, value, 1);
+  if (error || value <= MAX_SPAN_MS) return error;
+  return rangeError(`${call}: ${name} must be at most ${MAX_SPAN_MS} ms (2^52 µs), got ${value}`);
+}
+
 function checkObject(call, options) {
   if (options === null || typeof options !== 'object' || Array.isArray(options)) {
     return typeError(`${call}: options must be an object, got ${typeName(options)}`);
@@ -67,14 +74,13 @@ function consumeArgs(call, key, options) {
   const { limit, windowMs, cost = 1 } = options;
   const bad =
     checkInteger(call, 'limit', limit, 0) ??
-    checkInteger(call, 'windowMs', windowMs, 1) ??
+    checkSpan(call, 'windowMs', windowMs) ??
     checkInteger(call, 'cost', cost, 0);
   return bad ? [bad] : [undefined, windowMs, limit, cost, 0];
 }
 
 function amountArgs(call, key, windowMs, amount) {
-  const error =
-    checkKey(call, key) ?? checkInteger(call, 'windowMs', windowMs, 1) ?? checkInteger(call, 'amount', amount, 0);
+  const error = checkKey(call, key) ?? checkSpan(call, 'windowMs', windowMs) ?? checkInteger(call, 'amount', amount, 0);
   return error ? [error] : [undefined, windowMs, amount, 0, 0];
 }
 
@@ -116,9 +122,14 @@ function bucketArgs(key, options) {
   const bad =
     checkInteger(call, 'capacity', capacity, 1) ??
     checkInteger(call, 'refill', refill, 1) ??
-    checkInteger(call, 'intervalMs', intervalMs, 1) ??
+    checkSpan(call, 'intervalMs', intervalMs) ??
     checkInteger(call, 'cost', cost, 0);
-  return bad ? [bad] : [undefined, capacity, refill, intervalMs, cost];
+  if (bad) return [bad];
+  // Filling from empty takes ceil(capacity / refill) intervals: within the same bound as a window.
+  if (Math.ceil(capacity / refill) * intervalMs > MAX_SPAN_MS) {
+    return [rangeError(`${call}: filling the bucket from empty must take at most ${MAX_SPAN_MS} ms`)];
+  }
+  return [undefined, capacity, refill, intervalMs, cost];
 }
 
 /** The result object of `op` from its answer's integers at `v[at..]`. */
