@@ -924,7 +924,8 @@ export interface Limiter {
   /**
    * Resolves with the answer of a check of `key` (counted, as `check` counts) once one is allowed, or
    * rejects with `ERR_TIMEOUT` (nothing counted) when none is within `timeoutMs`. It does not poll: after
-   * a refusal it sleeps until the time the refusal named and checks once more.
+   * a refusal it sleeps until the time the refusal named, or until a request of this limiter on the
+   * same key gives its lease back (`release()`), and checks once more.
    */
   wait(key: string, options: WaitOptions): Promise<LimitResult<never>>;
   stats(): LimiterStats;

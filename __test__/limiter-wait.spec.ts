@@ -2,7 +2,7 @@
 // the time each refusal named rather than polling the store.
 import { randomUUID } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
-import { createLimiter, memoryStore } from '../index.js';
+import { createLimiter, memoryStore, sqliteStore } from '../index.js';
 
 describe('limiter.wait', () => {
   it('resolves when the window ends, with one store call per refusal', async () => {
@@ -48,6 +48,47 @@ describe('limiter.wait', () => {
     // Two checks (the first and one at the deadline), two limits each.
     expect(store.stats().calls - calls).toBeLessThanOrEqual(4);
     expect((await store.slidingWindow.increment(`${k}:b`, 60_000, 0)).count).toBe(1);
+  });
+
+  it('behind a concurrency limit, wakes when a request of the process gives its lease back', async () => {
+    for (const store of [memoryStore(), sqliteStore({ path: ':memory:' })]) {
+      const limiter = createLimiter({ store, algorithm: 'concurrency', limit: 2, leaseMs: 30_000 });
+      const k = randomUUID();
+      const one = await limiter.check(k);
+      const two = await limiter.check(k);
+      expect([one.allowed, two.allowed]).toEqual([true, true]);
+      const started = performance.now();
+      const waiting = limiter.wait(k, { timeoutMs: 10_000 });
+      const other = limiter.wait(`${k}:other`, { timeoutMs: 10_000 });
+      setTimeout(() => void one.release?.(), 150);
+      const answer = await waiting;
+      const waited = performance.now() - started;
+      expect(answer.allowed).toBe(true);
+      // Woken by the release, not by the lease's end 30 s on.
+      expect(waited).toBeGreaterThan(100);
+      expect(waited).toBeLessThan(5_000);
+      // Another key's wait was allowed at once; the third request now holds the freed lease.
+      expect((await other).allowed).toBe(true);
+      expect((await limiter.check(k)).allowed).toBe(false);
+      await answer.release?.();
+      await two.release?.();
+      await (store as { close?: () => Promise<void> }).close?.();
+    }
+  });
+
+  it('times out behind a concurrency limit no request gives back, with no loop of store calls', async () => {
+    const store = memoryStore();
+    const limiter = createLimiter({ store, algorithm: 'concurrency', limit: 1, leaseMs: 30_000 });
+    const k = randomUUID();
+    expect((await limiter.check(k)).allowed).toBe(true);
+    const calls = store.stats().calls;
+    const error = await limiter.wait(k, { timeoutMs: 300 }).then(
+      () => undefined,
+      (e: Error & { code: string }) => e,
+    );
+    expect(error?.code).toBe('ERR_TIMEOUT');
+    // The refusal and the check at the deadline: one lease each.
+    expect(store.stats().calls - calls).toBeLessThanOrEqual(2);
   });
 
   it('resolves at once when allowed, and checks its arguments', async () => {

@@ -800,13 +800,55 @@ function createLimiter(options) {
       counts.fallbackChecks++;
       const answer = result(set, taken, allowed, tier, errors[0] ?? cause);
       answer.fallback = true;
-      return answer;
+      return wakesOnRelease(answer, key);
     }
     if (cache !== undefined) {
       if (allowed || set.perRequest) cache.forget(set, key);
       else cache.remember(set, key, cost, taken, started, sentAt);
     }
-    return result(set, taken, allowed, tier, errors[0]);
+    return wakesOnRelease(result(set, taken, allowed, tier, errors[0]), key);
+  }
+
+  /**
+   * The wait() calls of this limiter sleeping after a refusal, by key: each a function that wakes it.
+   * A lease given back wakes the key's waiters at once, so a wait behind a concurrency limit checks
+   * again when a request of this process ends rather than when the soonest lease would end by itself.
+   */
+  const waiters = new Map();
+
+  /** Makes an allowed answer's release() wake the key's waiters once the lease is given back. */
+  function wakesOnRelease(answer, key) {
+    const release = answer.release;
+    if (!answer.allowed || release === undefined || release === releasedAlready) return answer;
+    let released;
+    answer.release = () => {
+      released ??= release().finally(() => wake(key));
+      return released;
+    };
+    return answer;
+  }
+
+  function wake(key) {
+    const sleeping = waiters.get(key);
+    if (sleeping === undefined) return;
+    waiters.delete(key);
+    for (const done of sleeping) done();
+  }
+
+  /** Sleeps `ms`, or until a lease of `key` is given back in this process, whichever comes first. */
+  function sleepOrWake(key, ms) {
+    return new Promise((resolve) => {
+      let sleeping = waiters.get(key);
+      if (sleeping === undefined) waiters.set(key, (sleeping = new Set()));
+      const done = () => {
+        clearTimeout(timer);
+        sleeping.delete(done);
+        if (sleeping.size === 0 && waiters.get(key) === sleeping) waiters.delete(key);
+        resolve();
+      };
+      const timer = setTimeout(done, Math.max(1, ms));
+      sleeping.add(done);
+    });
   }
 
   /**
@@ -1010,8 +1052,9 @@ function createLimiter(options) {
   /**
    * Resolves with the answer of a check of `key` once one is allowed, or rejects with ERR_TIMEOUT when
    * none is by `timeoutMs`. No loop of store calls: after a refusal it sleeps until the time the
-   * refusal named (the store's retry time, or the window's end) and checks once more; a check that
-   * could not pass before the deadline is made at the deadline, once.
+   * refusal named (the store's retry time, or the window's end), or until a request of this limiter on
+   * the same key gives its lease back, and checks once more; a check that could not pass before the
+   * deadline is made at the deadline, once.
    */
   async function wait(key, options) {
     const { timeoutMs, cost, tier, context } = checkOptions(
@@ -1044,8 +1087,7 @@ function createLimiter(options) {
         error.sent = false;
         throw error;
       }
-      const sleep = Math.min(RETRY_MS.get(answer) ?? 1_000, Math.ceil(left));
-      await new Promise((resolve) => setTimeout(resolve, Math.max(1, sleep)));
+      await sleepOrWake(key, Math.min(RETRY_MS.get(answer) ?? 1_000, Math.ceil(left)));
     }
   }
 
