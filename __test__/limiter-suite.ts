@@ -229,6 +229,22 @@ export function limiterSuite(name: string, create: () => RateLimitStore, { hitOn
       expect((await limiter.check(k)).allowed).toBe(true);
     });
 
+    ratestoreOnly('ends a lease never given back after leaseMs; a late release frees no other lease', async (store) => {
+      const limiter = createLimiter({ store, algorithm: 'concurrency', limit: 1, leaseMs: 300 });
+      const k = key();
+      const crashed = await limiter.check(k);
+      expect(crashed.allowed).toBe(true);
+      expect((await limiter.check(k)).allowed).toBe(false);
+      await new Promise((resolve) => setTimeout(resolve, 400));
+      const next = await limiter.check(k);
+      expect(next.allowed).toBe(true);
+      // The crashed request's release comes late: the lease it names has ended, the new one stays held.
+      await crashed.release!();
+      expect((await limiter.check(k)).allowed).toBe(false);
+      await next.release!();
+      expect((await limiter.check(k)).allowed).toBe(true);
+    });
+
     ratestoreOnly(
       'lets exactly 25 of 100 parallel checks through a sliding window and a token bucket',
       async (store) => {
