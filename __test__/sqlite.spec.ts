@@ -66,15 +66,21 @@ async function nextLine(it: AsyncIterableIterator<string>): Promise<string> {
   return value;
 }
 
-/** A small tmpfs of `size`, for a full disk (the tests run as root). */
+/** Runs a mount or umount: as root itself, else through `sudo -n` (npm test's set-up needs one or the other). */
+function privileged(command: string, args: string[]): void {
+  if (process.getuid?.() === 0) execFileSync(command, args);
+  else execFileSync('sudo', ['-n', command, ...args]);
+}
+
+/** A small tmpfs of `size`, for a full disk. */
 function tmpfs(size: string): { path: string; unmount(): void } {
   const path = mkdtempSync(join(tmpdir(), 'ratestore-tmpfs-'));
-  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', path]);
+  privileged('mount', ['-t', 'tmpfs', '-o', `size=${size}`, 'tmpfs', path]);
   return {
     path,
     unmount: () => {
       // Lazily: a store's thread may still be closing its file.
-      execFileSync('umount', ['-l', path]);
+      privileged('umount', ['-l', path]);
       rmSync(path, { recursive: true, force: true });
     },
   };
@@ -220,24 +226,24 @@ describe('sqliteStore', () => {
       // A read-only bind mount of a folder holding the file: as root, file modes would not stop a write.
       const rw = mkdtempSync(join(tmpdir(), 'ratestore-rw-'));
       const ro = mkdtempSync(join(tmpdir(), 'ratestore-ro-'));
-      execFileSync('mount', ['--bind', rw, ro]);
+      privileged('mount', ['--bind', rw, ro]);
       try {
         const maker = sqliteStore({ path: join(rw, 'counters.sqlite3') });
         await maker.hit(KEY_MARKER, 600_000, 1);
         await maker.close();
-        execFileSync('mount', ['-o', 'remount,bind,ro', ro]);
+        privileged('mount', ['-o', 'remount,bind,ro', ro]);
         const path = join(ro, 'counters.sqlite3');
         const store = sqliteStore({ path, timeoutMs: 1_000 });
         const error = await rejection(store.hit(KEY_MARKER, 600_000, 1), path);
         expect(error).toMatchObject({ code: 'ERR_SQLITE', sent: false });
         expect(error.message).toMatch(/SQLITE_READONLY|SQLITE_CANTOPEN/);
         await expect(store.ping()).rejects.toMatchObject({ code: 'ERR_SQLITE', sent: false });
-        execFileSync('mount', ['-o', 'remount,bind,rw', ro]);
+        privileged('mount', ['-o', 'remount,bind,rw', ro]);
         // The next call opens the file again; the rejected hit counted nothing.
         expect((await store.hit(KEY_MARKER, 600_000, 1)).count).toBe(2);
         await store.close();
       } finally {
-        execFileSync('umount', ['-l', ro]);
+        privileged('umount', ['-l', ro]);
         rmSync(ro, { recursive: true, force: true });
         rmSync(rw, { recursive: true, force: true });
       }

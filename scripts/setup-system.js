@@ -208,6 +208,12 @@ function installCommand(packages) {
   return `${sudo}apt-get update && ${sudo}apt-get install -y ${packages.join(' ')}`;
 }
 
+/** Whether this process can mount: root, or passwordless sudo. */
+function privileged() {
+  if (asRoot()) return true;
+  return which('sudo') !== undefined && spawnSync('sudo', ['-n', 'true'], { stdio: 'ignore' }).status === 0;
+}
+
 /** How this process can run apt-get (`{ argv }`), or why it cannot (`{ reason }`). */
 function installer() {
   if (process.env.RATESTORE_NO_INSTALL === '1') return { reason: 'RATESTORE_NO_INSTALL=1 forbids installing' };
@@ -247,6 +253,13 @@ function main(argv) {
       console.error(`setup-system: unknown command ${JSON.stringify(s)}; one of ${Object.keys(COMMANDS).join(', ')}`);
       return 2;
     }
+  }
+  if (scopes.includes('test') && !privileged()) {
+    console.error(
+      'ratestore: npm test cannot run: the sqliteStore fault tests mount a small tmpfs (a full disk) and a ' +
+        'read-only bind mount, which needs root or passwordless sudo (`sudo -n true` must succeed); nothing was run.',
+    );
+    return 1;
   }
   let rows = missing(scopes);
   if (rows.length === 0) return 0;
