@@ -194,7 +194,7 @@ export function limiterSuite(name: string, create: () => RateLimitStore, { hitOn
     };
 
     ratestoreOnly(
-      'a refused request opens no window where its limits are one step (memoryStore), else one at 0',
+      'a refused request opens no window where its limits are one step (memoryStore, redisStore), else one at 0',
       async (store) => {
         const limiter = createLimiter({
           store,
@@ -206,7 +206,8 @@ export function limiterSuite(name: string, create: () => RateLimitStore, { hitOn
         const k = key();
         expect((await limiter.check(k)).allowed).toBe(false);
         const open = await store.refund(`${k}:f`, 0);
-        if (name === 'memoryStore') {
+        // One step: memoryStore, and redisStore but in a cluster (these keys have no {hash tag}).
+        if (name === 'memoryStore' || (name.startsWith('redisStore') && !name.includes('cluster'))) {
           expect(open).toBeNull();
           return;
         }

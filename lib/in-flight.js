@@ -15,6 +15,8 @@ class InFlight {
   #rejecters = [];
   /** The op of each slot's call: how its answer becomes a result. */
   #ops = [];
+  /** A step's (OP.takes) slot: its takes' ops, and the answers in so far (one result row each). */
+  #steps = [];
   #freeSlots = [];
   #count = 0;
   #failures;
@@ -67,8 +69,8 @@ class InFlight {
     this.#freeSlots.push(slot);
   }
 
-  /** The promise of the call of `op` just sent under `slot`. */
-  track(slot, op) {
+  /** The promise of the call of `op` just sent under `slot`; for a step, `takes` are its takes' ops. */
+  track(slot, op, takes) {
     this.#count++;
     if (!this.#held) {
       this.#held = true;
@@ -78,6 +80,7 @@ class InFlight {
     this.#resolvers[slot] = this.#resolve;
     this.#rejecters[slot] = this.#reject;
     this.#ops[slot] = op;
+    if (takes !== undefined) this.#steps[slot] = { takes, answers: [] };
     return promise;
   }
 
@@ -102,7 +105,7 @@ class InFlight {
   /** Takes the settle function of a slot and frees the slot. */
   #take(settlers, slot) {
     const settle = settlers[slot];
-    this.#resolvers[slot] = this.#rejecters[slot] = undefined;
+    this.#resolvers[slot] = this.#rejecters[slot] = this.#steps[slot] = undefined;
     this.#freeSlots.push(slot);
     this.#count--;
     return settle;
@@ -113,6 +116,15 @@ class InFlight {
     for (let i = 0; i < STRIDE * n; i += STRIDE) {
       const slot = results[i];
       const op = this.#ops[slot];
+      if (op === OP.takes) {
+        // A step: one row per take, in order, all under its slot; settled by the last.
+        const step = this.#steps[slot];
+        step.answers.push(decode(step.takes[step.answers.length], results, i + 1));
+        if (step.answers.length < step.takes.length) continue;
+        const answers = step.answers;
+        this.#take(this.#resolvers, slot)({ allowed: answers.every((answer) => answer.allowed), answers });
+        continue;
+      }
       const result = op === OP.hit ? { count: results[i + 1], resetMs: results[i + 2] } : decode(op, results, i + 1);
       this.#take(this.#resolvers, slot)(result);
     }

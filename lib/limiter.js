@@ -273,7 +273,9 @@ function takeBucket(store) {
  * Several limits as one step, where the store offers it (memoryStore: one critical section): every
  * limit takes the cost, or none does. Answers undefined for a store without it; else a function of
  * (key, cost) answering each rule's answer, in order, with nothing to give back: a refused check took
- * nothing, and a limit that would have allowed says what it has left untouched.
+ * nothing, and a limit that would have allowed says what it has left untouched. It answers undefined,
+ * having taken nothing, when the store cannot make this key's takes one step (a Redis Cluster whose
+ * slots the keys do not share): the limits are then taken one by one, as on a store without it.
  */
 function takeAllOf(store, rules) {
   if (typeof store[TAKES] !== 'function' || rules.length > MAX_TAKES) return undefined;
@@ -286,7 +288,9 @@ function takeAllOf(store, rules) {
       const op = rule.algorithm === 'sliding-window' ? OP.slidingConsume : OP.consume;
       return { op, key: k, a: rule.windowMs, b: rule.limit, c: cost, d: 0 };
     });
-    const { allowed, answers } = await store[TAKES](takes);
+    const step = await store[TAKES](takes);
+    if (step === null) return undefined;
+    const { allowed, answers } = step;
     return answers.map((answer, i) => {
       const limit = rules[i].limit;
       // Not taken: what it found, the cost not spent.
@@ -733,6 +737,8 @@ function createLimiter(options) {
     const allAllow = () => [...taken.values()].every((answer) => answer.allowed);
     // A concurrency limit first: with no lease free, nothing else is asked.
     let proceed = true;
+    /** Every limit went as one step of the store. */
+    let stepped = false;
     if (set.lease !== undefined) {
       const [outcome] = await Promise.allSettled([set.lease.take(key + set.lease.suffix, set.lease, cost)]);
       settle(set.lease, outcome);
@@ -748,14 +754,19 @@ function createLimiter(options) {
       // Every limit, the bucket included, as one step of the store: all take, or none does.
       try {
         const answers = await set.takeAll(key, cost);
-        answers.forEach((answer, i) => taken.set(set.steps[i], answer));
+        stepped = answers !== undefined;
+        if (stepped) answers.forEach((answer, i) => taken.set(set.steps[i], answer));
         // A bucket is reported as it is without the step only once every window allowed, as when it is
         // asked last: a window's refusal is the answer, and the bucket is reported as configured.
-        if (set.bucket !== undefined && set.windows.some((rule) => !taken.get(rule).allowed)) taken.delete(set.bucket);
+        if (stepped && set.bucket !== undefined && set.windows.some((rule) => !taken.get(rule).allowed)) {
+          taken.delete(set.bucket);
+        }
       } catch (error) {
+        stepped = true;
         errors.push(error);
       }
-    } else {
+    }
+    if (proceed && !stepped) {
       const outcomes = await Promise.allSettled(set.windows.map((rule) => rule.take(key + rule.suffix, rule, cost)));
       outcomes.forEach((outcome, i) => settle(set.windows[i], outcome));
     }
@@ -763,13 +774,7 @@ function createLimiter(options) {
       endTold();
       return run(set.fallback, key, cost, tier, errors[0]);
     }
-    if (
-      proceed &&
-      set.takeAll === undefined &&
-      set.bucket !== undefined &&
-      (failOpen || errors.length === 0) &&
-      allAllow()
-    ) {
+    if (proceed && !stepped && set.bucket !== undefined && (failOpen || errors.length === 0) && allAllow()) {
       const [outcome] = await Promise.allSettled([set.bucket.take(key + set.bucket.suffix, set.bucket, cost)]);
       settle(set.bucket, outcome);
     }

@@ -17,6 +17,8 @@ const OP = {
   tokenBucket: 6,
   unlink: 7,
   ping: 8,
+  /** Several takes as one step (redisStore's `[TAKES]`): answers each take's answer under one call. */
+  takes: 9,
 };
 
 /** Which state `unlink` removes: every algorithm's, for reset(key). */
@@ -25,6 +27,8 @@ const STATES = [0, 1, 2];
  * A store's several takes as one step (memoryStore): `store[TAKES](takes)`, each take `{ op, key, a, b,
  * c, d }` (a consume, sliding consume or token bucket, its numbers checked), answers a promise of
  * `{ allowed, answers }`: every take was made, or none was (each answer then says what its take found).
+ * A store may answer null instead, having done nothing, when it cannot make these takes one step (a
+ * Redis Cluster whose slots the keys do not share): the caller then takes each on its own.
  */
 const TAKES = Symbol('ratestore.takes');
 /** The most takes one step holds. */

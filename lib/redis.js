@@ -15,7 +15,7 @@ const {
   rejection,
 } = require('./check.js');
 
-const { ServerOperations, WATCHERS } = require('./ops.js');
+const { ServerOperations, WATCHERS, TAKES, MAX_TAKES, OP } = require('./ops.js');
 const { InFlight } = require('./in-flight.js');
 const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
@@ -162,7 +162,7 @@ class RedisStore extends ServerOperations {
     return this.#inFlight.count === 0 ? reset() : this.#inFlight.drained().then(reset);
   }
 
-  /** A call (`args` null: a resetAll) made while a resetAll is under way: made once it is done. */
+  /** A call (`args` null: a resetAll; a function: a step) made while a resetAll is under way: made once it is done. */
   #wait(args) {
     return new Promise((resolve, reject) => this.#behindReset.push({ args, resolve, reject }));
   }
@@ -172,7 +172,8 @@ class RedisStore extends ServerOperations {
     const waiting = this.#behindReset;
     this.#behindReset = null;
     for (const { args, resolve, reject } of waiting) {
-      (args === null ? this.#resetAll() : this._call(...args)).then(resolve, reject);
+      const call = args === null ? this.#resetAll() : typeof args === 'function' ? args() : this._call(...args);
+      call.then(resolve, reject);
     }
   }
 
@@ -196,6 +197,65 @@ class RedisStore extends ServerOperations {
       queueMicrotask(this.#flush);
     }
     return inFlight.track(slot, op);
+  }
+
+  /**
+   * Several takes as one step (see ops.js's TAKES): one script over every take's key, which runs each
+   * take and, when one refuses, puts every key back as it found it, so no other call ever sees a take
+   * made and then undone. In a Redis Cluster the keys must share a slot (a `{hash tag}` in the key);
+   * else it answers null, doing nothing. A sliding window or bucket take is told to the block caches
+   * watching this store, as its own call would be.
+   */
+  [TAKES](takes) {
+    if (!(takes.length >= 1 && takes.length <= MAX_TAKES)) {
+      return rejection(new RangeError(`ratestore: a step holds 1 to ${MAX_TAKES} takes`));
+    }
+    const run = () => this.#takes(takes);
+    if (this[WATCHERS] === undefined) return run();
+    return takes.reduce((call, take) => {
+      if (take.op === OP.slidingConsume) return () => told(this, 'sliding-params', take.key, take.a, call);
+      if (take.op === OP.tokenBucket) {
+        return () => told(this, 'bucket-params', take.key, `${take.a}/${take.b}/${take.c}`, call);
+      }
+      return call;
+    }, run)();
+  }
+
+  #takes(takes) {
+    if (this.#behindReset !== null) {
+      return new Promise((resolve, reject) =>
+        this.#behindReset.push({ args: () => this.#takes(takes), resolve, reject }),
+      );
+    }
+    const numbers = [];
+    let keys = '';
+    for (const take of takes) {
+      numbers.push(take.op, take.a, take.b, take.c, take.d, take.key.length);
+      keys += take.key;
+    }
+    const inFlight = this.#inFlight;
+    this.#calls++;
+    const slot = inFlight.slot();
+    try {
+      this.#open();
+      if (!this.#native.sendTakes(slot, numbers, keys)) {
+        inFlight.free(slot);
+        this.#calls--;
+        return Promise.resolve(null);
+      }
+    } catch (error) {
+      inFlight.free(slot);
+      return rejection(this.#failures.failed(error));
+    }
+    if (!this.#flushing) {
+      this.#flushing = true;
+      queueMicrotask(this.#flush);
+    }
+    return inFlight.track(
+      slot,
+      OP.takes,
+      takes.map((take) => take.op),
+    );
   }
 
   /** Refuses later hits (ERR_CLOSED) and ends the connection; resolves once the hits in flight have settled. */

@@ -19,6 +19,7 @@ pub mod redis;
 pub mod reset;
 pub mod sliding;
 pub mod sqlite;
+pub mod step;
 pub mod window;
 pub mod wtf8;
 

@@ -36,6 +36,9 @@ pub enum Op {
     Unlink,
     /// `ping()`: one `PING` (no key is touched) → `[1]`.
     Ping,
+    /// Several takes as one step (see [`crate::step`]): its key is the
+    /// step's blob, and it answers each take's answer, in order.
+    Takes,
 }
 
 /// An op's numbers, checked: integers in the ranges the op allows.
@@ -75,7 +78,7 @@ pub struct Script {
 }
 
 impl Script {
-    const fn new(body: &'static str) -> Script {
+    pub const fn new(body: &'static str) -> Script {
         Script {
             body,
             sha: OnceLock::new(),
@@ -110,6 +113,7 @@ impl Op {
             6 => Op::Bucket,
             7 => Op::Unlink,
             8 => Op::Ping,
+            9 => Op::Takes,
             _ => return None,
         })
     }
@@ -151,6 +155,11 @@ impl Op {
                 _ => return Err(Error::InvalidRange("unknown state to remove")),
             },
             Op::Ping => [0; 4],
+            Op::Takes => {
+                return Err(Error::InvalidRange(
+                    "several takes go as one step, not as one op",
+                ))
+            }
         })
     }
 
@@ -162,6 +171,7 @@ impl Op {
             Op::Refund => Some(&REFUND),
             Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => Some(&SLIDING),
             Op::Bucket => Some(&BUCKET),
+            Op::Takes => Some(crate::step::script()),
             Op::Unlink | Op::Ping => None,
         }
     }
@@ -173,7 +183,7 @@ impl Op {
             Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => SUFFIXES[1],
             Op::Bucket => SUFFIXES[2],
             Op::Unlink => SUFFIXES[args[0] as usize],
-            Op::Ping => SUFFIXES[0],
+            Op::Ping | Op::Takes => SUFFIXES[0],
         }
     }
 
@@ -199,7 +209,7 @@ impl Op {
                 digits(a2, b2),
                 digits(a3, b3),
             ]),
-            Op::Unlink | Op::Ping => f(&[]),
+            Op::Unlink | Op::Ping | Op::Takes => f(&[]),
         }
     }
 
@@ -212,6 +222,7 @@ impl Op {
             Op::Consume => 5,
             Op::SlidingConsume => 6,
             Op::Unlink | Op::Ping => 1,
+            Op::Takes => 0,
         }
     }
 
@@ -272,7 +283,8 @@ mod tests {
         assert_eq!(Op::from_code(0.0), Some(Op::Hit));
         assert_eq!(Op::from_code(7.0), Some(Op::Unlink));
         assert_eq!(Op::from_code(8.0), Some(Op::Ping));
-        assert_eq!(Op::from_code(9.0), None);
+        assert_eq!(Op::from_code(9.0), Some(Op::Takes));
+        assert_eq!(Op::from_code(10.0), None);
         assert_eq!(Op::from_code(1.5), None);
         assert_eq!(
             Op::Hit.check([60_000.0, -3.0, 0.0, 0.0]),

@@ -156,7 +156,7 @@ fn in_redis(
             op: Op::Hit,
             args: [c.window_ms as i64, c.amount, 0, 0],
         }))
-        .map(|answer| (answer.values[0], answer.values[1] as u64));
+        .map(|(answer, _)| (answer.values[0], answer.values[1] as u64));
     let count: Option<i64> = con.get(key).unwrap();
     let pttl: i64 = con.pttl(key).unwrap();
     // A counter with no TTL that nothing touched reads as ended, as the rules see it.

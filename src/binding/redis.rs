@@ -22,6 +22,7 @@ use crate::errors::Error as CoreError;
 use crate::ops::{Args, Op};
 use crate::redis::stats;
 use crate::redis::{Batched, Config, Options};
+use crate::step;
 use crate::window;
 
 /// What every function of one store holds.
@@ -114,6 +115,23 @@ impl StoreData {
         }
     }
 
+    /// Several takes as one step: `Ok(false)` if it can't go as one (a
+    /// Redis Cluster whose slots the keys do not share), nothing sent.
+    fn send_takes(
+        &self,
+        id: u32,
+        takes: &[(Op, Args, &[u16])],
+    ) -> std::result::Result<bool, CoreError> {
+        match &*self.mode.borrow() {
+            Mode::Unopened => Err(CoreError::Internal(
+                "a hit was sent before the store was opened",
+            )),
+            Mode::Failed(e) => Err(e.clone()),
+            Mode::Threaded { batched, .. } => batched.send_takes(id, takes),
+            Mode::Loop(store) => store.send_takes(id, takes).map(|()| true),
+        }
+    }
+
     /// `ref()` (a hit is in flight) or `unref()` (none is any more).
     fn set_held(&self, held: bool) -> std::result::Result<(), CoreError> {
         let tsfn = match &*self.mode.borrow() {
@@ -178,7 +196,7 @@ const MAX_WAIT_REPLICAS: u32 = 1_000;
 #[napi(
     js_name = "redisStore",
     ts_args_type = "url: string | undefined, token: string | undefined, prefix: string | undefined, timeoutMs: number | undefined, ca: string | undefined, cluster: boolean | undefined, waitForReplicas: number | undefined, settle: (n: number, errors: unknown[] | undefined, events: { type: string; code?: string }[] | undefined) => void, eventLoop?: boolean | undefined",
-    ts_return_type = "{ results: Float64Array; open(env: object): void; resetAll(): Promise<void>; send(id: number, op: number, key: string, a: number, b: number, c: number, d: number): true | undefined; flush(): void; stats(): number[]; ref(): void; unref(): void; close(): void }"
+    ts_return_type = "{ results: Float64Array; open(env: object): void; resetAll(): Promise<void>; send(id: number, op: number, key: string, a: number, b: number, c: number, d: number): true | undefined; sendTakes(id: number, numbers: number[], keys: string): boolean; flush(): void; stats(): number[]; ref(): void; unref(): void; close(): void }"
 )]
 #[allow(clippy::too_many_arguments)]
 pub fn redis_store<'e>(
@@ -308,6 +326,61 @@ pub fn redis_store<'e>(
                 )),
             };
             Ok(ctx.env.spawn(task)?.promise_object())
+        })?,
+    )?;
+    let stepping = Rc::clone(&data);
+    store.set(
+        "sendTakes",
+        env.create_function_from_closure::<(), _, _>("sendTakes", move |ctx| {
+            let sent = (|| -> std::result::Result<bool, CoreError> {
+                let id: f64 = ctx
+                    .get(0)
+                    .map_err(|_| CoreError::InvalidType("id must be a number"))?;
+                let numbers: Vec<f64> = ctx
+                    .get(1)
+                    .map_err(|_| CoreError::InvalidType("a step's numbers must be numbers"))?;
+                let keys: JsString = ctx
+                    .get(2)
+                    .map_err(|_| CoreError::InvalidType("keys must be a string"))?;
+                let units = keys
+                    .into_utf16()
+                    .map_err(|_| CoreError::InvalidType("keys must be a string"))?;
+                // Its buffer ends with a NUL, which is not part of the string.
+                let units = units.as_slice();
+                let units = &units[..units.len().saturating_sub(1)];
+                let n = numbers.len() / 6;
+                if !numbers.len().is_multiple_of(6) || n == 0 || n > step::MAX_TAKES {
+                    return Err(CoreError::InvalidRange("a step holds 1 to 16 takes"));
+                }
+                let mut takes = Vec::with_capacity(n);
+                let mut from = 0;
+                for take in numbers.chunks(6) {
+                    let op = Op::from_code(take[0])
+                        .filter(|op| step::is_take(*op))
+                        .ok_or(CoreError::InvalidRange(
+                            "a step's take must be a consume or a token bucket",
+                        ))?;
+                    let args = op.check([take[1], take[2], take[3], take[4]])?;
+                    let len = take[5];
+                    if !(len >= 0.0 && len.fract() == 0.0) {
+                        return Err(CoreError::Internal("a take's key length is not a length"));
+                    }
+                    let key = units
+                        .get(from..from + len as usize)
+                        .ok_or(CoreError::Internal(
+                            "the step's keys are not as long as told",
+                        ))?;
+                    from += len as usize;
+                    takes.push((op, args, key));
+                }
+                if from != units.len() {
+                    return Err(CoreError::Internal(
+                        "the step's keys are not as long as told",
+                    ));
+                }
+                stepping.send_takes(id as u32, &takes)
+            })();
+            sent.map_err(|e| throw_core(ctx.env, e))
         })?,
     )?;
     let counted = Rc::clone(&data);

@@ -34,6 +34,7 @@ use crate::redis::pipe::Request;
 use crate::redis::socket::{Socket, Target};
 use crate::redis::stats::{self, Event};
 use crate::redis::Config;
+use crate::step;
 use crate::wtf8;
 
 /// Where a connect thread leaves its socket, and how it wakes the loop.
@@ -234,6 +235,28 @@ impl LoopStore {
             op,
             args,
             key: full.into_boxed_slice(),
+            sent_at: now,
+            deadline: now + self.timeout,
+        };
+        self.conn.borrow_mut().send(self.sink, request)
+    }
+
+    /// Queues several takes as one step (see [`crate::step`]): each op,
+    /// its numbers and its key (UTF-16 code units, sent as WTF-8).
+    pub fn send_takes(&self, id: u32, takes: &[(Op, Args, &[u16])]) -> Result<(), Error> {
+        let mut blob = Vec::new();
+        for (op, args, key) in takes {
+            step::push(&mut blob, *op, args, |b| {
+                b.extend_from_slice(&self.prefix);
+                wtf8::extend(b, key);
+            });
+        }
+        let now = Instant::now();
+        let request = Request {
+            id: (self.sink as u64) << 32 | u64::from(id),
+            op: Op::Takes,
+            args: [0; 4],
+            key: blob.into_boxed_slice(),
             sent_at: now,
             deadline: now + self.timeout,
         };

@@ -61,7 +61,7 @@ pub(super) fn keys(key: KeyHash, op: Op, args: &Args) -> ([KeyHash; 3], usize) {
         3,
     );
     match op {
-        Op::Hit | Op::Consume | Op::Refund | Op::Ping => ([key; 3], 1),
+        Op::Hit | Op::Consume | Op::Refund | Op::Ping | Op::Takes => ([key; 3], 1),
         Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => sliding,
         Op::Bucket => ([key ^ BUCKET; 3], 1),
         Op::Unlink => match args[0] {
@@ -248,6 +248,12 @@ pub(super) fn apply(
             (Answer::new(&values), [change, keep, keep])
         }
         Op::Ping => (Answer::new(&[1]), [keep; 3]),
+        // A step is not one op (`Op::check` refuses it).
+        Op::Takes => {
+            return Err(crate::errors::Error::InvalidRange(
+                "several takes go as one step, not as one op",
+            ))
+        }
         Op::Unlink => {
             let removed = held.iter().flatten().count() as i64;
             (Answer::new(&[removed]), [Write::Drop; 3])

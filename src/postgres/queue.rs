@@ -152,7 +152,7 @@ impl<'k> Encoded<'k> {
             Op::SlidingConsume => (Kind::Sliding, 2, args[0], args[2], args[1], 0),
             // (capacity, refill, intervalMs, cost)
             Op::Bucket => (Kind::Bucket, 0, args[0], args[1], args[2], args[3]),
-            Op::Unlink | Op::Ping => return None,
+            Op::Unlink | Op::Ping | Op::Takes => return None,
         };
         Some(Encoded {
             kind,

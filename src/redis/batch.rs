@@ -19,6 +19,7 @@ use super::store::Store;
 use crate::delivery::{Completion, Delivery, Shared};
 use crate::errors::{Error, Result};
 use crate::ops::{Args, Op};
+use crate::step;
 use crate::wtf8;
 
 /// Hits sent as one pipeline at most. A larger batch goes out as several
@@ -86,6 +87,8 @@ struct Open {
     outbox: Arc<Shared<Outbox>>,
     /// Keys go out as JSON strings (Upstash's REST API): each must be well-formed.
     json_keys: bool,
+    /// A Redis Cluster: a step's keys must share a slot.
+    cluster: bool,
     monitor: Arc<Monitor>,
 }
 
@@ -134,6 +137,7 @@ impl Batched {
             Ok(Open {
                 outbox,
                 json_keys: config.is_rest(),
+                cluster: config.cluster.is_some(),
                 monitor,
             })
         });
@@ -172,6 +176,54 @@ impl Batched {
             });
         });
         Ok(())
+    }
+
+    /// Queues several takes as one step (see [`crate::step`]), its answers
+    /// coming back under `id`, one per take. Answers false, queuing
+    /// nothing, in a Redis Cluster whose slots the keys do not share (a
+    /// script's keys must all be in one): the caller takes each on its own.
+    pub fn send_takes(&self, id: u32, takes: &[(Op, Args, &[u16])]) -> Result<bool> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
+        let open = match self.open.get() {
+            Some(Ok(open)) => open,
+            Some(Err(e)) => return Err(e.clone()),
+            None => {
+                return Err(Error::Internal(
+                    "a hit was sent before the store was opened",
+                ))
+            }
+        };
+        let well_formed = |key: &[u16]| char::decode_utf16(key.iter().copied()).all(|c| c.is_ok());
+        if open.json_keys && !takes.iter().all(|(_, _, key)| well_formed(key)) {
+            return Err(Error::InvalidType(super::rest::KEY_NOT_WELL_FORMED));
+        }
+        let prefix = self.options.prefix().as_bytes();
+        let mut blob = Vec::new();
+        for (op, args, key) in takes {
+            step::push(&mut blob, *op, args, |b| {
+                b.extend_from_slice(prefix);
+                wtf8::extend(b, key);
+            });
+        }
+        if open.cluster {
+            let mut slots = step::keys(&blob).map(super::cluster::slot);
+            let first = slots.next();
+            if !slots.all(|s| Some(s) == first) {
+                return Ok(false);
+            }
+        }
+        open.outbox.push(|outbox| {
+            outbox.keys.extend_from_slice(&blob);
+            outbox.hits.push(Queued {
+                id,
+                key_end: outbox.keys.len(),
+                op: Op::Takes,
+                args: [0; 4],
+            });
+        });
+        Ok(true)
     }
 
     /// The store's counts (see `stats::Tally::numbers`); zeros before it opens.
@@ -276,12 +328,24 @@ async fn batch(
                 .catch_unwind()
                 .await
                 .unwrap_or_else(|_| {
-                    vec![Err(Error::Internal("a Rust panic was caught")); queries.len()]
+                    let caught = || Err(Error::Internal("a Rust panic was caught"));
+                    queries.iter().map(|_| caught()).collect()
                 });
-            let completions = hits
-                .iter()
-                .zip(results)
-                .map(|(hit, result)| Completion { id: hit.id, result });
+            // A step's answers: one completion per take, all under its id.
+            let completions = hits.iter().zip(results).flat_map(|(hit, result)| {
+                let (first, rest) = match result {
+                    Ok((first, rest)) => (Ok(first), rest),
+                    Err(e) => (Err(e), Vec::new()),
+                };
+                std::iter::once(Completion {
+                    id: hit.id,
+                    result: first,
+                })
+                .chain(rest.into_iter().map(|answer| Completion {
+                    id: hit.id,
+                    result: Ok(answer),
+                }))
+            });
             done.push_all(completions);
         }
     });

@@ -16,6 +16,22 @@ pub struct Query<'a> {
     pub args: Args,
 }
 
+impl<'a> Query<'a> {
+    /// The keys the op works on: a step's every take's, else its one key.
+    pub fn keys(&self) -> impl Iterator<Item = &'a [u8]> {
+        let (one, step) = match self.op {
+            Op::Takes => (None, Some(crate::step::keys(self.key))),
+            _ => (Some(self.key), None),
+        };
+        one.into_iter().chain(step.into_iter().flatten())
+    }
+
+    /// Whether the op works on `key`.
+    pub fn names(&self, key: &[u8]) -> bool {
+        self.keys().any(|k| k == key)
+    }
+}
+
 /// The scripts a connection has sent as EVAL since its server last
 /// answered NOSCRIPT: the server has them cached. Scripts are told apart by
 /// address (each is one static).
@@ -90,9 +106,8 @@ pub fn overtaken(ops: &[(Query<'_>, bool)]) -> Vec<bool> {
     for (j, &(q, noscript)) in ops.iter().enumerate().rev() {
         match noscript {
             _ if q.op == Op::Ping => {}
-            true => out[j] = ran.contains(&q.key),
-            false if !ran.contains(&q.key) => ran.push(q.key),
-            false => {}
+            true => out[j] = q.keys().any(|k| ran.contains(&k)),
+            false => ran.extend(q.keys()),
         }
     }
     out

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::health::{Backoff, Gate};
-use super::pipe::{Done, Pipe, Request};
+use super::pipe::{Done, Pipe, Request, MORE};
 use super::socket::{Socket, Target};
 use super::stats::Event;
 use super::Config;
@@ -401,9 +401,13 @@ impl<I: Io, T> Conn<I, T> {
     /// Routes results to their stores' sinks.
     pub fn route(&mut self) {
         for done in self.done.drain(..) {
-            let (sink, id) = ((done.id >> 32) as usize, done.id as u32);
+            // A step's further answers settle nothing more.
+            let more = done.id & MORE != 0;
+            let (sink, id) = (((done.id & !MORE) >> 32) as usize, done.id as u32);
             if let Some(Some(sink)) = self.sinks.get_mut(sink) {
-                sink.in_flight = sink.in_flight.saturating_sub(1);
+                if !more {
+                    sink.in_flight = sink.in_flight.saturating_sub(1);
+                }
                 sink.done.push(Completion {
                     id,
                     result: done.result,

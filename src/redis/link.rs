@@ -180,7 +180,8 @@ impl Link {
     /// the pipeline's first poll, which writes it); it counts as out until
     /// the answer is dropped. A PING names no key.
     pub fn out<'q>(&self, ops: impl Iterator<Item = Query<'q>>) -> Out<'_> {
-        let keys = ops.filter(|q| q.op != Op::Ping).map(|q| key_hash(q.key));
+        let keys = ops.filter(|q| q.op != Op::Ping);
+        let keys = keys.flat_map(|q| q.keys().map(key_hash).collect::<Vec<_>>());
         let keys = keys.collect();
         let mut written = self.written();
         written.next += 1;

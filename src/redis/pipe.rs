@@ -25,14 +25,15 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::calls::Loaded;
+use super::calls::{Loaded, Query};
 use super::fence::{Fence, Verdict};
 use super::health::{self, Mark, Stall};
-use super::reply;
+use super::reply::{self, Answers};
 use super::resp::{self, Malformed, Parser, Reply};
 use super::stats::Tally;
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
+use crate::step;
 
 /// An op to send: its id, its state's key (prefix and suffix included) and
 /// numbers.
@@ -105,7 +106,7 @@ pub struct Pipe {
     /// `written` when the last `WAIT` was: the ops written since need one.
     sealed: u64,
     /// Answered ops (and their results) waiting for the next `WAIT`'s reply.
-    confirming: VecDeque<(Sent, Result<Answer>)>,
+    confirming: VecDeque<(Sent, Result<Answers>)>,
 }
 
 impl Pipe {
@@ -200,6 +201,19 @@ impl Pipe {
         match request.op.script() {
             None if request.op == Op::Ping => resp::encode(out, &[b"PING"]),
             None => resp::encode(out, &[b"UNLINK", key]),
+            Some(script) if request.op == Op::Takes => {
+                sent.eval = self.loaded.first_use(script) || eval;
+                step::command(key, |n, keys, argv| {
+                    let head: [&[u8]; 3] = match sent.eval {
+                        false => [b"EVALSHA", script.sha().as_bytes(), n],
+                        true => [b"EVAL", script.body.as_bytes(), n],
+                    };
+                    let parts: Vec<&[u8]> =
+                        head.iter().copied().chain(keys.iter().copied()).collect();
+                    resp::encode_parts(out, &parts, argv);
+                });
+                self.evalsha += usize::from(!sent.eval);
+            }
             Some(script) => {
                 sent.eval = self.loaded.first_use(script) || eval;
                 request.op.argv(&request.args, |argv| {
@@ -289,12 +303,12 @@ impl Pipe {
                 }
             }
             if !self.retry.is_empty() && sent.request.op != Op::Ping {
-                self.overtaken(&sent.request.key, done);
+                self.overtaken(&sent.request, done);
             }
             if !sent.settled {
                 in_time = true;
                 let result =
-                    outcome(sent.request.op, reply).map_err(|e| self.redact(e, &sent.request));
+                    outcomes(&sent.request, reply).map_err(|e| self.redact(e, &sent.request));
                 if self.fence.is_some() && result.is_ok() {
                     // Given once the replicas confirm it.
                     self.confirming.push_back((sent, result));
@@ -304,10 +318,7 @@ impl Pipe {
                 let now = *now.get_or_insert_with(Instant::now);
                 self.tally
                     .answered(now.saturating_duration_since(sent.request.sent_at));
-                done.push(Done {
-                    id: sent.request.id,
-                    result,
-                });
+                push(done, sent.request.id, result);
             }
         }
         if in_time {
@@ -342,10 +353,7 @@ impl Pipe {
                     Err(self.redact(error.clone(), &sent.request))
                 }
             };
-            done.push(Done {
-                id: sent.request.id,
-                result,
-            });
+            push(done, sent.request.id, result);
         }
         matches!(verdict, Verdict::Rejected { demoted: true, .. })
     }
@@ -354,10 +362,11 @@ impl Pipe {
     /// NOSCRIPT: another client loaded the script meanwhile. Sent again,
     /// they would take effect after it, so they reject, unsent (see
     /// [`calls::overtaken`](super::calls::overtaken)).
-    fn overtaken(&mut self, key: &[u8], done: &mut Vec<Done>) {
+    fn overtaken(&mut self, ran: &Request, done: &mut Vec<Done>) {
         let mut settled = 0;
+        let ran = ran.query();
         self.retry.retain(|r| {
-            if *r.request.key != *key {
+            if !r.request.query().keys().any(|k| ran.names(k)) {
                 return true;
             }
             if !r.settled {
@@ -448,14 +457,47 @@ impl Pipe {
 
     fn redact(&self, error: Error, request: &Request) -> Error {
         let mut secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
-        secrets.push(&request.key);
+        secrets.extend(request.query().keys());
         error.redacted(&secrets)
     }
 }
 
-/// The op's answer, or the error its script raised.
-fn outcome(op: Op, reply: Reply) -> Result<Answer> {
-    reply::outcome(op, read(&reply))
+impl Request {
+    /// The op as every transport sees it.
+    pub fn query(&self) -> Query<'_> {
+        Query {
+            key: &self.key,
+            op: self.op,
+            args: self.args,
+        }
+    }
+}
+
+/// Marks the id of a step's answer after its first: the same call, which
+/// counts as settled once (by its first result).
+pub const MORE: u64 = 1 << 63;
+
+/// The results of one answered op: a step's one per take, all under its id
+/// (each after the first marked [`MORE`]).
+fn push(done: &mut Vec<Done>, id: u64, result: Result<Answers>) {
+    match result {
+        Ok((first, rest)) => {
+            done.push(Done {
+                id,
+                result: Ok(first),
+            });
+            done.extend(rest.into_iter().map(|answer| Done {
+                id: id | MORE,
+                result: Ok(answer),
+            }));
+        }
+        Err(e) => done.push(Done { id, result: Err(e) }),
+    }
+}
+
+/// The op's answers, or the error its script raised.
+fn outcomes(request: &Request, reply: Reply) -> Result<Answers> {
+    reply::outcomes(request.op, &request.key, read(&reply))
 }
 
 /// A RESP reply as every transport reads it.

@@ -36,6 +36,29 @@ pub fn outcome(op: Op, reply: Reply<'_>) -> Result<Answer> {
     }
 }
 
+/// An op's answers: its own, and for a step ([`Op::Takes`]) each take's
+/// after the first (for any other op, none).
+pub type Answers = (Answer, Vec<Answer>);
+
+/// The answers of the op of `query` to `reply`: for a step, each take's,
+/// in order (see [`crate::step::answers`]).
+pub fn outcomes(op: Op, key: &[u8], reply: Reply<'_>) -> Result<Answers> {
+    if op != Op::Takes {
+        return outcome(op, reply).map(|answer| (answer, Vec::new()));
+    }
+    match reply {
+        Reply::Array(Some(values)) => {
+            let mut all = crate::step::answers(key, &values)?.into_iter();
+            let first = all.next().ok_or(Error::Internal("a step of no takes"))?;
+            Ok((first, all.collect()))
+        }
+        Reply::Error(code, detail) => Err(server_error(code, detail, Stage::Sent)),
+        _ => Err(Error::Redis(
+            "a script gave an answer of the wrong shape".into(),
+        )),
+    }
+}
+
 /// An error answered by the server, by its code.
 pub fn server_error(code: &str, detail: Option<&str>, stage: Stage) -> Error {
     let text = || match detail {

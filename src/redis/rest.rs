@@ -45,12 +45,15 @@ use super::calls::{overtaken, part_end, Query};
 use super::config::{Addr, Config};
 use super::health::{Backoff, Gate, Stall};
 use super::order::KeyOrder;
-use super::reply::{self, server_error, Reply, Stage};
+use super::reply::{self, server_error, Answers, Reply, Stage};
 use super::socket::tls_config;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
-use crate::ops::{Answer, Op};
+#[cfg(test)]
+use crate::ops::Answer;
+use crate::ops::Op;
 use crate::reset::{Command, ResetAll};
+use crate::step;
 
 /// The message for a key JSON can't carry as it is.
 pub const KEY_NOT_WELL_FORMED: &str =
@@ -158,18 +161,20 @@ impl Rest {
         queries: &[Query<'_>],
         started: Instant,
         deadline: Instant,
-    ) -> Vec<Result<Answer>> {
-        let mut results: Vec<Option<Result<Answer>>> = queries.iter().map(|_| None).collect();
+    ) -> Vec<Result<Answers>> {
+        let mut results: Vec<Option<Result<Answers>>> = queries.iter().map(|_| None).collect();
         let mut chosen = Vec::with_capacity(queries.len());
         for (i, q) in queries.iter().enumerate() {
-            match std::str::from_utf8(q.key) {
-                Ok(_) => chosen.push(i),
-                Err(_) => results[i] = Some(Err(Error::InvalidType(KEY_NOT_WELL_FORMED))),
+            match q.keys().all(|k| std::str::from_utf8(k).is_ok()) {
+                true => chosen.push(i),
+                false => results[i] = Some(Err(Error::InvalidType(KEY_NOT_WELL_FORMED))),
             }
         }
         // Calls on one key go in the order they were made: a later pipeline
         // on one of these keys waits for this one (retries included).
-        let turn = self.order.turn(chosen.iter().map(|&i| queries[i].key));
+        let turn = self
+            .order
+            .turn(chosen.iter().flat_map(|&i| queries[i].keys()));
         match timeout_at(deadline, turn).await {
             Ok(_turn) => {
                 let evals = self
@@ -219,7 +224,7 @@ impl Rest {
         evals: &[bool],
         started: Instant,
         deadline: Instant,
-        results: &mut [Option<Result<Answer>>],
+        results: &mut [Option<Result<Answers>>],
     ) {
         let mut chosen = chosen.to_vec();
         let mut evals = evals.to_vec();
@@ -264,7 +269,7 @@ impl Rest {
                             }
                             Ok(value) => {
                                 tally.answered(took);
-                                results[i] = Some(outcome(queries[i].op, value));
+                                results[i] = Some(outcomes(&queries[i], value));
                             }
                         }
                     }
@@ -635,6 +640,21 @@ fn pipeline_body(queries: &[Query<'_>], chosen: &[usize], evals: &[bool]) -> Vec
             // ping() touches no key: its key is the bare prefix.
             None if q.op == Op::Ping => json_command(&mut body, &["PING"]),
             None => json_command(&mut body, &["UNLINK", key]),
+            Some(script) if q.op == Op::Takes => step::command(q.key, |n, keys, argv| {
+                let mut parts = Vec::with_capacity(3 + keys.len() + argv.len());
+                match eval {
+                    false => parts.extend(["EVALSHA", script.sha()]),
+                    true => parts.extend(["EVAL", script.body]),
+                }
+                // Keys are UTF-8 (checked), the numbers ASCII.
+                parts.push(std::str::from_utf8(n).unwrap_or_default());
+                parts.extend(
+                    keys.iter()
+                        .chain(argv)
+                        .map(|a| std::str::from_utf8(a).unwrap_or_default()),
+                );
+                json_command(&mut body, &parts);
+            }),
             Some(script) => q.op.argv(&q.args, |argv| {
                 let mut parts = Vec::with_capacity(4 + argv.len());
                 match eval {
@@ -668,14 +688,24 @@ fn json_command(out: &mut Vec<u8>, parts: &[&str]) {
     out.push(b']');
 }
 
-/// The op's answer from a command's JSON result.
-fn outcome(op: Op, value: Value) -> Result<Answer> {
-    let read = match &value {
+/// A command's JSON result as every transport reads it.
+fn read(value: &Value) -> Reply<'_> {
+    match value {
         Value::Array(items) => Reply::Array(items.iter().map(Value::as_i64).collect()),
         Value::Number(n) => Reply::Int(n.as_i64().unwrap_or(-1)),
         _ => Reply::Other,
-    };
-    reply::outcome(op, read)
+    }
+}
+
+/// The op's answers from a command's JSON result.
+fn outcomes(q: &Query<'_>, value: Value) -> Result<Answers> {
+    reply::outcomes(q.op, q.key, read(&value))
+}
+
+/// The op's answer from a command's JSON result.
+#[cfg(test)]
+fn outcome(op: Op, value: Value) -> Result<Answer> {
+    reply::outcome(op, read(&value))
 }
 
 /// A SCAN result: the next cursor and the page's keys.

@@ -26,11 +26,14 @@ use super::config::Config;
 use super::fence::Verdict;
 use super::health;
 use super::link::{classify, read, Confirmation, Link};
-use super::reply::{self, server_error, Stage};
+use super::reply::{self, server_error, Answers, Stage};
 use super::rest::Rest;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
-use crate::ops::{Answer as Values, Op};
+#[cfg(test)]
+use crate::ops::Answer as Values;
+use crate::ops::Op;
+use crate::step;
 
 /// Where hits go: the one server, each key's node in a Redis Cluster, or
 /// Upstash's REST API.
@@ -127,7 +130,7 @@ impl Store {
     }
 
     /// One hit. Runs on the runtime.
-    pub async fn hit(&self, query: Query<'_>) -> Result<Values> {
+    pub async fn hit(&self, query: Query<'_>) -> Result<Answers> {
         let mut results = self.hits(&[query]).await;
         results
             .pop()
@@ -142,7 +145,7 @@ impl Store {
 
     /// Hits sent together, answered in order. Runs on the runtime. Each
     /// answered hit adds one latency sample: from here to its answer.
-    pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Values>> {
+    pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Answers>> {
         let started = Instant::now();
         let deadline = started + self.timeout;
         let monitor = &**self.monitor();
@@ -175,7 +178,7 @@ impl Store {
             .into_iter()
             .zip(queries)
             .map(|((answer, _), q)| match answer {
-                Answer::Value(value) => outcome(q.op, value),
+                Answer::Value(value) => outcomes(q, value),
                 Answer::Refused(e) => Err(e),
                 Answer::Failed(e) => Err(classify(&e, Stage::Sent)),
                 Answer::TimedOut { sent } => Err(Error::Timeout { ms, sent }),
@@ -187,15 +190,15 @@ impl Store {
     fn answer(
         &self,
         queries: &[Query<'_>],
-        results: impl Iterator<Item = Result<Values>>,
-    ) -> Vec<Result<Values>> {
+        results: impl Iterator<Item = Result<Answers>>,
+    ) -> Vec<Result<Answers>> {
         queries
             .iter()
             .zip(results)
             .map(|(query, result)| {
                 result.map_err(|e| {
                     let mut secrets: Vec<&[u8]> = self.secrets.iter().map(Vec::as_slice).collect();
-                    secrets.push(query.key);
+                    secrets.extend(query.keys());
                     e.redacted(&secrets)
                 })
             })
@@ -376,11 +379,16 @@ async fn routed(
     let all = |answer: &dyn Fn() -> Answer| alike(queries.len(), answer);
     // Taken before anything is awaited, so in the order the calls were made,
     // and held until every answer is in, redirections and retries included.
-    let turn = cluster.order().turn(queries.iter().map(|q| q.key));
+    let turn = cluster.order().turn(queries.iter().flat_map(|q| q.keys()));
     let Ok(_turn) = timeout_at(deadline, turn).await else {
         return all(&|| Answer::TimedOut { sent: false });
     };
-    let links = match timeout_at(deadline, cluster.route(queries.iter().map(|q| q.key))).await {
+    let links = match timeout_at(
+        deadline,
+        cluster.route(queries.iter().map(|q| q.keys().next().unwrap_or(q.key))),
+    )
+    .await
+    {
         Ok(Ok(links)) => links,
         Ok(Err(e)) => return all(&|| Answer::Refused(e.clone())),
         Err(_) => return all(&|| Answer::TimedOut { sent: false }),
@@ -500,7 +508,7 @@ async fn send(
                 continue;
             }
             // A later op of this pipeline ran, or a later pipeline named the key.
-            if passed || link.named_after(&out, q.key) {
+            if passed || q.keys().any(|k| link.named_after(&out, k)) {
                 answers[j].0 = Answer::Refused(Error::Overtaken);
             } else {
                 missing.push(chosen[j]);
@@ -549,6 +557,18 @@ async fn pipeline(
             None => {
                 cmd.arg("UNLINK").arg(q.key);
             }
+            Some(script) if q.op == Op::Takes => {
+                match eval {
+                    false => cmd.arg("EVALSHA").arg(script.sha()),
+                    true => cmd.arg("EVAL").arg(script.body),
+                };
+                step::command(q.key, |n, keys, argv| {
+                    cmd.arg(n);
+                    for part in keys.iter().chain(argv) {
+                        cmd.arg(*part);
+                    }
+                });
+            }
             Some(script) => {
                 match eval {
                     false => cmd.arg("EVALSHA").arg(script.sha()),
@@ -581,7 +601,13 @@ async fn pipeline(
     }
 }
 
+/// The op's answers, or the error its script raised.
+fn outcomes(q: &Query<'_>, answer: Value) -> Result<Answers> {
+    reply::outcomes(q.op, q.key, read(&answer))
+}
+
 /// The op's answer, or the error its script raised.
+#[cfg(test)]
 fn outcome(op: Op, answer: Value) -> Result<Values> {
     reply::outcome(op, read(&answer))
 }

@@ -27,7 +27,7 @@ const KEPT_PAST_END_US: u64 = US_PER_MS - 1;
 /// Which algorithm a row belongs to (the `kind` column).
 pub fn kind(op: Op, args: &Args) -> u8 {
     match op {
-        Op::Hit | Op::Consume | Op::Refund | Op::Ping => 0,
+        Op::Hit | Op::Consume | Op::Refund | Op::Ping | Op::Takes => 0,
         Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => 1,
         Op::Bucket => 2,
         Op::Unlink => args[0].clamp(0, 2) as u8,
@@ -193,6 +193,12 @@ pub fn apply(op: Op, a: &Args, stored: Option<Row>, now: u64) -> Result<(Answer,
             (Answer::new(&values), write)
         }
         Op::Ping => (Answer::new(&[1]), Write::Keep),
+        // A step is not one op (`Op::check` refuses it).
+        Op::Takes => {
+            return Err(crate::errors::Error::InvalidRange(
+                "several takes go as one step, not as one op",
+            ))
+        }
         Op::Unlink => (Answer::new(&[i64::from(stored.is_some())]), Write::Drop),
     })
 }
