@@ -872,9 +872,10 @@ export interface LimitResult<Tier extends string = string> {
   readonly fallback?: true;
   /**
    * On a limiter with a concurrency limit: gives the request's lease back (call it when the request
-   * ends; a second call, or one on an answer that holds no lease, does nothing).
+   * ends). A second call, or one on an answer that holds no lease (a refusal, a limiter without a
+   * concurrency limit), does nothing, so a handler can always call it.
    */
-  readonly release?: () => Promise<void>;
+  readonly release: () => Promise<void>;
 }
 
 /** A limiter's figures since its creation. */

@@ -110,3 +110,20 @@ describe('a concurrency limit at creation', () => {
     ).toThrow(TypeError);
   });
 });
+
+describe('answer.release()', () => {
+  it('is on every answer, and does nothing where no lease is held', async () => {
+    const store = memoryStore();
+    const plain = createLimiter({ store, limit: 1, windowMs: 60_000 });
+    const k = randomUUID();
+    const allowed = await plain.check(k);
+    const refused = await plain.check(k);
+    for (const answer of [allowed, refused]) {
+      expect(typeof answer.release).toBe('function');
+      await expect(answer.release()).resolves.toBeUndefined();
+    }
+    // Nothing was given back: the window still holds its one request.
+    expect((await plain.check(k)).allowed).toBe(false);
+    expect((await store.hit(k, 60_000, 0)).count).toBe(1);
+  });
+});

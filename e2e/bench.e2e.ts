@@ -50,6 +50,10 @@ describe.each([
         /^PostgreSQL, 256 in flight:/,
         /^PostgreSQL, 256 in flight on one hot key/,
         /^PostgreSQL, paced/,
+        /^MariaDB .*, 1 in flight/,
+        /^MariaDB .*, 16 in flight/,
+        /^MariaDB .*, 256 in flight:/,
+        /^MariaDB .*, 256 in flight on one hot key/,
       ].map((title) => expect.stringMatching(title)),
     );
     for (const store of [

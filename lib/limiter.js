@@ -974,11 +974,10 @@ function createLimiter(options) {
     };
     if (tier !== undefined) answer.tier = tier;
     if (error !== undefined) answer.error = error;
-    if (set.lease !== undefined) {
-      // The request's end gives its lease back (once; a refused request holds none).
-      const lease = taken.get(set.lease);
-      answer.release = allowed && lease?.release !== undefined ? lease.release : releasedAlready;
-    }
+    // The request's end gives its lease back (once; a refused request, or a limiter with no concurrency
+    // limit, holds none: its release() does nothing, so a handler can always call it).
+    const lease = set.lease === undefined ? undefined : taken.get(set.lease);
+    answer.release = allowed && lease?.release !== undefined ? lease.release : releasedAlready;
     if (!allowed) {
       // The wait before the same request could pass, in ms, for wait(): the longest refusal's.
       let wait = 0;
