@@ -5,7 +5,8 @@
 //
 // A run: the seeds of differential-seeds.json (every seed that ever diverged), then DIFF_SEEDS new
 // ones (default 12) from DIFF_SEED (default: the time), DIFF_STEPS steps each (default 40); with
-// DIFF_DURATION_S, new seeds until that many seconds have passed (`npm run soak`). Each step is one
+// DIFF_DURATION_S, new seeds until that many seconds have passed (`npm run soak`); DIFF_STORES (names, or
+// their beginnings, comma-separated) runs only those stores. Each step is one
 // call, a parallel group of 2-4, a sleep or a wait for a window edge; a run of 12 seeds makes about
 // 3,000 calls on the seven stores (the closing line counts them) and takes 20-50 s. A divergence prints
 // its seed, the store, the call, what the store answered and what the model allowed, and a reproduction shrunk by
@@ -169,6 +170,11 @@ beforeAll(async () => {
       flushScripts: async () => {},
     },
   ];
+  // DIFF_STORES=mysqlStore,postgresStore runs only the stores whose names start with one of those.
+  const only = process.env.DIFF_STORES?.split(',').filter((name) => name !== '');
+  if (only !== undefined && only.length > 0) {
+    targets = targets.filter((t) => only.some((name) => t.traits.name.startsWith(name)));
+  }
   // A script's first use on a server retries after NOSCRIPT, which today reorders the calls behind
   // it (KNOWN.callOrder): load every script once first, so that only the flushScripts steps meet it.
   if (known.callOrder) {

@@ -8,7 +8,9 @@
 //! calls on one key apply in the order they were made, one batch at a time,
 //! and a key held by another session holds back only the batch that has
 //! it. `resetAll()` goes alone, once no batch is on its way, and the calls
-//! made after it wait for it.
+//! made after it wait until it has answered: while it is on its way no
+//! other batch is taken (another connection would otherwise run them
+//! before its DELETEs, and they would count in a table it then empties).
 //!
 //! A statement that fails stops the query: that call gets the error, and the
 //! calls after it in the batch, which did not run, go back to the front of
@@ -59,6 +61,8 @@ pub struct Queue {
     busy: HashMap<Vec<u8>, usize>,
     /// Batches on their way.
     flushing: usize,
+    /// A resetAll is on its way: nothing else is taken until it answers.
+    alone: bool,
     /// The connections no batch uses.
     free: Vec<usize>,
     next_id: u64,
@@ -70,6 +74,7 @@ impl Queue {
             waiting: VecDeque::new(),
             busy: HashMap::new(),
             flushing: 0,
+            alone: false,
             free: (0..connections).rev().collect(),
             next_id: 0,
         }
@@ -80,6 +85,9 @@ impl Queue {
     /// its way (nothing after it is taken before it).
     fn take(&mut self) -> Vec<Pending> {
         let mut batch = Vec::new();
+        if self.alone {
+            return batch;
+        }
         let mut at = 0;
         while at < self.waiting.len() && batch.len() < MAX_BATCH {
             let p = &self.waiting[at];
@@ -90,6 +98,7 @@ impl Queue {
             if let Work::ResetAll = p.work {
                 if at == 0 && batch.is_empty() && self.flushing == 0 {
                     batch.extend(self.waiting.pop_front());
+                    self.alone = true;
                 }
                 break;
             }
@@ -111,7 +120,9 @@ impl Queue {
         batch
     }
 
+    /// A batch has answered: its keys are free, and so is the queue after a resetAll.
     fn release(&mut self, rows: &[Vec<u8>]) {
+        self.alone = false;
         for row in rows {
             if let Some(n) = self.busy.get_mut(row) {
                 *n -= 1;
@@ -645,6 +656,12 @@ mod tests {
         q.flushing = 0;
         q.release(&[schema::row_key("a")]);
         assert_eq!(q.take().iter().map(|p| p.id).collect::<Vec<_>>(), [1]);
-        assert_eq!(q.take().iter().map(|p| p.id).collect::<Vec<_>>(), [2]);
+        let _c = pending(&mut q, 3, Some("a"), false);
+        assert!(
+            q.take().is_empty(),
+            "nothing goes out on another connection while resetAll is on its way"
+        );
+        q.release(&[]);
+        assert_eq!(q.take().iter().map(|p| p.id).collect::<Vec<_>>(), [2, 3]);
     }
 }
