@@ -736,6 +736,15 @@ interface LimiterCommonOptions {
    */
   failOpen?: boolean;
   /**
+   * Keep a check's counters under the key as a Redis hash tag, `{key}` (`{key}:burst`, `{key}:daily`),
+   * so that in a Redis Cluster every limit's key of a check lies in one slot and the check's limits are
+   * one atomic step there as on the other stores. Default false: counters under `key` (a Cluster then
+   * takes several limits one by one, given back when one refuses, unless the key holds a tag of its own).
+   * Turning it on changes where counters live: counters kept under the plain key are not read, so each
+   * key starts afresh once.
+   */
+  hashTag?: boolean;
+  /**
    * Refusals kept in this process: once a limit refuses a key, checks of that key that the refusal
    * proves refused (see {@link BlockCacheOptions}) are refused with no store call until the time it
    * named, answering `cached: true`. Default: on (`maxKeys` 10,000) when `store.shared` is true, off

@@ -205,4 +205,33 @@ describe('several limits as one step in a Redis Cluster', () => {
     }).check(untagged);
     expect(loose.allowed).toBe(true);
   });
+
+  it('hashTag: true derives the tag from the key: burst 7 and daily 20 on a plain key are one step', async () => {
+    const store = redisStore({ url: cluster.url, cluster: true, prefix: 'atomic:', timeoutMs: 5_000 });
+    stores.push(store);
+    const limits = [
+      { name: 'burst', limit: 7, windowMs: 600_000 },
+      { name: 'daily', limit: 20, windowMs: DAY },
+    ];
+    const both = createLimiter({ store, hashTag: true, limits });
+    // A second limiter on the daily counter alone: its key is the one hashTag gives the daily limit.
+    const daily = createLimiter({ store, limit: 20, windowMs: DAY });
+    const k = `user:${randomUUID()}`;
+    const checks = [];
+    for (let i = 0; i < 40; i++) {
+      checks.push(both.check(k).then((a) => ['both', a.allowed] as const));
+      checks.push(daily.check(`{${k}}:daily`).then((a) => ['daily', a.allowed] as const));
+    }
+    const answers = await Promise.all(checks);
+    const allowed = (who: string) => answers.filter(([w, ok]) => w === who && ok).length;
+    expect(allowed('both')).toBe(7);
+    expect(allowed('both') + allowed('daily')).toBe(20);
+    // The counters are where hashTag puts them, in one slot: the plain layout holds nothing.
+    expect((await store.hit(`{${k}}:burst`, 600_000, 0)).count).toBe(7);
+    expect((await store.hit(`${k}:burst`, 600_000, 0)).count).toBe(0);
+    // reset(key) clears the tagged layout.
+    await both.reset(k);
+    expect((await store.hit(`{${k}}:burst`, 600_000, 0)).count).toBe(0);
+    expect((await both.check(k)).allowed).toBe(true);
+  });
 });

@@ -25,7 +25,7 @@ const BUCKET_OPTIONS = ['algorithm', 'name', 'capacity', 'refill', 'intervalMs']
 const LEASE_OPTIONS = ['algorithm', 'name', 'limit', 'leaseMs'];
 /** The most leases a concurrency limit holds at once (each is a counter of its own). */
 const MAX_LEASES = 256;
-const COMMON_OPTIONS = ['store', 'headers', 'failOpen', 'blockCache', 'fallback', 'onError'];
+const COMMON_OPTIONS = ['store', 'headers', 'failOpen', 'blockCache', 'fallback', 'onError', 'hashTag'];
 /** Policy names: sf-string characters (no quote, no backslash), and short. */
 const NAME = /^[\x20\x21\x23-\x5b\x5d-\x7e]{1,64}$/;
 
@@ -530,6 +530,7 @@ function createLimiter(options) {
     blockCache,
     fallback,
     onError,
+    hashTag = false,
     limits,
     tiers,
     ...single
@@ -539,6 +540,14 @@ function createLimiter(options) {
   }
   checkOption('createLimiter', 'failOpen', failOpen, 'boolean');
   checkOption('createLimiter', 'onError', onError, 'function');
+  checkOption('createLimiter', 'hashTag', hashTag, 'boolean');
+  /**
+   * The key a check's counters are kept under: the key itself, or with `hashTag`, the key as a Redis
+   * hash tag (`{key}`), so that every limit's key of a check (`{key}:burst`, `{key}:daily`) lies in one
+   * slot of a Redis Cluster and its limits can be one step there.
+   */
+  const storeKeyOf = hashTag ? (key) => `{${key}}` : (key) => key;
+  const tagLength = hashTag ? 2 : 0;
   if (headers !== false && typeof headers !== 'string') {
     throw typeError(`createLimiter(options): headers must be a string or false, got ${typeof headers}`);
   }
@@ -666,10 +675,10 @@ function createLimiter(options) {
     }
     const set = sets.get(tier);
     // Checked here, so that no store call is made and failOpen does not let a key over the bound through.
-    if (key.length + set.longestSuffix > MAX_KEY_LENGTH) {
+    if (key.length + tagLength + set.longestSuffix > MAX_KEY_LENGTH) {
       throw rangeError(
         `check(key): key is ${key.length} UTF-16 units long; with the limits' suffixes at most ` +
-          `${MAX_KEY_LENGTH - set.longestSuffix} are accepted`,
+          `${MAX_KEY_LENGTH - tagLength - set.longestSuffix} are accepted`,
       );
     }
     const info = { cost, tier, context: how !== null && typeof how === 'object' ? how.context : undefined };
@@ -685,6 +694,7 @@ function createLimiter(options) {
       return rejection(error);
     }
     const { set, cost, tier } = asked;
+    key = storeKeyOf(key);
     // A limit asked per request may differ from the one a cached refusal proved: those go to the store.
     if (cache !== undefined && !set.perRequest) {
       const refusal = cache.refusing(set, key, cost, performance.now());
@@ -1016,7 +1026,7 @@ function createLimiter(options) {
       error.code = 'ERR_UNSUPPORTED';
       throw error;
     }
-    const keys = storeKeys(key);
+    const keys = storeKeys(storeKeyOf(key));
     const stores = backup === undefined ? [store] : [store, backup.store];
     const calls = [];
     for (const s of stores) {
@@ -1091,7 +1101,7 @@ function createLimiter(options) {
         error.sent = false;
         throw error;
       }
-      await sleepOrWake(key, Math.min(RETRY_MS.get(answer) ?? 1_000, Math.ceil(left)));
+      await sleepOrWake(storeKeyOf(key), Math.min(RETRY_MS.get(answer) ?? 1_000, Math.ceil(left)));
     }
   }
 

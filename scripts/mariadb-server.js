@@ -8,11 +8,14 @@
 const { execFile, spawn } = require('node:child_process');
 const { existsSync, mkdtempSync, readFileSync, rmSync } = require('node:fs');
 const { tmpdir } = require('node:os');
-const { join } = require('node:path');
+const { delimiter, join } = require('node:path');
 const { freePort } = require('./free-port.js');
 
 // Debian puts mariadbd in /usr/sbin, off a user's PATH; elsewhere it is looked up on PATH.
-const MARIADBD = ['/usr/sbin/mariadbd', '/usr/local/sbin/mariadbd', '/sbin/mariadbd'].find(existsSync) ?? 'mariadbd';
+const MARIADBD =
+  ['/usr/sbin', '/usr/local/sbin', '/sbin', ...(process.env.PATH ?? '').split(delimiter).filter(Boolean)]
+    .map((dir) => join(dir, 'mariadbd'))
+    .find(existsSync) ?? '/usr/sbin/mariadbd';
 const PASSWORD = 'my-pw-marker-9b2e';
 const USER = 'ratestore';
 const DATABASE = 'ratestore';

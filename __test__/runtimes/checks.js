@@ -1,7 +1,7 @@
 'use strict';
 // The runtime suite's checks, in plain node:assert: run by run.js under Node.js 22 and 26, Bun and
 // Deno (and by scripts/test-linux.js with the arm64 and musl binaries), with the targets to check in
-// RATESTORE_TARGETS (JSON: [{ name, url, token?, ca?, cluster?, postgres? }]). A child process runs
+// RATESTORE_TARGETS (JSON: [{ name, url, token?, ca?, cluster?, postgres?, mysql?, sqlite? }]). A child process runs
 // behind RATESTORE_CHILD_PREFIX (JSON: an emulator's command and arguments, or []). Exits 0 when
 // every check passed; any failure, abort or crash is seen by run.js.
 

@@ -1,6 +1,6 @@
 'use strict';
 // The runtime suite (`npm run test:runtimes`): starts its own redis-servers (one over TCP, TLS and a
-// Unix socket, a cluster, a REST endpoint, a sentinel) and a PostgreSQL, and runs checks.js under each
+// Unix socket, a cluster, a REST endpoint, a sentinel), a PostgreSQL, a MariaDB and a SQLite file, and runs checks.js under each
 // runtime the runtimes package installs, checking each one's exit code and signal: an abort or a
 // segfault fails it. `node __test__/runtimes/run.js node22 bun` runs only those. scripts/test-linux.js
 // runs the same checks with the arm64 and musl binaries (startTargets and runChecks below).
@@ -12,6 +12,7 @@ const { join } = require('node:path');
 const { freePort } = require('../../scripts/free-port.js');
 const { startCluster } = require('../../scripts/redis-cluster.js');
 const { startPostgres } = require('../../scripts/postgres-server.js');
+const { startMariadb } = require('../../scripts/mariadb-server.js');
 const { startRest } = require('../../scripts/rest-endpoint.js');
 const { runtimes } = require('../../scripts/runtimes.js');
 
@@ -98,6 +99,7 @@ async function startTargets() {
   await waitFor(['-p', String(sentinelPort)]);
   const cluster = await startCluster();
   const postgres = await startPostgres();
+  const mariadb = await startMariadb();
   const rest = await startRest({ redisPort: port, token: 'runtime-suite-token' });
   const targets = [
     { name: 'tcp', url: `redis://127.0.0.1:${port}` },
@@ -107,11 +109,15 @@ async function startTargets() {
     { name: 'rest', url: rest.url, token: rest.token },
     { name: 'sentinel', url: `redis+sentinel://127.0.0.1:${sentinelPort}/m` },
     { name: 'postgres', url: postgres.url, postgres: true },
+    { name: 'mysql', url: mariadb.url, mysql: true },
+    // One file for the whole suite: the worker threads and the idle child open it as processes on one host do.
+    { name: 'sqlite', url: join(dir, 'runtime-suite.sqlite3'), sqlite: true },
   ];
   const stop = async () => {
     await cluster.stop();
     await rest.stop();
     await postgres.stop();
+    await mariadb.stop();
     for (const child of children) child.kill('SIGKILL');
     rmSync(dir, { recursive: true, force: true });
   };
