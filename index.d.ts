@@ -1037,8 +1037,9 @@ export interface ClientIpOptions {
  * The client's IP address as a key: the socket's peer, the entry of `x-forwarded-for` (or `Forwarded`)
  * that the trusted proxies wrote, counted from the right, or the named platform's header, so that a
  * client cannot choose its own key by sending a header. An IPv6 address answers its /56 (see
- * {@link ClientIpOptions.ipv6Subnet}); an IPv4-mapped or dotted IPv4-compatible IPv6 address answers the
- * IPv4 address it holds; ports and brackets are stripped. `undefined` when there is no address to trust
+ * {@link ClientIpOptions.ipv6Subnet}); an IPv4-mapped or dotted IPv4-compatible IPv6 address, and one of
+ * NAT64's well-known prefix, 6to4 or Teredo, answers the IPv4 address it holds; ports and brackets are
+ * stripped. `undefined` when there is no address to trust
  * (or the entry is not an IP address).
  */
 export declare function clientIp(request: RequestLike | HeadersLike, options?: ClientIpOptions): string | undefined;

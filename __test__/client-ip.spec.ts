@@ -114,6 +114,23 @@ describe('clientIp and IPv6 clients', () => {
     expect(ip('::1')).toBe('::/56');
   });
 
+  it('answers the IPv4 client a NAT64, 6to4 or Teredo address carries, whatever the prefix asked', () => {
+    for (const subnet of [56, 64, false] as const) {
+      // NAT64's well-known prefix: the IPv4 address in the last 32 bits.
+      expect(ip('64:ff9b::c633:6407', { ipv6Subnet: subnet })).toBe('198.51.100.7');
+      expect(ip('64:ff9b::198.51.100.7', { ipv6Subnet: subnet })).toBe('198.51.100.7');
+      // 6to4: every /56 of the site's /48 is one client, its IPv4 address.
+      expect(ip('2002:c633:6407:1::1', { ipv6Subnet: subnet })).toBe('198.51.100.7');
+      expect(ip('2002:c633:6407:ff00:1:2:3:4', { ipv6Subnet: subnet })).toBe('198.51.100.7');
+      // Teredo (RFC 4380): the client's address inverted in the last 32 bits, whatever server and port.
+      expect(ip('2001:0:4136:e378:8000:63bf:39cc:9bf8', { ipv6Subnet: subnet })).toBe('198.51.100.7');
+      expect(ip('2001:0:4136:e378:8000:1234:39cc:9bf8', { ipv6Subnet: subnet })).toBe('198.51.100.7');
+    }
+    // Other addresses near those prefixes are IPv6's own.
+    expect(ip('64:ff9b:1::1')).toBe('64:ff9b:1::/56');
+    expect(ip('2001:db8::1')).toBe('2001:db8::/56');
+  });
+
   it('answers what express-rate-limit 8 keys an address by (its ipKeyGenerator), for every prefix it takes', async () => {
     const { ipKeyGenerator } = await import('express-rate-limit');
     const addresses = [

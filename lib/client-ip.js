@@ -120,9 +120,28 @@ function strip(entry) {
   return address;
 }
 
+/**
+ * The IPv4 client an IPv6 address carries in a transition form, or undefined: NAT64's well-known prefix
+ * (64:ff9b::/96, the IPv4 address in the last 32 bits), 6to4 (2002::/16, in the next 32 bits: a 6to4
+ * site gets a /48 per IPv4 address, 256 of the /56s a client is keyed by) and Teredo (2001:0::/32, the
+ * client's public address inverted in the last 32 bits; a Teredo server's many clients share its /56).
+ * Such a client is keyed by its IPv4 address, as it would be reaching the app over IPv4.
+ */
+function tunnelled4(w) {
+  const bytes = (hi, lo) => [hi >> 8, hi & 0xff, lo >> 8, lo & 0xff];
+  if (w[0] === 0x64 && w[1] === 0xff9b && w[2] === 0 && w[3] === 0 && w[4] === 0 && w[5] === 0) {
+    return bytes(w[6], w[7]);
+  }
+  if (w[0] === 0x2002) return bytes(w[1], w[2]);
+  if (w[0] === 0x2001 && w[1] === 0) return bytes(w[6] ^ 0xffff, w[7] ^ 0xffff);
+  return undefined;
+}
+
 /** The key form of an address: IPv4 dotted, IPv6 in RFC 5952's form or its subnet's (`2001:db8:ab00::/56`). */
 function keyOf(parsed, subnet) {
   if (parsed.v4 !== undefined) return parsed.v4.join('.');
+  const v4 = tunnelled4(parsed.v6);
+  if (v4 !== undefined) return v4.join('.');
   if (subnet === false) return format6(parsed.v6);
   return `${format6(mask6(parsed.v6, subnet))}/${subnet}`;
 }
