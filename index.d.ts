@@ -38,6 +38,8 @@ export type RatestoreErrorCode =
   | 'ERR_CONNECTION'
   | 'ERR_AUTH'
   | 'ERR_REDIS'
+  | 'ERR_POSTGRES'
+  | 'ERR_MYSQL'
   | 'ERR_SQLITE'
   | 'ERR_CLOSED'
   | 'ERR_NOT_INITIALIZED'

@@ -153,6 +153,7 @@ const ERROR_CODES = new Set([
   'ERR_AUTH',
   'ERR_REDIS',
   'ERR_POSTGRES',
+  'ERR_MYSQL',
   'ERR_SQLITE',
   'ERR_CLOSED',
   'ERR_NOT_INITIALIZED',
