@@ -43,3 +43,51 @@ fn well_formed(value: JsString, what: &'static str) -> std::result::Result<Strin
         .and_then(|units| units.as_str())
         .map_err(|_| CoreError::InvalidType(what))
 }
+
+/// Numbers per take of a step sent to a threaded store: its id, op, four
+/// numbers and its key's length in UTF-16 units.
+const TAKE_NUMBERS: usize = 7;
+
+/// One take of a step as sent: its id, op, numbers and key.
+type SentTake<'u> = (u32, crate::ops::Op, crate::ops::Args, &'u [u16]);
+
+/// A step's takes from their numbers and their keys (one after another):
+/// `(id, op, args, key units)` each, every op's numbers checked. The takes
+/// themselves (how many, which ops) are checked by the store.
+fn step_takes<'u>(
+    numbers: &[f64],
+    units: &'u [u16],
+) -> std::result::Result<Vec<SentTake<'u>>, CoreError> {
+    if !numbers.len().is_multiple_of(TAKE_NUMBERS) {
+        return Err(CoreError::Internal("a step's numbers are not whole takes"));
+    }
+    let mut from = 0;
+    let mut takes = Vec::with_capacity(numbers.len() / TAKE_NUMBERS);
+    for n in numbers.chunks_exact(TAKE_NUMBERS) {
+        let id = n[0];
+        if !(id >= 0.0 && id <= f64::from(u32::MAX) && id.fract() == 0.0) {
+            return Err(CoreError::Internal("a take's id is not an id"));
+        }
+        let op = crate::ops::Op::from_code(n[1]).ok_or(CoreError::InvalidRange(
+            "a step's take must be a consume or a token bucket",
+        ))?;
+        let args = op.check([n[2], n[3], n[4], n[5]])?;
+        let len = n[6];
+        if !(len >= 0.0 && len.fract() == 0.0) {
+            return Err(CoreError::Internal("a take's key length is not a length"));
+        }
+        let key = units
+            .get(from..from + len as usize)
+            .ok_or(CoreError::Internal(
+                "the step's keys are not as long as told",
+            ))?;
+        from += len as usize;
+        takes.push((id as u32, op, args, key));
+    }
+    if from != units.len() {
+        return Err(CoreError::Internal(
+            "the step's keys are not as long as told",
+        ));
+    }
+    Ok(takes)
+}
