@@ -91,3 +91,62 @@ fn step_takes<'u>(
     }
     Ok(takes)
 }
+
+/// A step for a store whose keys are UTF-8 text (postgresStore, mysqlStore):
+/// its takes' ids, and each take `(op, args, key)`, checked (1 to 16 takes,
+/// each a consume, a sliding consume or a token bucket; `lone` the error of
+/// a key with a lone surrogate, which would merge keys).
+fn text_step(
+    numbers: &[f64],
+    keys: JsString,
+    lone: &'static str,
+) -> std::result::Result<(Vec<u32>, TextTakes), CoreError> {
+    let units = keys
+        .into_utf16()
+        .map_err(|_| CoreError::InvalidType("keys must be a string"))?;
+    let units = units.as_slice();
+    let units = &units[..units.len().saturating_sub(1)];
+    let sent = step_takes(numbers, units)?;
+    let takes_only = sent.iter().all(|t| {
+        matches!(
+            t.1,
+            crate::ops::Op::Consume | crate::ops::Op::SlidingConsume | crate::ops::Op::Bucket
+        )
+    });
+    if sent.is_empty() || sent.len() > crate::memory::MAX_TAKES || !takes_only {
+        return Err(CoreError::InvalidRange(
+            "a step holds 1 to 16 takes, each a consume or a token bucket",
+        ));
+    }
+    let mut ids = Vec::with_capacity(sent.len());
+    let mut takes = Vec::with_capacity(sent.len());
+    for (id, op, args, key) in sent {
+        let key = String::from_utf16(key).map_err(|_| CoreError::InvalidType(lone))?;
+        ids.push(id);
+        takes.push((op, args, key));
+    }
+    Ok((ids, takes))
+}
+
+/// A step's takes with text keys.
+type TextTakes = Vec<(crate::ops::Op, crate::ops::Args, String)>;
+
+/// Each take's completion of a step that answered `result`.
+fn step_completions(
+    ids: &[u32],
+    result: &std::result::Result<Vec<crate::ops::Answer>, CoreError>,
+) -> Vec<crate::delivery::Completion> {
+    ids.iter()
+        .enumerate()
+        .map(|(i, &id)| crate::delivery::Completion {
+            id,
+            result: match result {
+                Ok(answers) => answers
+                    .get(i)
+                    .copied()
+                    .ok_or(CoreError::Internal("a step answered too few takes")),
+                Err(e) => Err(e.clone()),
+            },
+        })
+        .collect()
+}

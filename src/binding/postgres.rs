@@ -210,34 +210,11 @@ impl PostgresNative {
     #[napi]
     pub fn takes(&self, env: &Env, numbers: Vec<f64>, keys: JsString) -> Result<()> {
         let started = (|| {
-            let units = keys
-                .into_utf16()
-                .map_err(|_| CoreError::InvalidType("keys must be a string"))?;
-            let units = units.as_slice();
-            let units = &units[..units.len().saturating_sub(1)];
-            let sent = super::step_takes(&numbers, units)?;
-            if sent.is_empty()
-                || sent.len() > crate::memory::MAX_TAKES
-                || !sent
-                    .iter()
-                    .all(|t| matches!(t.1, Op::Consume | Op::SlidingConsume | Op::Bucket))
-            {
-                return Err(CoreError::InvalidRange(
-                    "a step holds 1 to 16 takes, each a consume or a token bucket",
-                ));
-            }
-            let mut ids = Vec::with_capacity(sent.len());
-            let mut takes = Vec::with_capacity(sent.len());
-            for (id, op, args, key) in sent {
-                // Text columns hold UTF-8 only: a lone surrogate would merge keys.
-                let key = String::from_utf16(key).map_err(|_| {
-                    CoreError::InvalidType(
-                        "postgresStore: a key with a lone surrogate can't be stored",
-                    )
-                })?;
-                ids.push(id);
-                takes.push((op, args, key));
-            }
+            let (ids, takes) = super::text_step(
+                &numbers,
+                keys,
+                "postgresStore: a key with a lone surrogate can't be stored",
+            )?;
             Ok::<_, CoreError>((self.ready()?, runtime::handle()?, ids, takes))
         })();
         let (store, handle, ids, takes) = started.map_err(|e| throw_core(env, e))?;
@@ -247,18 +224,7 @@ impl PostgresNative {
                 .catch_unwind()
                 .await
                 .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
-            delivery.push_all(ids.iter().enumerate().map(|(i, &id)| {
-                Completion {
-                    id,
-                    result: match &result {
-                        Ok(answers) => answers
-                            .get(i)
-                            .copied()
-                            .ok_or(CoreError::Internal("a step answered too few takes")),
-                        Err(e) => Err(e.clone()),
-                    },
-                }
-            }));
+            delivery.push_all(super::step_completions(&ids, &result));
         });
         Ok(())
     }
