@@ -69,7 +69,42 @@ class InFlight {
     this.#freeSlots.push(slot);
   }
 
-  /** The promise of the call of `op` just sent under `slot`; for a step, `takes` are its takes' ops. */
+  /** `n` distinct slots, for a step's takes; `free` each if the step could not be sent. */
+  slots(n) {
+    const slots = [];
+    let next = this.#resolvers.length;
+    for (let i = 0; i < n; i++) slots.push(this.#freeSlots.length > 0 ? this.#freeSlots.pop() : next++);
+    return slots;
+  }
+
+  /**
+   * The promise of a step just sent, each take under its slot (`slots[i]`, its op `ops[i]`): `{ allowed,
+   * answers }` once every take has settled, allowed when every take allowed. A failed step (its takes
+   * all fail together) rejects once, its error counted once.
+   */
+  trackStep(slots, ops) {
+    const answers = new Array(slots.length);
+    let left = slots.length;
+    let failed = false;
+    return new Promise((resolve, reject) => {
+      slots.forEach((slot, i) => {
+        this.track(slot, ops[i]);
+        this.#resolvers[slot] = (answer) => {
+          answers[i] = answer;
+          if (--left === 0 && !failed) resolve({ allowed: answers.every((a) => a.allowed), answers });
+        };
+        const rejectTake = (error) => {
+          if (failed) return;
+          failed = true;
+          reject(this.#failures.failed(error));
+        };
+        rejectTake.uncounted = true;
+        this.#rejecters[slot] = rejectTake;
+      });
+    });
+  }
+
+  /** The promise of the call of `op` just sent under `slot`; for a Redis step, `takes` are its takes' ops. */
   track(slot, op, takes) {
     this.#count++;
     if (!this.#held) {
@@ -130,7 +165,9 @@ class InFlight {
     }
     if (errors !== undefined) {
       for (let i = 0; i < errors.length; i += 2) {
-        this.#take(this.#rejecters, errors[i])(this.#failures.failed(errors[i + 1]));
+        const reject = this.#take(this.#rejecters, errors[i]);
+        // A step's take counts its step's error once (see trackStep).
+        reject(reject.uncounted === true ? errors[i + 1] : this.#failures.failed(errors[i + 1]));
       }
     }
     if (events !== undefined) for (const event of events) this.#failures.tell(event);
@@ -146,4 +183,29 @@ class InFlight {
   }
 }
 
-module.exports = { InFlight };
+/**
+ * Sends a step (its takes checked) through `send(numbers, keys)`, the native store's `takes`: seven
+ * numbers per take (its slot, op, a, b, c, d and its key's length), the keys one after another.
+ * Answers the step's promise (see trackStep); a step that could not be sent rejects, counted.
+ */
+function sendStep(inFlight, failures, send, takes) {
+  const slots = inFlight.slots(takes.length);
+  const numbers = [];
+  let keys = '';
+  takes.forEach((take, i) => {
+    numbers.push(slots[i], take.op, take.a, take.b, take.c, take.d, take.key.length);
+    keys += take.key;
+  });
+  try {
+    send(numbers, keys);
+  } catch (error) {
+    for (const slot of slots) inFlight.free(slot);
+    return Promise.reject(failures.failed(error));
+  }
+  return inFlight.trackStep(
+    slots,
+    takes.map((take) => take.op),
+  );
+}
+
+module.exports = { InFlight, sendStep };

@@ -15,7 +15,7 @@ const {
 } = require('./check.js');
 const { Failures } = require('./stats.js');
 
-const { Operations, decode, WATCHERS, TAKES, OP, MAX_TAKES } = require('./ops.js');
+const { Operations, decode, WATCHERS, TAKES, checkTakes, toldStep } = require('./ops.js');
 const { told } = require('./watch.js');
 
 const DEFAULT_MAX_KEYS = 1_000_000;
@@ -159,18 +159,9 @@ class MemoryStore extends Operations {
    * own call would be.
    */
   [TAKES](takes) {
-    if (!(takes.length >= 1 && takes.length <= MAX_TAKES)) {
-      return rejection(new RangeError(`ratestore: a step holds 1 to ${MAX_TAKES} takes`));
-    }
-    const run = () => this.#takesChecked(takes);
-    if (this[WATCHERS] === undefined) return run();
-    return takes.reduce((call, take) => {
-      if (take.op === OP.slidingConsume) return () => told(this, 'sliding-params', take.key, take.a, call);
-      if (take.op === OP.tokenBucket) {
-        return () => told(this, 'bucket-params', take.key, `${take.a}/${take.b}/${take.c}`, call);
-      }
-      return call;
-    }, run)();
+    const error = checkTakes(takes);
+    if (error) return rejection(error);
+    return toldStep(this, takes, () => this.#takesChecked(takes));
   }
 
   #takesChecked(takes) {

@@ -12,8 +12,8 @@ const {
   rangeError,
   rejection,
 } = require('./check.js');
-const { ServerOperations, WATCHERS } = require('./ops.js');
-const { InFlight } = require('./in-flight.js');
+const { ServerOperations, WATCHERS, TAKES, checkTakes, toldStep } = require('./ops.js');
+const { InFlight, sendStep } = require('./in-flight.js');
 const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
@@ -146,6 +146,23 @@ class MysqlStore extends ServerOperations {
       return rejection(this.#failures.failed(error));
     }
     return inFlight.track(slot, op);
+  }
+
+  /**
+   * Several takes as one step (see ops.js's TAKES): made all, or none, in one transaction of their
+   * own, their rows locked by table, then key.
+   */
+  [TAKES](takes) {
+    const error = checkTakes(takes);
+    if (error) return rejection(error);
+    return toldStep(this, takes, () => {
+      this.#calls += takes.length;
+      const send = (numbers, keys) => {
+        this.#open();
+        this.#native.takes(numbers, keys);
+      };
+      return sendStep(this.#inFlight, this.#failures, send, takes);
+    });
   }
 
   /** Refuses later calls (ERR_CLOSED) and ends the connections; resolves once the calls in flight have settled. */

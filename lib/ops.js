@@ -36,6 +36,47 @@ const MAX_TAKES = 16;
 /** Where a store keeps its `slidingWindow` view. */
 const SLIDING = Symbol('ratestore.slidingWindow');
 
+/** The ops a step's take may be. */
+const TAKE_OPS = [OP.consume, OP.slidingConsume, OP.tokenBucket];
+
+/**
+ * The error of a step's `takes` that cannot be one (not 1 to MAX_TAKES takes, a take that is not a
+ * consume, sliding consume or token bucket, or a bad key), or undefined. Each take's numbers are
+ * checked by the native side, which refuses the whole step.
+ */
+function checkTakes(takes) {
+  if (!Array.isArray(takes)) return typeError(`ratestore: a step's takes must be an array, got ${typeName(takes)}`);
+  if (!(takes.length >= 1 && takes.length <= MAX_TAKES)) {
+    return rangeError(`ratestore: a step holds 1 to ${MAX_TAKES} takes`);
+  }
+  for (const take of takes) {
+    if (take === null || typeof take !== 'object') {
+      return typeError(`ratestore: a step's take must be an object, got ${typeName(take)}`);
+    }
+    if (!TAKE_OPS.includes(take.op)) {
+      return rangeError("ratestore: a step's take must be a consume, a sliding consume or a token bucket");
+    }
+    const error = checkKey("a step's take", take.key);
+    if (error) return error;
+  }
+  return undefined;
+}
+
+/**
+ * Runs a step (`run()`), telling the block caches watching `store` of each sliding window or bucket
+ * take, as its own call would be told.
+ */
+function toldStep(store, takes, run) {
+  if (store[WATCHERS] === undefined) return run();
+  return takes.reduce((call, take) => {
+    if (take.op === OP.slidingConsume) return () => told(store, 'sliding-params', take.key, take.a, call);
+    if (take.op === OP.tokenBucket) {
+      return () => told(store, 'bucket-params', take.key, `${take.a}/${take.b}/${take.c}`, call);
+    }
+    return call;
+  }, run)();
+}
+
 function checkKey(call, key) {
   if (typeof key !== 'string') return typeError(`${call}: key must be a string, got ${typeName(key)}`);
   if (key.length > MAX_KEY_LENGTH) {
@@ -264,4 +305,4 @@ class ServerOperations extends Operations {
   }
 }
 
-module.exports = { OP, Operations, ServerOperations, decode, WATCHERS, TAKES, MAX_TAKES };
+module.exports = { OP, Operations, ServerOperations, decode, WATCHERS, TAKES, MAX_TAKES, checkTakes, toldStep };

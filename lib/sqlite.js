@@ -6,8 +6,8 @@
 const { resolve } = require('node:path');
 const native = require('./native.js');
 const { checkOptions, checkOption, checkPositiveInteger, rangeError, rejection } = require('./check.js');
-const { ServerOperations, WATCHERS } = require('./ops.js');
-const { InFlight } = require('./in-flight.js');
+const { ServerOperations, WATCHERS, TAKES, checkTakes, toldStep } = require('./ops.js');
+const { InFlight, sendStep } = require('./in-flight.js');
 const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
@@ -113,6 +113,19 @@ class SqliteStore extends ServerOperations {
       return rejection(this.#failures.failed(error));
     }
     return inFlight.track(slot, op);
+  }
+
+  /**
+   * Several takes as one step (see ops.js's TAKES): made all, or none, in one transaction of the
+   * store's thread, each computed on its row as read inside it.
+   */
+  [TAKES](takes) {
+    const error = checkTakes(takes);
+    if (error) return rejection(error);
+    return toldStep(this, takes, () => {
+      this.#calls += takes.length;
+      return sendStep(this.#inFlight, this.#failures, (numbers, keys) => this.#native.takes(numbers, keys), takes);
+    });
   }
 
   /** Refuses later calls (ERR_CLOSED) and closes the file; resolves once the calls in flight have settled. */

@@ -200,6 +200,33 @@ impl MysqlNative {
         Ok(())
     }
 
+    /// Starts a step: its takes made all or none, in one transaction.
+    /// `numbers` holds seven per take (its id, op, four numbers and its
+    /// key's length in UTF-16 units), `keys` their keys one after another;
+    /// each take settles under its id. Throws, starting nothing, if a take
+    /// is not one or the store can't take it.
+    #[napi]
+    pub fn takes(&self, env: &Env, numbers: Vec<f64>, keys: JsString) -> Result<()> {
+        let started = (|| {
+            let (ids, takes) = super::text_step(
+                &numbers,
+                keys,
+                "mysqlStore: a key with a lone surrogate can't be stored",
+            )?;
+            Ok::<_, CoreError>((self.ready()?, runtime::handle()?, ids, takes))
+        })();
+        let (store, handle, ids, takes) = started.map_err(|e| throw_core(env, e))?;
+        let delivery = Arc::clone(&self.delivery);
+        handle.spawn(async move {
+            let result = AssertUnwindSafe(store.step(takes))
+                .catch_unwind()
+                .await
+                .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
+            delivery.push_all(super::step_completions(&ids, &result));
+        });
+        Ok(())
+    }
+
     /// Deletes every counter of the table.
     #[napi]
     pub fn reset_all<'e>(&self, env: &'e Env) -> Result<Object<'e>> {

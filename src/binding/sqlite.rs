@@ -18,7 +18,7 @@ use super::{raw, throw_core};
 use crate::delivery::Delivery;
 use crate::errors::Error as CoreError;
 use crate::ops::Op;
-use crate::sqlite::{Call, Config, Counts, Options, SqliteStore};
+use crate::sqlite::{Call, Config, Counts, Options, SqliteStore, Step};
 
 /// `resetAll()`'s outcome, turned into a JS value on the JS thread.
 struct Outcome(std::result::Result<(), CoreError>);
@@ -178,6 +178,41 @@ impl SqliteNative {
                 key: bytes,
                 deadline: Instant::now() + store.timeout,
             })
+        })();
+        started.map_err(|e| throw_core(env, e))
+    }
+
+    /// Queues a step: its takes made all or none. `numbers` holds seven
+    /// per take (its id, op, four numbers and its key's length in UTF-16
+    /// units), `keys` their keys one after another; each take settles under
+    /// its id. Throws, queuing nothing, if a take is not one or the store
+    /// can't take it.
+    #[napi]
+    pub fn takes(&mut self, env: &Env, numbers: Vec<f64>, keys: JsString) -> Result<()> {
+        let started = (|| {
+            let units = keys
+                .into_utf16()
+                .map_err(|_| CoreError::InvalidType("keys must be a string"))?;
+            let units = units.as_slice();
+            let units = &units[..units.len().saturating_sub(1)];
+            let takes = super::step_takes(&numbers, units)?;
+            let store = self.ready()?;
+            let deadline = Instant::now() + store.timeout;
+            let calls = takes
+                .into_iter()
+                .map(|(id, op, args, key)| {
+                    let mut bytes = Vec::new();
+                    crate::wtf8::extend(&mut bytes, key);
+                    Call {
+                        id,
+                        op,
+                        args,
+                        key: bytes,
+                        deadline,
+                    }
+                })
+                .collect();
+            store.step(Step::new(calls)?)
         })();
         started.map_err(|e| throw_core(env, e))
     }

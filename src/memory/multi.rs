@@ -75,10 +75,22 @@ impl Table {
                 let (ks, n) = keys(t.key, t.op, &t.args);
                 let mut held = [None; 3];
                 for (h, &k) in held.iter_mut().zip(&ks[..n]) {
+                    // A counter an earlier take of the step writes is read as it leaves it.
+                    let written = planned.iter().rev().find_map(|(pks, pn, writes, _)| {
+                        pks[..*pn]
+                            .iter()
+                            .zip(writes)
+                            .rev()
+                            .find_map(|(&pk, w)| match w {
+                                _ if pk != k => None,
+                                Write::Keep => None,
+                                Write::Put(c, _) => Some(Some(*c)),
+                                Write::Drop => Some(None),
+                            })
+                    });
                     // An ended counter the sweeper has not dropped yet counts as none.
-                    *h = shard
-                        .find(k)
-                        .map(|id| shard.get(id))
+                    *h = written
+                        .unwrap_or_else(|| shard.find(k).map(|id| shard.get(id)))
                         .filter(|c| c.reset_ms(*now).is_some());
                 }
                 let (answer, writes) = apply(t.op, &t.args, held, *now)?;
@@ -89,17 +101,22 @@ impl Table {
             if !allowed {
                 return Ok((false, answers));
             }
-            let new: usize = planned
+            // Keys new to their shard, each once (two takes may put the same).
+            let mut new_keys: Vec<KeyHash> = planned
                 .iter()
-                .map(|(ks, n, writes, at)| {
+                .flat_map(|(ks, n, writes, at)| {
                     let shard = &guards[*at].1;
                     ks[..*n]
                         .iter()
                         .zip(writes)
                         .filter(|&(&k, w)| matches!(w, Write::Put(..)) && shard.find(k).is_none())
-                        .count()
+                        .map(|(&k, _)| k)
+                        .collect::<Vec<_>>()
                 })
-                .sum();
+                .collect();
+            new_keys.sort_unstable();
+            new_keys.dedup();
+            let new = new_keys.len();
             if new > 0 && !self.reserve_n(new) {
                 // Release every shard before making room in one, then look again.
                 drop(guards);
@@ -191,6 +208,24 @@ mod tests {
         assert_eq!(answers[1].values[..2], [1, 2]);
         let alone = t.run_takes(&[bucket], || MS).unwrap();
         assert_eq!(alone.1[0].values[..2], [1, 2], "the bucket was still full");
+    }
+
+    #[test]
+    fn a_later_take_on_the_same_key_sees_the_earlier_one() {
+        let t = Table::new(1_000);
+        let a = take(&t, "k", Op::Consume, [60_000.0, 3.0, 2.0, 0.0]);
+        let (allowed, answers) = t.run_takes(&[a, a], || MS).unwrap();
+        assert!(!allowed);
+        assert_eq!((answers[0].values[0], answers[1].values[0]), (1, 0));
+        let b = take(&t, "k", Op::Consume, [60_000.0, 4.0, 2.0, 0.0]);
+        let (allowed, answers) = t.run_takes(&[b, b], || MS).unwrap();
+        assert!(allowed);
+        assert_eq!(answers[1].values[1], 4);
+        let read = take(&t, "k", Op::Consume, [60_000.0, 4.0, 0.0, 0.0]);
+        assert_eq!(
+            t.run(read.key, || MS, read.op, &read.args).unwrap().values[1],
+            4
+        );
     }
 
     #[test]

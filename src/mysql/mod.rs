@@ -21,6 +21,7 @@ use crate::redis::health::{Backoff, Gate};
 mod proto;
 mod queue;
 pub mod schema;
+mod step;
 mod tls;
 
 use proto::{Conn, Failure, Target, TlsUse};

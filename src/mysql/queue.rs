@@ -29,6 +29,7 @@ use std::time::Duration;
 use tokio::sync::oneshot;
 
 use super::proto::{Failure, Reply};
+use super::step::StepWork;
 use super::{schema, timeout_error, with_sent, MyStore};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
@@ -39,8 +40,14 @@ pub const MAX_BATCH: usize = 256;
 
 /// What a call asks of the database.
 pub enum Work {
-    Call { op: Op, args: Args, key: String },
+    Call {
+        op: Op,
+        args: Args,
+        key: String,
+    },
     ResetAll,
+    /// Several takes as one step: one transaction of its own, alone in its batch.
+    Step(Arc<StepWork>),
 }
 
 struct Pending {
@@ -66,6 +73,16 @@ pub struct Queue {
     /// The connections no batch uses.
     free: Vec<usize>,
     next_id: u64,
+}
+
+impl Pending {
+    /// The row keys the call holds while its batch is on its way.
+    fn rows(&self) -> Vec<Vec<u8>> {
+        match &self.work {
+            Work::Step(step) => step.takes.iter().map(|t| t.2.clone()).collect(),
+            _ => self.row.iter().cloned().collect(),
+        }
+    }
 }
 
 impl Queue {
@@ -102,6 +119,14 @@ impl Queue {
                 }
                 break;
             }
+            if let Work::Step(step) = &p.work {
+                // Alone, once none of its keys is on its way; nothing after it is taken before it.
+                let held = step.takes.iter().any(|t| self.busy.contains_key(&t.2));
+                if batch.is_empty() && !held {
+                    batch.extend(self.waiting.remove(at));
+                }
+                break;
+            }
             let held = p
                 .row
                 .as_ref()
@@ -113,8 +138,8 @@ impl Queue {
             batch.extend(self.waiting.remove(at));
         }
         for p in &batch {
-            if let Some(row) = &p.row {
-                *self.busy.entry(row.clone()).or_insert(0) += 1;
+            for row in p.rows() {
+                *self.busy.entry(row).or_insert(0) += 1;
             }
         }
         batch
@@ -225,6 +250,26 @@ impl MyStore {
         self.submit(Work::Call { op, args, key }).await
     }
 
+    /// Runs several takes as one step, in its place in the queue: every
+    /// take made, or none. Answers each take's answer, in order (as it found
+    /// its row when not every take allowed).
+    pub async fn step(self: &Arc<Self>, takes: Vec<(Op, Args, String)>) -> Result<Vec<Answer>> {
+        let work = Arc::new(StepWork {
+            takes: takes
+                .into_iter()
+                .map(|(op, args, key)| (op, args, schema::row_key(&key)))
+                .collect(),
+            answers: std::sync::Mutex::new(None),
+        });
+        self.submit(Work::Step(Arc::clone(&work))).await?;
+        let answers = work
+            .answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        answers.ok_or(Error::Internal("a step ran without answers"))
+    }
+
     /// Deletes every counter and state of the store's tables, in its place in the queue.
     pub async fn reset_all(self: &Arc<Self>) -> Result<()> {
         self.submit(Work::ResetAll).await.map(|_| ())
@@ -234,7 +279,7 @@ impl MyStore {
         let (answer, result) = oneshot::channel();
         let sent = Arc::new(AtomicBool::new(false));
         let row = match &work {
-            Work::Call { op: Op::Ping, .. } | Work::ResetAll => None,
+            Work::Call { op: Op::Ping, .. } | Work::ResetAll | Work::Step(_) => None,
             Work::Call { key, .. } => Some(schema::row_key(key)),
         };
         let id = {
@@ -300,7 +345,7 @@ impl MyStore {
     /// Sends batches on connection `slot` while calls wait.
     async fn flush(self: Arc<Self>, slot: usize, mut batch: Vec<Pending>) {
         loop {
-            let rows: Vec<Vec<u8>> = batch.iter().filter_map(|p| p.row.clone()).collect();
+            let rows: Vec<Vec<u8>> = batch.iter().flat_map(Pending::rows).collect();
             let again = self.send(slot, batch).await;
             let next = {
                 let mut queue = self.queue();
@@ -375,6 +420,16 @@ impl MyStore {
                 );
                 return Vec::new();
             }
+            if let Work::Step(step) = &one.work {
+                one.sent.store(true, Ordering::Relaxed);
+                let (result, keep) = self.run_step(&mut conn, step).await;
+                if keep {
+                    *guard = Some((conn, generation));
+                }
+                let p = batch.pop().unwrap_or_else(|| unreachable!());
+                let _ = p.answer.send(result.map(|()| Answer::new(&[])));
+                return Vec::new();
+            }
         }
         // Consecutive hits on one key (amount above 0, one windowMs, nothing else on the key between
         // them) go out as one call of their summed amount: each answers the count it would have seen
@@ -383,7 +438,7 @@ impl MyStore {
         let mut open: HashMap<&[u8], (usize, i64)> = HashMap::new();
         for (i, p) in batch.iter().enumerate() {
             let Work::Call { op, args, .. } = &p.work else {
-                unreachable!("resetAll goes alone")
+                unreachable!("resetAll and a step go alone")
             };
             let row = p.row.as_deref();
             let joins = !p.solo && *op == Op::Hit && args[1] > 0;
@@ -424,7 +479,7 @@ impl MyStore {
                     .iter()
                     .map(|&i| match &batch[i].work {
                         Work::Call { args, .. } => args[1],
-                        Work::ResetAll => 0,
+                        Work::ResetAll | Work::Step(_) => 0,
                     })
                     .sum();
             }
@@ -491,7 +546,7 @@ impl MyStore {
                     let Some(p) = slots[i].take() else { continue };
                     let amount = match &p.work {
                         Work::Call { args, .. } => args[1],
-                        Work::ResetAll => 0,
+                        Work::ResetAll | Work::Step(_) => 0,
                     };
                     let mine = result.clone().map(|mut a| {
                         if unit.len() > 1 {
@@ -535,7 +590,7 @@ impl MyStore {
     }
 
     /// A statement's failure, as its call rejects.
-    fn call_error(&self, f: Failure) -> Error {
+    pub(super) fn call_error(&self, f: Failure) -> Error {
         match f {
             Failure::Server { code: 1205, .. } => Error::Mysql {
                 code: "ERR_TIMEOUT",

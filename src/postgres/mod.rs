@@ -32,7 +32,7 @@ use crate::window::MAX_SAFE;
 mod queue;
 pub mod schema;
 mod tls;
-use queue::{Encoded, Kind, Work};
+use queue::{Encoded, Kind, StepWork, Work};
 use schema::Names;
 use tls::{SslMode, Tls};
 
@@ -360,6 +360,8 @@ struct Sql {
     /// database with only some functions (createTable: false) runs the
     /// batches that name only those.
     batch: [String; 8],
+    /// A step's first statement, by the set of algorithms in it ([`step_sql`]).
+    step: [String; 8],
     unlink: [String; 3],
     reset_all: [String; 3],
     /// The sweeper's statements: by the end column's index, or a range of pages.
@@ -394,6 +396,7 @@ impl Sql {
                 single(&n.bucket_fn),
             ],
             batch: std::array::from_fn(|kinds| batch_sql(n, kinds)),
+            step: std::array::from_fn(|kinds| step_sql(n, kinds)),
             unlink: [&n.table, &n.sliding, &n.bucket].map(|t| {
                 format!(
                     "DELETE FROM {t} WHERE key = $1 AND (SELECT set_config('lock_timeout', $2, true)) IS NOT NULL \
@@ -442,6 +445,11 @@ impl Sql {
 /// order of the rows (the lateral function call runs row by row, in the
 /// order `unnest` gives them); `$8` is the statement's lock_timeout.
 fn batch_sql(n: &Names, kinds: usize) -> String {
+    calls_sql(n, kinds, false)
+}
+
+/// [`batch_sql`]'s statement, or (`step`) its rows `(i, r)` unordered, for [`step_sql`].
+fn calls_sql(n: &Names, kinds: usize, step: bool) -> String {
     let call = |kind: Kind| match kind {
         Kind::Fixed => format!("{}(u.o, u.k, u.a, u.b, u.c)", n.fixed_fn),
         Kind::Sliding => format!("{}(u.o, u.k, u.a, u.b, u.c)", n.sliding_fn),
@@ -462,14 +470,38 @@ fn batch_sql(n: &Names, kinds: usize) -> String {
             format!("CASE u.f{} END", arms.concat())
         }
     };
+    let (columns, order) = if step {
+        (format!("u.i AS i, {} AS r", checked_answer()), "")
+    } else {
+        (checked_answer(), " ORDER BY u.i")
+    };
     format!(
-        "SELECT {} FROM (SELECT set_config('lock_timeout', $8, true) AS s) AS cfg, \
+        "SELECT {columns} FROM (SELECT set_config('lock_timeout', $8, true) AS s) AS cfg, \
          unnest($1::int4[], $2::int4[], $3::text[], $4::int8[], $5::int8[], $6::int8[], $7::int8[]) \
          WITH ORDINALITY AS u(f, o, k, a, b, c, d, i), \
-         LATERAL (SELECT {value} AS r WHERE cfg.s IS NOT NULL OFFSET 0) AS x ORDER BY u.i",
-        checked_answer()
+         LATERAL (SELECT {value} AS r WHERE cfg.s IS NOT NULL OFFSET 0) AS x{order}"
     )
 }
+
+/// The transaction-local setting a step's statement leaves for [`STEP_CHECK`]:
+/// whether every take allowed.
+const STEP_SETTING: &str = "ratestore.step_allowed";
+
+/// A step's first statement: its takes as a batch's calls (in lock order),
+/// each answer as the batch's, and [`STEP_SETTING`] set (for the
+/// transaction alone) to whether every take allowed.
+fn step_sql(n: &Names, kinds: usize) -> String {
+    format!(
+        "WITH t AS MATERIALIZED ({}) \
+         SELECT t.r, set_config('{STEP_SETTING}', (SELECT bool_and(y.r[1] = 1)::text FROM t AS y), true) \
+         FROM t ORDER BY t.i",
+        calls_sql(n, kinds, true)
+    )
+}
+
+/// A step's second statement: fails (22012, division by zero) when a take
+/// refused, so that the transaction rolls back whole.
+const STEP_CHECK: &str = "SELECT 1 / (current_setting('ratestore.step_allowed')::bool)::int4";
 
 /// An algorithm function's answer, `len` safe integers, checked.
 fn answer(values: Option<Vec<i64>>, len: usize) -> Result<Answer> {
@@ -1058,6 +1090,134 @@ impl PgStore {
             key: stored_key(key),
         })
         .await
+    }
+
+    /// Runs several takes as one step, in its place in the store's queue:
+    /// every take made, or none. Answers each take's answer, in order (as
+    /// it found its row when not every take allowed).
+    pub async fn step(self: &Arc<Self>, takes: Vec<(Op, Args, String)>) -> Result<Vec<Answer>> {
+        if takes.iter().any(|(_, _, key)| key.contains('\0')) {
+            return Err(Error::Postgres {
+                code: "ERR_POSTGRES",
+                text: "a key holds a NUL character, which PostgreSQL's text can't hold (22021); \
+                       the step was not sent"
+                    .into(),
+                sent: Some(false),
+            });
+        }
+        let work = Arc::new(StepWork {
+            takes: takes
+                .into_iter()
+                .map(|(op, args, key)| (op, args, stored_key(key)))
+                .collect(),
+            answers: std::sync::Mutex::new(None),
+        });
+        self.submit(Work::Step(Arc::clone(&work))).await?;
+        let answers = work
+            .answers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or(Error::Internal("a step ran without answers"))?;
+        answers.into_iter().collect()
+    }
+
+    /// A step's takes in one transaction, pipelined in one round trip:
+    /// `BEGIN`, the takes as a batch's calls (their rows locked by table,
+    /// then key, as a batch's), a statement that fails when one refused,
+    /// `COMMIT` (then a rollback: nothing of the step applied). Each row
+    /// waits at most `lock_ms`; a deadlock or a serialization failure
+    /// (nothing applied) is tried again. Leaves the answers in `step`.
+    async fn run_step(
+        &self,
+        client: &Client,
+        step: &StepWork,
+        lock_ms: u64,
+    ) -> std::result::Result<(), Failure> {
+        let sql = self.sql().map_err(|error| Failure { error, state: None })?;
+        let calls = step
+            .takes
+            .iter()
+            .map(|(op, args, key)| Encoded::new(*op, args, key))
+            .collect::<Option<Vec<_>>>()
+            .ok_or(Failure {
+                error: Error::InvalidRange("a step's take must be a consume or a token bucket"),
+                state: None,
+            })?;
+        let mut order: Vec<usize> = (0..calls.len()).collect();
+        order.sort_by(|&i, &j| {
+            (calls[i].kind as u8, calls[i].key).cmp(&(calls[j].kind as u8, calls[j].key))
+        });
+        let mut kinds = 0;
+        let (mut f, mut o, mut k) = (Vec::new(), Vec::new(), Vec::new());
+        let (mut a, mut b, mut c, mut d) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for &i in &order {
+            let call = &calls[i];
+            kinds |= 1 << call.kind as usize;
+            f.push(call.kind as i32);
+            o.push(call.op);
+            k.push(call.key);
+            a.push(call.a);
+            b.push(call.b);
+            c.push(call.c);
+            d.push(call.d);
+        }
+        let lock = lock_ms.to_string();
+        let params: [(&(dyn ToSql + Sync), Type); 8] = [
+            (&f, Type::INT4_ARRAY),
+            (&o, Type::INT4_ARRAY),
+            (&k, Type::TEXT_ARRAY),
+            (&a, Type::INT8_ARRAY),
+            (&b, Type::INT8_ARRAY),
+            (&c, Type::INT8_ARRAY),
+            (&d, Type::INT8_ARRAY),
+            (&lock, Type::TEXT),
+        ];
+        let mut tries = 0;
+        let rows = loop {
+            let (begin, rows, check, commit) = futures_util::future::join4(
+                client.batch_execute("BEGIN ISOLATION LEVEL READ COMMITTED"),
+                client.query_typed(&sql.step[kinds], &params),
+                client.query_typed(STEP_CHECK, &[]),
+                client.batch_execute("COMMIT"),
+            )
+            .await;
+            let outcome = (|| {
+                begin.map_err(|e| self.failure(e))?;
+                let rows = rows.map_err(|e| self.failure(e))?;
+                match check {
+                    Ok(_) => {}
+                    // A take refused: the transaction rolled back.
+                    Err(e) if sqlstate(&e) == Some("22012") => {}
+                    Err(e) => return Err(self.failure(e)),
+                }
+                commit.map_err(|e| self.failure(e))?;
+                Ok(rows)
+            })();
+            match outcome {
+                Err(f) if matches!(f.state.as_deref(), Some("40P01" | "40001")) && tries < 3 => {
+                    tries += 1;
+                }
+                Err(f) => return Err(f),
+                Ok(rows) => break rows,
+            }
+        };
+        if rows.len() != calls.len() {
+            return Err(Failure {
+                error: schema::wrong_shape(),
+                state: None,
+            });
+        }
+        let mut answers: Vec<Option<Result<Answer>>> = (0..calls.len()).map(|_| None).collect();
+        for (row, &at) in rows.iter().zip(&order) {
+            answers[at] = Some(answer(row.try_get(0).ok(), calls[at].len));
+        }
+        let answers = answers
+            .into_iter()
+            .map(|a| a.unwrap_or_else(|| Err(schema::wrong_shape())))
+            .collect();
+        *step.answers.lock().unwrap_or_else(|e| e.into_inner()) = Some(answers);
+        Ok(())
     }
 
     /// Calls of one algorithm's functions as one statement (one alone as its

@@ -65,8 +65,20 @@ const MAX_STALLED: usize = 10_000;
 
 /// What a call asks of the database.
 pub enum Work {
-    Call { op: Op, args: Args, key: String },
+    Call {
+        op: Op,
+        args: Args,
+        key: String,
+    },
     ResetAll,
+    /// Several takes as one step: one transaction of its own, alone in its batch.
+    Step(Arc<StepWork>),
+}
+
+/// A step's takes `(op, args, stored key)`, and, once it has run, their answers.
+pub struct StepWork {
+    pub takes: Vec<(Op, Args, String)>,
+    pub answers: std::sync::Mutex<Option<Vec<Result<Answer>>>>,
 }
 
 /// A call waiting in the queue or in a batch.
@@ -84,14 +96,14 @@ impl Pending {
     fn call(&self) -> Option<Encoded<'_>> {
         match &self.work {
             Work::Call { op, args, key } => Encoded::new(*op, args, key),
-            Work::ResetAll => None,
+            Work::ResetAll | Work::Step(_) => None,
         }
     }
 
     /// The key whose row the call locks (none for `ping` and `resetAll`).
     fn key(&self) -> Option<&str> {
         match &self.work {
-            Work::Call { op: Op::Ping, .. } | Work::ResetAll => None,
+            Work::Call { op: Op::Ping, .. } | Work::ResetAll | Work::Step(_) => None,
             Work::Call { key, .. } => Some(key),
         }
     }
@@ -375,6 +387,10 @@ impl PgStore {
                 Outcome::Done(result) => {
                     let _ = p.answer.send(result.map_err(|e| with_sent(e, true)));
                 }
+                Outcome::Stalled if matches!(p.work, Work::Step(_)) => {
+                    let store = Arc::clone(self);
+                    tokio::spawn(async move { store.send_step_side(p).await });
+                }
                 Outcome::Stalled => stalled.push(p),
             }
         }
@@ -449,6 +465,45 @@ impl PgStore {
         }
     }
 
+    /// A step that met a row another session holds, again on the second
+    /// connection (its own task: the first connection's calls go on), its
+    /// statement waiting for the rows until just before its time runs out.
+    async fn send_step_side(self: Arc<Self>, p: Pending) {
+        let ms = self.config.timeout_ms;
+        let left = p.deadline.saturating_duration_since(Instant::now());
+        let client = match tokio::time::timeout(left, self.client(1)).await {
+            Ok(Ok(client)) => client,
+            Ok(Err(e)) => {
+                let _ = p.answer.send(Err(with_sent(e, false)));
+                return;
+            }
+            Err(_) => {
+                let _ = p.answer.send(Err(with_sent(timeout_error(ms), false)));
+                return;
+            }
+        };
+        if p.answer.is_closed() {
+            return;
+        }
+        let margin = Duration::from_millis((ms / 10).clamp(1, 50));
+        let wait = p
+            .deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(margin);
+        let lock = (wait.as_millis() as u64).max(1);
+        p.sent.store(true, Ordering::Relaxed);
+        let work = self.execute_other(&client, &p, lock);
+        let result = match tokio::time::timeout(left, work).await {
+            Ok(result) => result.map_err(|f| f.error),
+            Err(_) => {
+                self.cancel(&client);
+                self.drop_client(1, &client).await;
+                Err(timeout_error(ms))
+            }
+        };
+        let _ = p.answer.send(result.map_err(|e| with_sent(e, true)));
+    }
+
     /// The results of the calls of one key, and whether the key's row was free.
     async fn execute_stalled(
         &self,
@@ -502,6 +557,8 @@ impl PgStore {
                 return vec![match self.execute_other(client, one, lock_ms).await {
                     Ok(answer) => Outcome::Done(Ok(answer)),
                     Err(f) if locked(&f) && one.key().is_some() => Outcome::Stalled,
+                    // A step that met a row another session holds goes on the second connection.
+                    Err(f) if locked(&f) && matches!(one.work, Work::Step(_)) => Outcome::Stalled,
                     Err(f) => Outcome::Done(Err(f.error)),
                 }];
             }
@@ -596,6 +653,10 @@ impl PgStore {
             Work::Call { op, args, key } => self.run_op(client, *op, args, key, lock_ms).await,
             Work::ResetAll => self
                 .reset_all_on(client, lock_ms)
+                .await
+                .map(|()| Answer::new(&[])),
+            Work::Step(step) => self
+                .run_step(client, step, lock_ms)
                 .await
                 .map(|()| Answer::new(&[])),
         }

@@ -112,8 +112,64 @@ pub struct Call {
 /// What `resetAll()` hears back.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
+/// The most takes one step holds (as memoryStore's).
+pub const MAX_TAKES: usize = crate::memory::MAX_TAKES;
+
+/// Several takes (each a consume, sliding consume or token bucket, on its
+/// key, answered under its own id) made as one step: all, or none.
+pub struct Step {
+    pub takes: Vec<Call>,
+}
+
+impl Step {
+    /// Checks that `takes` can be a step: 1 to [`MAX_TAKES`], each a take.
+    pub fn new(takes: Vec<Call>) -> Result<Step> {
+        let takes_only = takes
+            .iter()
+            .all(|t| matches!(t.op, Op::Consume | Op::SlidingConsume | Op::Bucket));
+        if takes.is_empty() || takes.len() > MAX_TAKES || !takes_only {
+            return Err(Error::InvalidRange(
+                "a step holds 1 to 16 takes, each a consume or a token bucket",
+            ));
+        }
+        Ok(Step { takes })
+    }
+
+    fn deadline(&self) -> Instant {
+        self.takes
+            .iter()
+            .map(|t| t.deadline)
+            .min()
+            .expect("not empty")
+    }
+}
+
+/// What a batch runs, in the order it was queued.
+enum Item {
+    Call(Call),
+    Step(Step),
+}
+
+impl Item {
+    fn deadline(&self) -> Instant {
+        match self {
+            Item::Call(c) => c.deadline,
+            Item::Step(s) => s.deadline(),
+        }
+    }
+
+    /// The ids its answers go under.
+    fn ids(&self) -> Vec<u32> {
+        match self {
+            Item::Call(c) => vec![c.id],
+            Item::Step(s) => s.takes.iter().map(|t| t.id).collect(),
+        }
+    }
+}
+
 enum Message {
     Call(Call),
+    Step(Step),
     ResetAll(Done, Instant),
 }
 
@@ -174,6 +230,11 @@ impl SqliteStore {
     /// Queues a call; `Err(Closed)` once the store is closed.
     pub fn call(&self, call: Call) -> Result<()> {
         self.send(Message::Call(call)).map_err(|_| Error::Closed)
+    }
+
+    /// Queues a step; `Err(Closed)` once the store is closed.
+    pub fn step(&self, step: Step) -> Result<()> {
+        self.send(Message::Step(step)).map_err(|_| Error::Closed)
     }
 
     pub fn reset_all(&self, done: Done) {
@@ -285,6 +346,9 @@ const SQL_SWEEP_REST: &str =
 /// A row's place in the table's key order: (kind, key).
 type Cursor = (i64, Vec<u8>);
 
+/// A row's key in a batch: (kind, key).
+type RowKey<'k> = (u8, &'k [u8]);
+
 /// The state of one key of a batch: its row as the batch has left it.
 struct Slot {
     row: Option<Row>,
@@ -331,7 +395,8 @@ impl Worker {
             let mut pending = Some(first);
             while let Some(message) = pending.take() {
                 match message {
-                    Message::Call(call) => calls.push(call),
+                    Message::Call(call) => calls.push(Item::Call(call)),
+                    Message::Step(step) => calls.push(Item::Step(step)),
                     Message::ResetAll(done, deadline) => {
                         // Calls made before it run before it.
                         self.run(std::mem::take(&mut calls));
@@ -439,42 +504,48 @@ impl Worker {
 
     /// Runs a batch of calls in one transaction, and delivers their answers
     /// once it has committed.
-    fn run(&mut self, mut calls: Vec<Call>) {
+    fn run(&mut self, mut calls: Vec<Item>) {
         let mut done: Vec<Completion> = Vec::with_capacity(calls.len());
         let mut waited = false;
+        let failed = |done: &mut Vec<Completion>, items: &mut Vec<Item>, e: &Error| {
+            for item in items.drain(..) {
+                done.extend(item.ids().into_iter().map(|id| Completion {
+                    id,
+                    result: Err(e.clone()),
+                }));
+            }
+        };
         loop {
             // Calls whose time ran out (waiting for a lock) reject unsent.
             let now = Instant::now();
+            let timed_out = self.timed_out();
             calls.retain(|c| {
-                let alive = c.deadline > now;
+                let alive = c.deadline() > now;
                 if !alive {
-                    done.push(Completion {
-                        id: c.id,
-                        result: Err(self.timed_out()),
-                    });
+                    done.extend(c.ids().into_iter().map(|id| Completion {
+                        id,
+                        result: Err(timed_out.clone()),
+                    }));
                 }
                 alive
             });
             if calls.is_empty() {
                 break;
             }
-            let deadline = calls.iter().map(|c| c.deadline).min().expect("not empty");
+            let deadline = calls.iter().map(Item::deadline).min().expect("not empty");
             match self.begin(deadline) {
                 Ok(()) => {}
                 Err(Error::Sqlite {
                     code: "ERR_TIMEOUT",
                     ..
-                }) if calls.iter().any(|c| c.deadline > deadline) => {
+                }) if calls.iter().any(|c| c.deadline() > deadline) => {
                     // The earliest ran out: the others wait on.
                     waited = true;
                     continue;
                 }
                 Err(e) => {
                     self.forget_if_broken(&e);
-                    done.extend(calls.drain(..).map(|c| Completion {
-                        id: c.id,
-                        result: Err(e.clone()),
-                    }));
+                    failed(&mut done, &mut calls, &e);
                     break;
                 }
             }
@@ -488,10 +559,7 @@ impl Worker {
                 Err(e) => {
                     self.rollback();
                     self.forget_if_broken(&e);
-                    done.extend(calls.drain(..).map(|c| Completion {
-                        id: c.id,
-                        result: Err(e.clone()),
-                    }));
+                    failed(&mut done, &mut calls, &e);
                 }
             }
             break;
@@ -513,7 +581,9 @@ impl Worker {
 
     /// The batch's calls inside the open transaction, then COMMIT. Each
     /// key's row is read once and written once, however many calls it has.
-    fn transact(&mut self, calls: &[Call]) -> Result<Vec<Completion>> {
+    /// A step's takes are computed on the rows as the batch has left them,
+    /// and written only when every take allows.
+    fn transact(&mut self, calls: &[Item]) -> Result<Vec<Completion>> {
         let now = self.now();
         let path = self.config.path.clone();
         let fail = |e: rusqlite::Error| sqlite_error(&e, &path);
@@ -522,7 +592,28 @@ impl Worker {
         let mut answers = Vec::with_capacity(calls.len());
         {
             let mut read = conn.prepare_cached(SQL_READ).map_err(fail)?;
-            for call in calls {
+            let mut load = |kind: u8, key: &[u8]| -> Result<Option<Row>> {
+                let row = read
+                    .query_row(params![kind, key], |r| {
+                        Ok(Row {
+                            a: r.get(0)?,
+                            b: r.get(1)?,
+                            c: r.get(2)?,
+                            ends_at: r.get::<_, i64>(3)?.max(0) as u64,
+                        })
+                    })
+                    .optional()
+                    .map_err(fail)?;
+                Ok(row)
+            };
+            for item in calls {
+                let call = match item {
+                    Item::Call(call) => call,
+                    Item::Step(step) => {
+                        answers.extend(Self::step(&mut slots, &mut load, step, now)?);
+                        continue;
+                    }
+                };
                 if call.op == Op::Ping {
                     answers.push(Completion {
                         id: call.id,
@@ -531,26 +622,19 @@ impl Worker {
                     continue;
                 }
                 let kind = apply::kind(call.op, &call.args);
-                let slot = match slots.entry((kind, &call.key)) {
-                    std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(v) => {
-                        let row = read
-                            .query_row(params![kind, call.key], |r| {
-                                Ok(Row {
-                                    a: r.get(0)?,
-                                    b: r.get(1)?,
-                                    c: r.get(2)?,
-                                    ends_at: r.get::<_, i64>(3)?.max(0) as u64,
-                                })
-                            })
-                            .optional()
-                            .map_err(fail)?;
-                        v.insert(Slot {
+                if !slots.contains_key(&(kind, call.key.as_slice())) {
+                    let row = load(kind, &call.key)?;
+                    slots.insert(
+                        (kind, &call.key),
+                        Slot {
                             row,
                             changed: false,
-                        })
-                    }
-                };
+                        },
+                    );
+                }
+                let slot = slots
+                    .get_mut(&(kind, call.key.as_slice()))
+                    .expect("inserted above");
                 let stored = slot.row.filter(|r| apply::live(kind, r, now));
                 let result =
                     apply::apply(call.op, &call.args, stored, now).map(|(answer, write)| {
@@ -593,6 +677,90 @@ impl Worker {
         }
         self.commit()?;
         Ok(answers)
+    }
+
+    /// One step's takes on the batch's rows: each computed on its key's row
+    /// as the batch (and the step's earlier takes) left it; when every take
+    /// allows, their writes are made, else none is (the answers then say
+    /// what each take found). An error fails the step alone, changing
+    /// nothing; only an error reading a row fails the batch.
+    fn step<'k>(
+        slots: &mut HashMap<(u8, &'k [u8]), Slot>,
+        load: &mut impl FnMut(u8, &[u8]) -> Result<Option<Row>>,
+        step: &'k Step,
+        now: u64,
+    ) -> Result<Vec<Completion>> {
+        // The rows as the step would leave them: (kind, key) -> (row, changed).
+        let mut scratch: Vec<(RowKey<'k>, Option<Row>, bool)> = Vec::new();
+        let mut answers = Vec::with_capacity(step.takes.len());
+        let mut outcome = Ok(());
+        for take in &step.takes {
+            let kind = apply::kind(take.op, &take.args);
+            let at = match scratch
+                .iter()
+                .position(|(k, _, _)| *k == (kind, &take.key[..]))
+            {
+                Some(at) => at,
+                None => {
+                    let row = match slots.get(&(kind, &take.key[..])) {
+                        Some(slot) => slot.row,
+                        None => load(kind, &take.key)?,
+                    };
+                    scratch.push(((kind, &take.key), row, false));
+                    scratch.len() - 1
+                }
+            };
+            let (_, row, changed) = &mut scratch[at];
+            let stored = row.filter(|r| apply::live(kind, r, now));
+            match apply::apply(take.op, &take.args, stored, now) {
+                Ok((answer, write)) => {
+                    match write {
+                        Write::Keep => {}
+                        Write::Put(r) => {
+                            *row = Some(r);
+                            *changed = true;
+                        }
+                        Write::Drop => {
+                            *changed |= row.is_some();
+                            *row = None;
+                        }
+                    }
+                    answers.push(answer);
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+        let ids = step.takes.iter().map(|t| t.id);
+        if let Err(e) = outcome {
+            return Ok(ids
+                .map(|id| Completion {
+                    id,
+                    result: Err(e.clone()),
+                })
+                .collect());
+        }
+        if answers.iter().all(|a| a.values[0] == 1) {
+            for (key, row, changed) in scratch {
+                let slot = slots.entry(key).or_insert(Slot {
+                    row,
+                    changed: false,
+                });
+                if changed {
+                    slot.row = row;
+                    slot.changed = true;
+                }
+            }
+        }
+        Ok(ids
+            .zip(answers)
+            .map(|(id, answer)| Completion {
+                id,
+                result: Ok(answer),
+            })
+            .collect())
     }
 
     fn reset_all(&mut self, deadline: Instant) -> Result<()> {
