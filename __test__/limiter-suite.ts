@@ -13,8 +13,14 @@ function isRatestore(store: RateLimitStore): store is RatestoreStore {
 
 /** Whether a store runs several takes as one step (offers `store[TAKES]`, lib/ops.js). */
 function takesOneStep(store: RateLimitStore): boolean {
-  const proto = Object.getPrototypeOf(store) as object;
-  return Object.getOwnPropertySymbols(proto).some((s) => s.description === 'ratestore.takes');
+  for (
+    let proto = Object.getPrototypeOf(store) as object | null;
+    proto !== null;
+    proto = Object.getPrototypeOf(proto)
+  ) {
+    if (Object.getOwnPropertySymbols(proto).some((s) => s.description === 'ratestore.takes')) return true;
+  }
+  return false;
 }
 
 /**

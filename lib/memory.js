@@ -15,7 +15,7 @@ const {
 } = require('./check.js');
 const { Failures } = require('./stats.js');
 
-const { Operations, decode, WATCHERS, TAKES, checkTakes, toldStep } = require('./ops.js');
+const { Operations, decode, WATCHERS, TAKES, RESET_ALL, checkTakes, toldStep } = require('./ops.js');
 const { told } = require('./watch.js');
 
 const DEFAULT_MAX_KEYS = 1_000_000;
@@ -190,13 +190,8 @@ class MemoryStore extends Operations {
     return Promise.resolve({ allowed: io[0] === 1, answers });
   }
 
-  /** Drops every counter, at once. */
-  resetAll() {
-    if (this[WATCHERS] !== undefined) return told(this, 'all', '', undefined, () => this.#resetAll());
-    return this.#resetAll();
-  }
-
-  #resetAll() {
+  /** Drops every counter, at once (resetAll(), lib/ops.js). */
+  [RESET_ALL]() {
     if (this.#closed) return this.#fail(closedError('memoryStore'));
     try {
       this.#clear();

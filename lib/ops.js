@@ -35,6 +35,8 @@ const TAKES = Symbol('ratestore.takes');
 const MAX_TAKES = 16;
 /** Where a store keeps its `slidingWindow` view. */
 const SLIDING = Symbol('ratestore.slidingWindow');
+/** A store's own resetAll(), which `resetAll()` runs, told to the block caches watching the store. */
+const RESET_ALL = Symbol('ratestore.resetAll');
 
 /** The ops a step's take may be. */
 const TAKE_OPS = [OP.consume, OP.slidingConsume, OP.tokenBucket];
@@ -276,6 +278,26 @@ class Operations {
       Promise.all(STATES.map((state) => this._call(OP.unlink, key, state, 0, 0, 0))).then(() => undefined);
     return this[WATCHERS] !== undefined ? told(this, 'reset', key, undefined, unlink) : unlink();
   }
+
+  /** Drops every counter of the store (its `[RESET_ALL]()`), told to the block caches watching it. */
+  resetAll() {
+    if (this[WATCHERS] !== undefined) return told(this, 'all', '', undefined, () => this[RESET_ALL]());
+    return this[RESET_ALL]();
+  }
+}
+
+/**
+ * `open()` for a native store that reads the environment (`native.open(process.env)`) on its first
+ * call, never at import or construction: it reads it once.
+ */
+function opener(native) {
+  let opened = false;
+  return () => {
+    if (!opened) {
+      opened = true;
+      native.open(process.env);
+    }
+  };
 }
 
 /** The operations of a store that keeps its counters on a server (Redis, PostgreSQL): shared by every instance. */
@@ -305,4 +327,16 @@ class ServerOperations extends Operations {
   }
 }
 
-module.exports = { OP, Operations, ServerOperations, decode, WATCHERS, TAKES, MAX_TAKES, checkTakes, toldStep };
+module.exports = {
+  OP,
+  Operations,
+  ServerOperations,
+  decode,
+  WATCHERS,
+  TAKES,
+  MAX_TAKES,
+  RESET_ALL,
+  checkTakes,
+  toldStep,
+  opener,
+};

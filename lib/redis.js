@@ -15,9 +15,8 @@ const {
   rejection,
 } = require('./check.js');
 
-const { ServerOperations, WATCHERS, TAKES, MAX_TAKES, OP } = require('./ops.js');
+const { ServerOperations, RESET_ALL, TAKES, MAX_TAKES, OP, toldStep, opener } = require('./ops.js');
 const { InFlight } = require('./in-flight.js');
-const { told } = require('./watch.js');
 const { Failures } = require('./stats.js');
 
 const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'waitForReplicas', 'onError'];
@@ -31,7 +30,8 @@ class RedisStore extends ServerOperations {
   /** Calls sent (plain integers: the event loop is one thread). */
   #calls = 0;
   #failures;
-  #opened = false;
+  /** Reads the environment, on the first call, never at import or construction. */
+  #open;
   /** A flush of the hits sent this tick is queued. */
   #flushing = false;
   /** Writes the hits sent this tick at once: one write per tick, not one per hit. */
@@ -81,6 +81,7 @@ class RedisStore extends ServerOperations {
       runtime.eventLoop,
     );
     this.#native = store;
+    this.#open = opener(store);
     this.#inFlight.attach(store.results, (held) => (held ? store.ref() : store.unref()));
   }
 
@@ -123,24 +124,12 @@ class RedisStore extends ServerOperations {
     };
   }
 
-  /** Reads the environment, on the first call, never at import or construction. */
-  #open() {
-    if (!this.#opened) {
-      this.#opened = true;
-      this.#native.open(process.env);
-    }
-  }
-
   /**
    * Unlinks every key under the prefix (SCAN and UNLINK in batches, on every master of a cluster),
    * in order with this store's calls: it starts once the calls made before it have settled, and
-   * the calls made after it are sent once it is done.
+   * the calls made after it are sent once it is done (resetAll(), lib/ops.js).
    */
-  resetAll() {
-    return this[WATCHERS] !== undefined ? told(this, 'all', '', undefined, () => this.#resetAll()) : this.#resetAll();
-  }
-
-  #resetAll() {
+  [RESET_ALL]() {
     if (this.#behindReset !== null) return this.#wait(null);
     this.#behindReset = [];
     const reset = () => {
@@ -172,7 +161,7 @@ class RedisStore extends ServerOperations {
     const waiting = this.#behindReset;
     this.#behindReset = null;
     for (const { args, resolve, reject } of waiting) {
-      const call = args === null ? this.#resetAll() : typeof args === 'function' ? args() : this._call(...args);
+      const call = args === null ? this[RESET_ALL]() : typeof args === 'function' ? args() : this._call(...args);
       call.then(resolve, reject);
     }
   }
@@ -210,15 +199,7 @@ class RedisStore extends ServerOperations {
     if (!(takes.length >= 1 && takes.length <= MAX_TAKES)) {
       return rejection(new RangeError(`ratestore: a step holds 1 to ${MAX_TAKES} takes`));
     }
-    const run = () => this.#takes(takes);
-    if (this[WATCHERS] === undefined) return run();
-    return takes.reduce((call, take) => {
-      if (take.op === OP.slidingConsume) return () => told(this, 'sliding-params', take.key, take.a, call);
-      if (take.op === OP.tokenBucket) {
-        return () => told(this, 'bucket-params', take.key, `${take.a}/${take.b}/${take.c}`, call);
-      }
-      return call;
-    }, run)();
+    return toldStep(this, takes, () => this.#takes(takes));
   }
 
   #takes(takes) {

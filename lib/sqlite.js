@@ -5,10 +5,8 @@
 
 const { resolve } = require('node:path');
 const native = require('./native.js');
-const { checkOptions, checkOption, checkPositiveInteger, rangeError, rejection } = require('./check.js');
-const { ServerOperations, WATCHERS, TAKES, checkTakes, toldStep } = require('./ops.js');
-const { InFlight, sendStep } = require('./in-flight.js');
-const { told } = require('./watch.js');
+const { checkOptions, checkOption, checkPositiveInteger, rangeError } = require('./check.js');
+const { ThreadedStore } = require('./threaded.js');
 const { Failures } = require('./stats.js');
 
 const OPTIONS = ['path', 'timeoutMs', 'synchronous', 'sweepIntervalMs', 'onError'];
@@ -18,18 +16,12 @@ const DEFAULT_PATH = 'ratestore.sqlite3';
 const MAX_MS = 2 ** 32 - 1;
 const SYNCHRONOUS = ['normal', 'full'];
 
-class SqliteStore extends ServerOperations {
-  #native;
-  #failures;
-  /** The calls in flight, their promises and the settling of each batch of results. */
-  #inFlight;
-  #calls = 0;
+class SqliteStore extends ThreadedStore {
   #shared;
 
   constructor(options) {
-    super();
     const { path, timeoutMs, synchronous, sweepIntervalMs, onError } = checkOptions('sqliteStore', options, OPTIONS);
-    this.#failures = new Failures('sqliteStore', onError);
+    const failures = new Failures('sqliteStore', onError);
     checkOption('sqliteStore', 'path', path, 'string');
     if (path !== undefined && (path.length === 0 || path.includes('\0'))) {
       throw rangeError("sqliteStore(options): path must name a file (or be ':memory:'), without NUL characters");
@@ -55,11 +47,17 @@ class SqliteStore extends ServerOperations {
     }
     // A relative path is the working directory's at construction, whatever chdir() comes later.
     const file = path === ':memory:' ? path : resolve(path ?? DEFAULT_PATH);
+    super({
+      kind: 'sqlite',
+      failures,
+      make: (settle) => new native.SqliteNative(settle, file, timeoutMs, synchronous, sweepIntervalMs),
+      opens: false,
+      figures: (store) => {
+        const [swept, commits, busyWaits] = store.counts();
+        return { commits, busyWaits, swept };
+      },
+    });
     this.#shared = file !== ':memory:';
-    this.#inFlight = new InFlight(this.#failures);
-    const store = new native.SqliteNative(this.#inFlight.settle, file, timeoutMs, synchronous, sweepIntervalMs);
-    this.#native = store;
-    this.#inFlight.attach(store.results(), (held) => store.hold(held));
   }
 
   /**
@@ -70,69 +68,9 @@ class SqliteStore extends ServerOperations {
     return this.#shared;
   }
 
-  stats() {
-    const [swept, commits, busyWaits] = this.#native.counts();
-    return {
-      kind: 'sqlite',
-      calls: this.#calls,
-      errors: this.#failures.snapshot(),
-      inFlight: this.#inFlight.count,
-      commits,
-      busyWaits,
-      swept,
-    };
-  }
-
-  /** Deletes every counter of the file. */
-  resetAll() {
-    return this[WATCHERS] !== undefined ? told(this, 'all', '', undefined, () => this.#resetAll()) : this.#resetAll();
-  }
-
-  #resetAll() {
-    let pending;
-    try {
-      pending = this.#native.resetAll();
-    } catch (error) {
-      return rejection(this.#failures.failed(error));
-    }
-    // It settles through its own promise, with an Error to reject with.
-    return this.#inFlight.follow(pending).then((value) => {
-      if (value instanceof Error) throw this.#failures.failed(value);
-      return undefined;
-    });
-  }
-
-  _call(op, key, a, b, c, d) {
-    const inFlight = this.#inFlight;
-    this.#calls++;
-    const slot = inFlight.slot();
-    try {
-      this.#native.call(slot, op, key, a, b, c, d);
-    } catch (error) {
-      inFlight.free(slot);
-      return rejection(this.#failures.failed(error));
-    }
-    return inFlight.track(slot, op);
-  }
-
-  /**
-   * Several takes as one step (see ops.js's TAKES): made all, or none, in one transaction of the
-   * store's thread, each computed on its row as read inside it.
-   */
-  [TAKES](takes) {
-    const error = checkTakes(takes);
-    if (error) return rejection(error);
-    return toldStep(this, takes, () => {
-      this.#calls += takes.length;
-      return sendStep(this.#inFlight, this.#failures, (numbers, keys) => this.#native.takes(numbers, keys), takes);
-    });
-  }
-
-  /** Refuses later calls (ERR_CLOSED) and closes the file; resolves once the calls in flight have settled. */
-  close() {
-    this.#native.close();
-    return this.#inFlight.drained();
-  }
+  // resetAll() deletes every counter of the file; a step's takes (store[TAKES]) are made all, or none,
+  // in one transaction of the store's thread, each computed on its row as read inside it; close()
+  // closes the file (lib/threaded.js).
 }
 
 function sqliteStore(options) {

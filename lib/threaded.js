@@ -1,0 +1,103 @@
+'use strict';
+// What the JS faces of the native stores that run their own thread (postgresStore, mysqlStore,
+// sqliteStore) share: a call is checked by lib/ops.js and queued to the native thread by a synchronous
+// call; its promise is settled when its batch of results comes back (lib/in-flight.js). Each store
+// checks its own options and makes its own native store; the rest is here.
+
+const { rejection } = require('./check.js');
+const { ServerOperations, RESET_ALL, TAKES, checkTakes, toldStep, opener } = require('./ops.js');
+const { InFlight, sendStep } = require('./in-flight.js');
+
+class ThreadedStore extends ServerOperations {
+  #native;
+  #failures;
+  /** The calls in flight, their promises and the settling of each batch of results. */
+  #inFlight;
+  #open;
+  #calls = 0;
+  #kind;
+  /** The native store's own figures, for stats(). */
+  #figures;
+
+  /**
+   * `kind`: stats().kind; `failures`: the store's `Failures`; `make(settle)`: the native store, its
+   * results settled by `settle`; `opens`: whether it reads the environment (`open(process.env)`) before
+   * its first call; `figures(native)`: its own entries of stats().
+   */
+  constructor({ kind, failures, make, opens, figures }) {
+    super();
+    this.#kind = kind;
+    this.#failures = failures;
+    this.#figures = figures;
+    this.#inFlight = new InFlight(failures);
+    const store = make(this.#inFlight.settle);
+    this.#native = store;
+    this.#open = opens ? opener(store) : () => {};
+    this.#inFlight.attach(store.results(), (held) => store.hold(held));
+  }
+
+  stats() {
+    return {
+      kind: this.#kind,
+      calls: this.#calls,
+      errors: this.#failures.snapshot(),
+      inFlight: this.#inFlight.count,
+      ...this.#figures(this.#native),
+    };
+  }
+
+  /** Deletes every counter of the store (see ops.js's resetAll). */
+  [RESET_ALL]() {
+    let pending;
+    try {
+      this.#open();
+      pending = this.#native.resetAll();
+    } catch (error) {
+      return rejection(this.#failures.failed(error));
+    }
+    // It settles through its own promise, with an Error to reject with.
+    return this.#inFlight.follow(pending).then((value) => {
+      if (value instanceof Error) throw this.#failures.failed(value);
+      return undefined;
+    });
+  }
+
+  _call(op, key, a, b, c, d) {
+    const inFlight = this.#inFlight;
+    this.#calls++;
+    const slot = inFlight.slot();
+    try {
+      this.#open();
+      this.#native.call(slot, op, key, a, b, c, d);
+    } catch (error) {
+      inFlight.free(slot);
+      return rejection(this.#failures.failed(error));
+    }
+    return inFlight.track(slot, op);
+  }
+
+  /**
+   * Several takes as one step (see ops.js's TAKES): made all, or none, in one transaction of the
+   * native side (each store says how it locks).
+   */
+  [TAKES](takes) {
+    const error = checkTakes(takes);
+    if (error) return rejection(error);
+    return toldStep(this, takes, () => {
+      this.#calls += takes.length;
+      const send = (numbers, keys) => {
+        this.#open();
+        this.#native.takes(numbers, keys);
+      };
+      return sendStep(this.#inFlight, this.#failures, send, takes);
+    });
+  }
+
+  /** Refuses later calls (ERR_CLOSED) and ends the connections or file; resolves once the calls in flight have settled. */
+  close() {
+    this.#native.close();
+    return this.#inFlight.drained();
+  }
+}
+
+module.exports = { ThreadedStore };
