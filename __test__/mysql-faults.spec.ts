@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { mysqlStore, type MysqlStoreOptions } from '../index.js';
 import { PASSWORD, startMariadb, type MariadbServer } from './support/mariadb.js';
 import { makeCertificates } from './support/redis.js';
+import { envScope, urlFromEnvCases } from './support/env.js';
 
 const KEY_MARKER = '203.0.113.77-my-key-marker';
 
@@ -36,17 +37,7 @@ async function rejection(pending: Promise<unknown>): Promise<Error & { code?: st
   return error;
 }
 
-async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
-  const names = ['DATABASE_URL', 'MYSQL_URL'];
-  const saved = names.map((name) => process.env[name]);
-  for (const name of names) delete process.env[name];
-  Object.assign(process.env, vars);
-  try {
-    return await fn();
-  } finally {
-    names.forEach((name, i) => (saved[i] === undefined ? delete process.env[name] : (process.env[name] = saved[i])));
-  }
-}
+const withEnv = envScope(['DATABASE_URL', 'MYSQL_URL']);
 
 /** A root session of its own that keeps what it runs open (a transaction, its row locks) until end(). */
 function session(server: MariadbServer) {
@@ -79,32 +70,14 @@ async function storeSessions(): Promise<number[]> {
 }
 
 describe('mysqlStore settings', () => {
-  it('is shared, and constructing it reads no environment and does no I/O', async () => {
-    await withEnv({}, async () => {
-      const store = mysqlStore();
-      expect(store.shared).toBe(true);
-      // The URL is read on the first call: set after construction, it is used.
-      process.env.MYSQL_URL = own.url;
-      expect((await store.hit(`lazy:${randomUUID()}`, 60_000, 2)).count).toBe(2);
-      await store.close();
-    });
-  });
-
-  it('prefers DATABASE_URL over MYSQL_URL', async () => {
-    await withEnv({ DATABASE_URL: own.url, MYSQL_URL: 'mysql://nobody@127.0.0.1:1/none' }, async () => {
-      const store = mysqlStore();
-      await store.ping();
-      await store.close();
-    });
-  });
-
-  it('rejects with ERR_CONFIG naming the variables when no URL is set', async () => {
-    await withEnv({}, async () => {
-      const error = await rejection(mysqlStore().hit(KEY_MARKER, 60_000, 1));
-      expect(error.code).toBe('ERR_CONFIG');
-      expect(error.message).toContain('DATABASE_URL');
-      expect(error.message).toContain('MYSQL_URL');
-    });
+  urlFromEnvCases({
+    create: () => mysqlStore(),
+    variable: 'MYSQL_URL',
+    url: () => own.url,
+    badUrl: 'mysql://nobody@127.0.0.1:1/none',
+    withEnv,
+    rejection,
+    key: KEY_MARKER,
   });
 
   it('refuses bad options with a TypeError or RangeError', () => {

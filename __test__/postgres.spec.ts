@@ -21,6 +21,7 @@ import {
   type PostgresServer,
 } from './support/postgres.js';
 import { makeCertificates } from './support/redis.js';
+import { envScope, urlFromEnvCases } from './support/env.js';
 import { freePort } from '../scripts/free-port.js';
 
 let server: Awaited<ReturnType<typeof plainPostgres>>;
@@ -57,17 +58,7 @@ async function rejection(pending: Promise<unknown>): Promise<Error & { code?: st
   return error;
 }
 
-async function withEnv<T>(vars: Record<string, string>, fn: () => Promise<T>): Promise<T> {
-  const names = ['DATABASE_URL', 'POSTGRES_URL'];
-  const saved = names.map((name) => process.env[name]);
-  for (const name of names) delete process.env[name];
-  Object.assign(process.env, vars);
-  try {
-    return await fn();
-  } finally {
-    names.forEach((name, i) => (saved[i] === undefined ? delete process.env[name] : (process.env[name] = saved[i])));
-  }
-}
+const withEnv = envScope(['DATABASE_URL', 'POSTGRES_URL']);
 
 /** `processes` instances, a process each, `inFlight` requests at a time for `ms`, on one table. */
 async function fleet(url: string, table: string, processes: number, inFlight: number, ms: number) {
@@ -110,32 +101,14 @@ describe('postgresStore', () => {
   const ownStore = (options: PostgresStoreOptions = {}) =>
     postgresStore({ url: own.url, timeoutMs: 3_000, ...options });
 
-  it('is shared, and constructing it reads no environment and does no I/O', async () => {
-    await withEnv({}, async () => {
-      const store = postgresStore();
-      expect(store.shared).toBe(true);
-      // The URL is read on the first call: set after construction, it is used.
-      process.env.POSTGRES_URL = own.url;
-      expect((await store.hit(`lazy:${randomUUID()}`, 60_000, 2)).count).toBe(2);
-      await store.close();
-    });
-  });
-
-  it('prefers DATABASE_URL over POSTGRES_URL', async () => {
-    await withEnv({ DATABASE_URL: own.url, POSTGRES_URL: 'postgres://nobody@127.0.0.1:1/none' }, async () => {
-      const store = postgresStore();
-      await store.ping();
-      await store.close();
-    });
-  });
-
-  it('rejects with ERR_CONFIG naming the variables when no URL is set', async () => {
-    await withEnv({}, async () => {
-      const error = await rejection(postgresStore().hit(KEY_MARKER, 60_000, 1));
-      expect(error.code).toBe('ERR_CONFIG');
-      expect(error.message).toContain('DATABASE_URL');
-      expect(error.message).toContain('POSTGRES_URL');
-    });
+  urlFromEnvCases({
+    create: () => postgresStore(),
+    variable: 'POSTGRES_URL',
+    url: () => own.url,
+    badUrl: 'postgres://nobody@127.0.0.1:1/none',
+    withEnv,
+    rejection,
+    key: KEY_MARKER,
   });
 
   it('rejects a wrong password with ERR_AUTH, naming neither password nor URL', async () => {
