@@ -7,32 +7,24 @@
 //
 // `node benchmark/mysql.js [seconds] [rounds] [--durable]` runs it on its own and prints the tables.
 
-const { readFileSync } = require('node:fs');
-const { execFileSync } = require('node:child_process');
-const { performance } = require('node:perf_hooks');
 const { startMariadb } = require('../scripts/mariadb-server.js');
-const { summary, rotated } = require('./stats.js');
+const {
+  WINDOW_MS,
+  inFlightRows,
+  sqlColumns,
+  statFields,
+  TICK_US,
+  driveFor,
+  storeRound,
+  runRounds,
+  tableRows,
+} = require('./sql.js');
 
-const WINDOW_MS = 60_000;
-const ROWS = [
-  { id: 'mysql-1', width: 1, label: '1 in flight' },
-  { id: 'mysql-16', width: 16, label: '16 in flight' },
-  { id: 'mysql-256', width: 256, label: '256 in flight' },
-  { id: 'mysql-hot', width: 256, label: '256 in flight on one hot key', hot: true },
-];
-const COLUMNS = [
-  { name: 'ops/s', range: true, unit: 'ops/s' },
-  { name: 'p50 us', unit: 'us' },
-  { name: 'p99 us', unit: 'us' },
-  { name: 'client us/hit', unit: 'us' },
-  { name: 'server us/hit', unit: 'us' },
-  { name: 'errors', unit: 'count' },
-];
-const TICK_US = 1e6 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
+const ROWS = inFlightRows('mysql');
+const COLUMNS = sqlColumns({ server: true });
 
 function serverCpuUs(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  const f = statFields(pid);
   return (Number(f[11]) + Number(f[12])) * TICK_US;
 }
 
@@ -100,30 +92,6 @@ const stores = [
   },
 ];
 
-async function driveFor(store, keys, width, ms, hot) {
-  const latencies = [];
-  let next = 0;
-  let errors = 0;
-  let firstError;
-  const end = performance.now() + ms;
-  async function worker() {
-    while (performance.now() < end) {
-      const key = hot ? keys[0] : keys[next++ % keys.length];
-      const start = performance.now();
-      try {
-        await store.hit(key, WINDOW_MS, 1);
-        latencies.push(performance.now() - start);
-      } catch (error) {
-        errors++;
-        firstError ??= error;
-      }
-    }
-  }
-  const start = performance.now();
-  await Promise.all(Array.from({ length: width }, worker));
-  return { hits: latencies.length, errors, firstError, ms: performance.now() - start, latencies };
-}
-
 /** The scenario: `size` { rounds, seconds, warmSeconds, durable }; answers one table per row. */
 async function mysqlScenario(size, { keys, gc = () => undefined, notes = {} }) {
   const server = await startMariadb({ durable: size.durable });
@@ -136,32 +104,9 @@ async function mysqlScenario(size, { keys, gc = () => undefined, notes = {} }) {
     );
     for (const spec of stores) entries.push({ ...spec, store: await spec.create(server.url), samples: {} });
     for (const entry of entries) await driveFor(entry.store, keys, 256, size.warmSeconds * 1000, false);
-    for (const entry of entries) for (const row of ROWS) entry.samples[row.id] = {};
-    for (let round = 0; round < size.rounds; round++) {
-      for (const row of ROWS) {
-        for (const entry of rotated(entries, round)) {
-          gc();
-          const before = serverCpuUs(pid);
-          const cpu = process.cpuUsage();
-          const r = await driveFor(entry.store, keys, row.width, size.seconds * 1000, row.hot);
-          const used = process.cpuUsage(cpu);
-          const serverUs = serverCpuUs(pid) - before;
-          if (r.errors > 0)
-            console.log(`  mysql: ${entry.name}, ${row.label}: ${r.errors} errors: ${r.firstError?.message}`);
-          const hits = Math.max(r.hits, 1);
-          const sorted = Float64Array.from(r.latencies).sort();
-          const s = entry.samples[row.id];
-          const push = (m, v) => (s[m] ??= []).push(v);
-          push('ops/s', r.hits / (r.ms / 1000));
-          push('p50 us', sorted[Math.floor(sorted.length * 0.5)] * 1000);
-          push('p99 us', sorted[Math.floor(sorted.length * 0.99)] * 1000);
-          push('client us/hit', (used.user + used.system) / hits);
-          push('server us/hit', serverUs / hits);
-          push('errors', r.errors);
-        }
-      }
-      console.log(`  mysql: round ${round + 1} of ${size.rounds} done`);
-    }
+    await runRounds('mysql', size.rounds, ROWS, entries, (entry, row) =>
+      storeRound('mysql', entry, row, keys, size.seconds * 1000, gc, { serverCpuUs: () => serverCpuUs(pid) }),
+    );
     return ROWS.map((row) => ({
       id: row.id,
       title:
@@ -171,11 +116,7 @@ async function mysqlScenario(size, { keys, gc = () => undefined, notes = {} }) {
       higherIsBetter: true,
       ratioOf: 'ops/s',
       columns: COLUMNS,
-      rows: entries.map((entry) => {
-        const values = {};
-        for (const [measure, list] of Object.entries(entry.samples[row.id])) values[measure] = summary(list);
-        return { store: entry.name, peer: entry.peer, values };
-      }),
+      rows: tableRows(entries, row),
     }));
   } finally {
     for (const entry of entries) await entry.store?.close?.().catch(() => undefined);

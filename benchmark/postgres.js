@@ -7,15 +7,15 @@
 // round, with pgbench running the same upsert as the limit; then a paced run
 // shows what a store process spends on light traffic.
 
-const { execFile, execFileSync } = require('node:child_process');
-const { mkdtempSync, readFileSync, readdirSync, rmSync, writeFileSync } = require('node:fs');
+const { execFile } = require('node:child_process');
+const { mkdtempSync, readdirSync, rmSync, writeFileSync } = require('node:fs');
 const os = require('node:os');
 const { join } = require('node:path');
-const { performance } = require('node:perf_hooks');
 const { setTimeout: sleep } = require('node:timers/promises');
 const { startPostgres, PASSWORD } = require('../scripts/postgres-server.js');
 const { postgresStores, seedTable, seedHit, WINDOW_MS } = require('./stores.js');
-const { summary, rotated } = require('./stats.js');
+const { summary } = require('./stats.js');
+const { sqlColumns, statFields, TICK_US, driveFor, push, storeRound, runRounds, tableRows } = require('./sql.js');
 const { measure } = require('./cpu.js');
 
 /** The measured rows: hits in flight (pgbench's clients for the same row), over 10,000 keys or one. */
@@ -25,15 +25,7 @@ const ROWS = [
   { id: 'postgres-256', width: 256, clients: 64, label: '256 in flight' },
   { id: 'postgres-hot', width: 256, clients: 2, label: '256 in flight on one hot key', hot: true },
 ];
-const COLUMNS = [
-  { name: 'ops/s', range: true, unit: 'ops/s' },
-  { name: 'p50 us', unit: 'us' },
-  { name: 'p99 us', unit: 'us' },
-  { name: 'mean us', unit: 'us' },
-  { name: 'client us/hit', unit: 'us' },
-  { name: 'server us/hit', unit: 'us' },
-  { name: 'errors', unit: 'count' },
-];
+const COLUMNS = sqlColumns({ mean: true, server: true });
 /** The paced run: what a store process spends on each hit of light traffic. */
 const PACED = { mode: 'steady', rate: 500, burst: 1 };
 const PACED_STORES = ['postgresStore()', "pg Pool, seed 000's upsert", 'memoryStore()'];
@@ -52,14 +44,6 @@ const pgbenchScript = (hot) =>
       .replace(/\s+/g, ' ') + ';',
     '',
   ].join('\n');
-
-const TICK_US = 1e6 / Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim());
-
-/** The fields of /proc/PID/stat after the command name: [0] state, [1] ppid, [11] utime ... [14] cstime. */
-function statFields(pid) {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-}
 
 /** The postmaster's children, as /proc sees them now. */
 function children(postmaster) {
@@ -105,58 +89,6 @@ function clusterCpuUs(postmaster) {
 function childrenCpuUs() {
   const f = statFields('self');
   return (Number(f[13]) + Number(f[14])) * TICK_US;
-}
-
-/** Hits for `ms`, `width` of them in flight, over `keys` (or its first alone): hits, errors, latencies (ms). */
-async function driveFor(store, keys, width, ms, hot) {
-  const latencies = [];
-  let next = 0;
-  let errors = 0;
-  let firstError;
-  const end = performance.now() + ms;
-  async function worker() {
-    while (performance.now() < end) {
-      const key = hot ? keys[0] : keys[next++ % keys.length];
-      const start = performance.now();
-      try {
-        await store.hit(key, WINDOW_MS, 1);
-        latencies.push(performance.now() - start);
-      } catch (error) {
-        errors++;
-        firstError ??= error;
-      }
-    }
-  }
-  const start = performance.now();
-  await Promise.all(Array.from({ length: width }, worker));
-  return { hits: latencies.length, errors, firstError, ms: performance.now() - start, latencies };
-}
-
-function push(samples, measure, value) {
-  (samples[measure] ??= []).push(value);
-}
-
-/** One measured round of a store on one row. */
-async function storeRound(entry, row, keys, ms, postmaster, gc) {
-  gc();
-  const server = clusterCpuUs(postmaster);
-  const cpu = process.cpuUsage();
-  const r = await driveFor(entry.store, keys, row.width, ms, row.hot);
-  const used = process.cpuUsage(cpu);
-  const serverUs = clusterCpuUs(postmaster) - server;
-  if (r.errors > 0) {
-    console.log(`  postgres: ${entry.name}, ${row.label}: ${r.errors} errors, the first: ${r.firstError?.message}`);
-  }
-  const samples = entry.samples[row.id];
-  const hits = Math.max(r.hits, 1);
-  const sorted = Float64Array.from(r.latencies).sort();
-  push(samples, 'ops/s', r.hits / (r.ms / 1000));
-  push(samples, 'p50 us', sorted[Math.floor(sorted.length * 0.5)] * 1000);
-  push(samples, 'p99 us', sorted[Math.floor(sorted.length * 0.99)] * 1000);
-  push(samples, 'mean us', (sorted.reduce((a, b) => a + b, 0) / hits) * 1000);
-  push(samples, 'client us/hit', (used.user + used.system) / hits);
-  push(samples, 'server us/hit', serverUs / hits);
-  push(samples, 'errors', r.errors);
 }
 
 function pgbenchArgs(server, file, clients, seconds) {
@@ -256,16 +188,14 @@ async function postgres(size, { keys, gc, notes }) {
     for (const entry of entries) await driveFor(entry.store, keys, 256, size.warmSeconds * 1000, false);
     const pgbench = { name: 'pgbench', pgbench: true, samples: {} };
     const all = [...entries, pgbench];
-    for (const entry of all) for (const row of ROWS) entry.samples[row.id] = {};
-    for (let round = 0; round < size.rounds; round++) {
-      for (const row of ROWS) {
-        for (const entry of rotated(all, round)) {
-          if (entry.pgbench) await pgbenchRound(entry, row, server, files, seconds, postmaster);
-          else await storeRound(entry, row, keys, size.seconds * 1000, postmaster, gc);
-        }
-      }
-      console.log(`  postgres: round ${round + 1} of ${size.rounds} done`);
-    }
+    await runRounds('postgres', size.rounds, ROWS, all, (entry, row) =>
+      entry.pgbench
+        ? pgbenchRound(entry, row, server, files, seconds, postmaster)
+        : storeRound('postgres', entry, row, keys, size.seconds * 1000, gc, {
+            serverCpuUs: () => clusterCpuUs(postmaster),
+            mean: true,
+          }),
+    );
     for (const entry of entries) await entry.store.close?.();
     entries.length = 0;
     const tables = ROWS.map((row) => ({
@@ -278,11 +208,7 @@ async function postgres(size, { keys, gc, notes }) {
       ratioOf: 'ops/s',
       limit: pgbenchRows.get(row.id),
       columns: COLUMNS,
-      rows: all.map((entry) => {
-        const values = {};
-        for (const [measure, list] of Object.entries(entry.samples[row.id])) values[measure] = summary(list);
-        return { store: entry.pgbench ? pgbenchRows.get(row.id) : entry.name, peer: entry.peer, values };
-      }),
+      rows: tableRows(all, row, (entry) => (entry.pgbench ? pgbenchRows.get(row.id) : entry.name)),
     }));
     tables.push(await paced(server, postmaster, size.pacedSeconds, dir));
     return tables;

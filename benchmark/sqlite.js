@@ -10,23 +10,10 @@ const { execFileSync } = require('node:child_process');
 const { existsSync, mkdtempSync, realpathSync, rmSync } = require('node:fs');
 const os = require('node:os');
 const { dirname, join } = require('node:path');
-const { performance } = require('node:perf_hooks');
-const { summary, rotated } = require('./stats.js');
+const { WINDOW_MS, inFlightRows, sqlColumns, driveFor, storeRound, runRounds, tableRows } = require('./sql.js');
 
-const WINDOW_MS = 60_000;
-const ROWS = [
-  { id: 'sqlite-1', width: 1, label: '1 in flight' },
-  { id: 'sqlite-16', width: 16, label: '16 in flight' },
-  { id: 'sqlite-256', width: 256, label: '256 in flight' },
-  { id: 'sqlite-hot', width: 256, label: '256 in flight on one hot key', hot: true },
-];
-const COLUMNS = [
-  { name: 'ops/s', range: true, unit: 'ops/s' },
-  { name: 'p50 us', unit: 'us' },
-  { name: 'p99 us', unit: 'us' },
-  { name: 'client us/hit', unit: 'us' },
-  { name: 'errors', unit: 'count' },
-];
+const ROWS = inFlightRows('sqlite');
+const COLUMNS = sqlColumns();
 
 /** Seed 001's store: its bucket table and upsert, on node:sqlite (synchronous, on the JS thread). */
 function seedStore(path) {
@@ -132,52 +119,6 @@ const sqliteStores = [
   },
 ];
 
-/** Hits for `ms`, `width` of them in flight, over `keys` (or its first alone): hits, errors, latencies (ms). */
-async function driveFor(store, keys, width, ms, hot) {
-  const latencies = [];
-  let next = 0;
-  let errors = 0;
-  let firstError;
-  const end = performance.now() + ms;
-  async function worker() {
-    while (performance.now() < end) {
-      const key = hot ? keys[0] : keys[next++ % keys.length];
-      const start = performance.now();
-      try {
-        await store.hit(key, WINDOW_MS, 1);
-        latencies.push(performance.now() - start);
-      } catch (error) {
-        errors++;
-        firstError ??= error;
-      }
-    }
-  }
-  const start = performance.now();
-  await Promise.all(Array.from({ length: width }, worker));
-  return { hits: latencies.length, errors, firstError, ms: performance.now() - start, latencies };
-}
-
-function push(samples, measure, value) {
-  (samples[measure] ??= []).push(value);
-}
-
-async function storeRound(entry, row, keys, ms, gc) {
-  gc();
-  const cpu = process.cpuUsage();
-  const r = await driveFor(entry.store, keys, row.width, ms, row.hot);
-  const used = process.cpuUsage(cpu);
-  if (r.errors > 0)
-    console.log(`  sqlite: ${entry.name}, ${row.label}: ${r.errors} errors, the first: ${r.firstError?.message}`);
-  const samples = entry.samples[row.id];
-  const hits = Math.max(r.hits, 1);
-  const sorted = Float64Array.from(r.latencies).sort();
-  push(samples, 'ops/s', r.hits / (r.ms / 1000));
-  push(samples, 'p50 us', sorted[Math.floor(sorted.length * 0.5)] * 1000);
-  push(samples, 'p99 us', sorted[Math.floor(sorted.length * 0.99)] * 1000);
-  push(samples, 'client us/hit', (used.user + used.system) / hits);
-  push(samples, 'errors', r.errors);
-}
-
 /** The scenario. `size`: { rounds, seconds (per store, row and round), warmSeconds }. Answers one table per row. */
 async function sqlite(size, { keys, gc, notes }) {
   const dir = mkdtempSync(join(os.tmpdir(), 'ratestore-bench-sqlite-'));
@@ -191,13 +132,9 @@ async function sqlite(size, { keys, gc, notes }) {
     }
     // Every key's row exists before the rounds: each measured hit updates one.
     for (const entry of entries) await driveFor(entry.store, keys, 256, size.warmSeconds * 1000, false);
-    for (const entry of entries) for (const row of ROWS) entry.samples[row.id] = {};
-    for (let round = 0; round < size.rounds; round++) {
-      for (const row of ROWS) {
-        for (const entry of rotated(entries, round)) await storeRound(entry, row, keys, size.seconds * 1000, gc);
-      }
-      console.log(`  sqlite: round ${round + 1} of ${size.rounds} done`);
-    }
+    await runRounds('sqlite', size.rounds, ROWS, entries, (entry, row) =>
+      storeRound('sqlite', entry, row, keys, size.seconds * 1000, gc),
+    );
     return ROWS.map((row) => ({
       id: row.id,
       title:
@@ -207,11 +144,7 @@ async function sqlite(size, { keys, gc, notes }) {
       higherIsBetter: true,
       ratioOf: 'ops/s',
       columns: COLUMNS,
-      rows: entries.map((entry) => {
-        const values = {};
-        for (const [measure, list] of Object.entries(entry.samples[row.id])) values[measure] = summary(list);
-        return { store: entry.name, peer: entry.peer, values };
-      }),
+      rows: tableRows(entries, row),
     }));
   } finally {
     for (const entry of entries) await entry.store?.close?.().catch(() => undefined);
