@@ -20,6 +20,8 @@ pub mod reset;
 pub mod sliding;
 pub mod sqlite;
 pub mod step;
+pub mod sweep;
+pub mod tls;
 pub mod window;
 pub mod wtf8;
 

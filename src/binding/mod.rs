@@ -10,6 +10,7 @@ mod redis;
 mod redis_loop;
 mod settle;
 mod sqlite;
+mod threaded;
 mod uv;
 
 use napi::bindgen_prelude::*;

@@ -1,58 +1,67 @@
 //! postgresStore's binding: `call(id, …)` starts an op on the shared I/O
 //! thread and returns at once; finished calls come back as every threaded
-//! store's do, in batches through `settle::delivery` (numbers in the
-//! store's `results`, errors built by `raw::error`), to the JS side's
-//! settle callback. `resetAll()` is rare and settles its own promise
-//! through a deferred.
+//! store's do (see `threaded`). `resetAll()` is rare and settles its own
+//! promise through a deferred.
 
-use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::future::Future;
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 
-use futures_util::FutureExt;
 use napi::bindgen_prelude::*;
-use napi::{sys, JsString};
+use napi::JsString;
 use napi_derive::napi;
 
-use super::settle;
-use super::{raw, throw_core};
-use crate::delivery::{Completion, Delivery};
+use super::threaded::{TextNative, TextStore};
 use crate::errors::Error as CoreError;
-use crate::ops::Op;
+use crate::ops::{Answer, Args, Op};
 use crate::postgres::{Config, Options, PgStore};
-use crate::redis::runtime;
 
-/// `resetAll()`'s outcome, turned into a JS value on the JS thread.
-struct Outcome(std::result::Result<Vec<f64>, CoreError>);
+impl TextStore for PgStore {
+    type Options = Options;
+    const LONE: &'static str = "postgresStore: a key with a lone surrogate can't be stored";
 
-impl ToNapiValue for Outcome {
-    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
-        match val.0 {
-            // SAFETY: called by napi-rs on the JS thread with a live env.
-            Ok(numbers) => unsafe { Vec::<f64>::to_napi_value(env, numbers) },
-            Err(err) => {
-                // SAFETY: as above.
-                let error = unsafe { raw::error(env, &err) };
-                error.map_err(|e| Error::from_reason(e.to_string()))
-            }
-        }
+    fn open(
+        options: &Options,
+        read: impl Fn(&str) -> Option<String>,
+        swept: Arc<AtomicU64>,
+    ) -> std::result::Result<Arc<Self>, CoreError> {
+        Config::resolve(options, read).map(|c| Arc::new(PgStore::new(c, swept)))
+    }
+
+    fn start_sweeper(store: &Arc<Self>, handle: &tokio::runtime::Handle) {
+        PgStore::start_sweeper(store, handle)
+    }
+
+    fn run(
+        self: &Arc<Self>,
+        op: Op,
+        args: Args,
+        key: String,
+    ) -> impl Future<Output = std::result::Result<Answer, CoreError>> + Send {
+        PgStore::run(self, op, args, key)
+    }
+
+    fn step(
+        self: &Arc<Self>,
+        takes: Vec<(Op, Args, String)>,
+    ) -> impl Future<Output = std::result::Result<Vec<Answer>, CoreError>> + Send {
+        PgStore::step(self, takes)
+    }
+
+    fn reset_all(
+        self: &Arc<Self>,
+    ) -> impl Future<Output = std::result::Result<(), CoreError>> + Send {
+        PgStore::reset_all(self)
+    }
+
+    async fn close(self: Arc<Self>) {
+        PgStore::close(&self).await
     }
 }
 
 #[napi]
 pub struct PostgresNative {
-    options: Options,
-    store: Option<std::result::Result<Arc<PgStore>, CoreError>>,
-    closed: bool,
-    /// The store's count of swept rows, kept after close().
-    swept: Arc<AtomicU64>,
-    /// Where finished calls go; its threadsafe function is `tsfn`.
-    delivery: Arc<Delivery>,
-    tsfn: sys::napi_threadsafe_function,
-    /// The JS settle callback: weak while idle, strong while calls are in
-    /// flight (`hold`). The threadsafe function's context owns it.
-    settle: sys::napi_ref,
-    results: Arc<raw::Numbers>,
+    inner: TextNative<PgStore>,
 }
 
 #[napi]
@@ -72,95 +81,43 @@ impl PostgresNative {
         tls_ca: Option<String>,
         sweep_interval_ms: Option<u32>,
     ) -> Result<Self> {
-        let (settle_ref, results) = settle::callback(env, &settle)?;
-        // SAFETY: on the JS thread inside this #[napi] callback; on success
-        // the threadsafe function's context takes the reference.
-        let made =
-            unsafe { settle::delivery(env.raw(), "ratestore.postgresStore", &results, settle_ref) };
-        let (delivery, tsfn) = match made {
-            Ok(made) => made,
-            Err(e) => {
-                // SAFETY: nothing took the reference: it is deleted here, once.
-                unsafe { sys::napi_delete_reference(env.raw(), settle_ref) };
-                return Err(throw_core(env, e));
-            }
+        let options = Options {
+            url,
+            table,
+            schema,
+            timeout_ms: timeout_ms.map(u64::from),
+            create_table,
+            sslmode,
+            tls_ca,
+            sweep_interval_ms: sweep_interval_ms.map(u64::from),
         };
-        Ok(PostgresNative {
-            delivery,
-            tsfn,
-            settle: settle_ref,
-            results,
-            options: Options {
-                url,
-                table,
-                schema,
-                timeout_ms: timeout_ms.map(u64::from),
-                create_table,
-                sslmode,
-                tls_ca,
-                sweep_interval_ms: sweep_interval_ms.map(u64::from),
-            },
-            swept: Arc::new(AtomicU64::new(0)),
-            store: None,
-            closed: false,
-        })
+        let inner = TextNative::new(env, &settle, "ratestore.postgresStore", options)?;
+        Ok(PostgresNative { inner })
     }
 
     /// The numbers of finished calls, `[id, …answer]` per call (see `settle`).
     #[napi(ts_return_type = "Float64Array")]
     pub fn results(&self, env: &Env) -> Result<Unknown<'_>> {
-        // SAFETY: on the JS thread inside this #[napi] callback.
-        let array = unsafe { self.results.array(env.raw()) }.map_err(|e| throw_core(env, e))?;
-        // SAFETY: a live value of this callback's scope.
-        Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), array) })
+        self.inner.settler.results(env)
     }
 
     /// Keeps the settle callback and the process alive while calls are in
     /// flight (`true`), or lets them go (`false`).
     #[napi]
     pub fn hold(&self, env: &Env, held: bool) -> Result<()> {
-        // SAFETY: on the JS thread inside this #[napi] callback; the
-        // threadsafe function and the reference live until the delivery is
-        // dropped, which `self` holds.
-        unsafe { settle::hold(env.raw(), Some(self.tsfn), self.settle, held) }
-            .map_err(|e| throw_core(env, e))
+        self.inner.settler.hold(env, held)
     }
 
     /// Resolves the settings against `vars` (`process.env`), once.
     #[napi]
     pub fn open(&mut self, vars: Object) {
-        if self.store.is_some() {
-            return;
-        }
-        let read = |name: &str| -> Option<String> {
-            let value: Option<String> = vars.get(name).ok().flatten();
-            value.filter(|s| !s.is_empty())
-        };
-        let swept = Arc::clone(&self.swept);
-        let store = Config::resolve(&self.options, read).map(|c| Arc::new(PgStore::new(c, swept)));
-        if let (Ok(store), Ok(handle)) = (&store, runtime::handle()) {
-            PgStore::start_sweeper(store, &handle);
-        }
-        self.store = Some(store);
+        self.inner.open(vars)
     }
 
     /// Expired rows the store's sweeper removed.
     #[napi]
     pub fn swept(&self) -> f64 {
-        self.swept.load(Ordering::Relaxed) as f64
-    }
-
-    fn ready(&self) -> std::result::Result<Arc<PgStore>, CoreError> {
-        if self.closed {
-            return Err(CoreError::Closed);
-        }
-        match &self.store {
-            Some(Ok(store)) => Ok(Arc::clone(store)),
-            Some(Err(e)) => Err(e.clone()),
-            None => Err(CoreError::Internal(
-                "a call was made before the store was opened",
-            )),
-        }
+        self.inner.swept()
     }
 
     /// Starts one op; it settles under `id` through `settle`. Throws if the
@@ -178,28 +135,7 @@ impl PostgresNative {
         c: f64,
         d: f64,
     ) -> Result<()> {
-        let started = (|| {
-            let op = Op::from_code(op).ok_or(CoreError::InvalidRange("unknown op"))?;
-            let args = op.check([a, b, c, d])?;
-            let units = key
-                .into_utf16()
-                .map_err(|_| CoreError::InvalidType("key must be a string"))?;
-            // Text columns hold UTF-8 only: a lone surrogate would merge keys.
-            let key = units.as_str().map_err(|_| {
-                CoreError::InvalidType("postgresStore: a key with a lone surrogate can't be stored")
-            })?;
-            Ok::<_, CoreError>((self.ready()?, runtime::handle()?, op, args, key))
-        })();
-        let (store, handle, op, args, key) = started.map_err(|e| throw_core(env, e))?;
-        let delivery = Arc::clone(&self.delivery);
-        handle.spawn(async move {
-            let result = AssertUnwindSafe(store.run(op, args, key))
-                .catch_unwind()
-                .await
-                .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
-            delivery.push(Completion { id, result });
-        });
-        Ok(())
+        self.inner.call(env, id, op, key, a, b, c, d)
     }
 
     /// Starts a step: its takes made all or none, in one transaction.
@@ -209,47 +145,18 @@ impl PostgresNative {
     /// is not one or the store can't take it.
     #[napi]
     pub fn takes(&self, env: &Env, numbers: Vec<f64>, keys: JsString) -> Result<()> {
-        let started = (|| {
-            let (ids, takes) = super::text_step(
-                &numbers,
-                keys,
-                "postgresStore: a key with a lone surrogate can't be stored",
-            )?;
-            Ok::<_, CoreError>((self.ready()?, runtime::handle()?, ids, takes))
-        })();
-        let (store, handle, ids, takes) = started.map_err(|e| throw_core(env, e))?;
-        let delivery = Arc::clone(&self.delivery);
-        handle.spawn(async move {
-            let result = AssertUnwindSafe(store.step(takes))
-                .catch_unwind()
-                .await
-                .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
-            delivery.push_all(super::step_completions(&ids, &result));
-        });
-        Ok(())
+        self.inner.takes(env, numbers, keys)
     }
 
     /// Deletes every counter of the table.
     #[napi]
     pub fn reset_all<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
-        let started = (|| Ok::<_, CoreError>((self.ready()?, runtime::handle()?)))();
-        let (store, handle) = started.map_err(|e| throw_core(env, e))?;
-        let (deferred, promise) = env.create_deferred::<Outcome, _>()?;
-        handle.spawn(async move {
-            let result = store.reset_all().await.map(|()| Vec::new());
-            deferred.resolve(move |_| Ok(Outcome(result)));
-        });
-        Ok(promise)
+        self.inner.reset_all(env)
     }
 
     /// Refuses later calls and drops the connection.
     #[napi]
     pub fn close(&mut self) {
-        self.closed = true;
-        if let Some(Ok(store)) = self.store.take() {
-            if let Ok(handle) = runtime::handle() {
-                handle.spawn(async move { store.close().await });
-            }
-        }
+        self.inner.close()
     }
 }

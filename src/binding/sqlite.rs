@@ -1,41 +1,21 @@
 //! sqliteStore's binding: `call(id, …)` queues an op to the store's own
 //! thread and returns at once; finished calls come back as every threaded
-//! store's do, in batches through `settle::delivery` (numbers in the store's
-//! `results`, errors built by `raw::error`), to the JS side's settle
-//! callback. `resetAll()` is rare and settles its own promise through a
-//! deferred.
+//! store's do (see `threaded`). `resetAll()` is rare and settles its own
+//! promise through a deferred.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
 use napi::bindgen_prelude::*;
-use napi::{sys, JsString};
+use napi::JsString;
 use napi_derive::napi;
 
-use super::settle;
-use super::{raw, throw_core};
-use crate::delivery::Delivery;
+use super::threaded::{Outcome, Settler};
+use super::throw_core;
 use crate::errors::Error as CoreError;
 use crate::ops::Op;
 use crate::sqlite::{Call, Config, Counts, Options, SqliteStore, Step};
-
-/// `resetAll()`'s outcome, turned into a JS value on the JS thread.
-struct Outcome(std::result::Result<(), CoreError>);
-
-impl ToNapiValue for Outcome {
-    unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
-        match val.0 {
-            // SAFETY: called by napi-rs on the JS thread with a live env.
-            Ok(()) => unsafe { <()>::to_napi_value(env, ()) },
-            Err(err) => {
-                // SAFETY: as above.
-                let error = unsafe { raw::error(env, &err) };
-                error.map_err(|e| Error::from_reason(e.to_string()))
-            }
-        }
-    }
-}
 
 #[napi]
 pub struct SqliteNative {
@@ -44,13 +24,7 @@ pub struct SqliteNative {
     store: Option<std::result::Result<Arc<SqliteStore>, CoreError>>,
     closed: bool,
     counts: Arc<Counts>,
-    /// Where finished calls go; its threadsafe function is `tsfn`.
-    delivery: Arc<Delivery>,
-    tsfn: sys::napi_threadsafe_function,
-    /// The JS settle callback: weak while idle, strong while calls are in
-    /// flight (`hold`). The threadsafe function's context owns it.
-    settle: sys::napi_ref,
-    results: Arc<raw::Numbers>,
+    settler: Settler,
 }
 
 #[napi]
@@ -73,49 +47,27 @@ impl SqliteNative {
         };
         // Settings are checked here, so a bad one throws at construction.
         Config::resolve(&options).map_err(|e| throw_core(env, e))?;
-        let (settle_ref, results) = settle::callback(env, &settle)?;
-        // SAFETY: on the JS thread inside this #[napi] callback; on success
-        // the threadsafe function's context takes the reference.
-        let made =
-            unsafe { settle::delivery(env.raw(), "ratestore.sqliteStore", &results, settle_ref) };
-        let (delivery, tsfn) = match made {
-            Ok(made) => made,
-            Err(e) => {
-                // SAFETY: nothing took the reference: it is deleted here, once.
-                unsafe { sys::napi_delete_reference(env.raw(), settle_ref) };
-                return Err(throw_core(env, e));
-            }
-        };
+        let settler = Settler::new(env, &settle, "ratestore.sqliteStore")?;
         Ok(SqliteNative {
             options,
             store: None,
             closed: false,
             counts: Arc::new(Counts::default()),
-            delivery,
-            tsfn,
-            settle: settle_ref,
-            results,
+            settler,
         })
     }
 
     /// The numbers of finished calls, `[id, …answer]` per call (see `settle`).
     #[napi(ts_return_type = "Float64Array")]
     pub fn results(&self, env: &Env) -> Result<Unknown<'_>> {
-        // SAFETY: on the JS thread inside this #[napi] callback.
-        let array = unsafe { self.results.array(env.raw()) }.map_err(|e| throw_core(env, e))?;
-        // SAFETY: a live value of this callback's scope.
-        Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), array) })
+        self.settler.results(env)
     }
 
     /// Keeps the settle callback and the process alive while calls are in
     /// flight (`true`), or lets them go (`false`).
     #[napi]
     pub fn hold(&self, env: &Env, held: bool) -> Result<()> {
-        // SAFETY: on the JS thread inside this #[napi] callback; the
-        // threadsafe function and the reference live until the delivery is
-        // dropped, which `self` holds.
-        unsafe { settle::hold(env.raw(), Some(self.tsfn), self.settle, held) }
-            .map_err(|e| throw_core(env, e))
+        self.settler.hold(env, held)
     }
 
     /// `[swept, commits, busyWaits]`: the store's thread's counts.
@@ -133,7 +85,11 @@ impl SqliteNative {
         }
         if self.store.is_none() {
             let started = Config::resolve(&self.options).and_then(|config| {
-                SqliteStore::start(config, Arc::clone(&self.delivery), Arc::clone(&self.counts))
+                SqliteStore::start(
+                    config,
+                    Arc::clone(&self.settler.delivery),
+                    Arc::clone(&self.counts),
+                )
             });
             self.store = Some(started.map(Arc::new));
         }
@@ -221,7 +177,7 @@ impl SqliteNative {
     #[napi]
     pub fn reset_all<'e>(&mut self, env: &'e Env) -> Result<Object<'e>> {
         let store = self.ready().map_err(|e| throw_core(env, e))?;
-        let (deferred, promise) = env.create_deferred::<Outcome, _>()?;
+        let (deferred, promise) = env.create_deferred::<Outcome<()>, _>()?;
         store.reset_all(Box::new(move |result| {
             deferred.resolve(move |_| Ok(Outcome(result)));
         }));

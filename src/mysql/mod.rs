@@ -435,21 +435,16 @@ impl MyStore {
     /// while the store is open and has an idle connection, it deletes expired
     /// rows in small batches. It never connects on its own.
     pub fn start_sweeper(store: &Arc<MyStore>, handle: &tokio::runtime::Handle) {
-        let every = store.config.sweep_interval_ms;
-        if every == 0 {
-            return;
-        }
-        let weak = Arc::downgrade(store);
-        handle.spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(every)).await;
-                let Some(store) = weak.upgrade() else { return };
-                if store.closed.load(Ordering::Relaxed) {
-                    return;
-                }
+        crate::sweep::start(
+            store,
+            store.config.sweep_interval_ms,
+            handle,
+            |store| store.closed.load(Ordering::Relaxed),
+            // A failed sweep waits for the next interval.
+            |store| async move {
                 let _ = store.sweep().await;
-            }
-        });
+            },
+        );
     }
 
     /// One sweep of the three tables; answers the rows it removed.

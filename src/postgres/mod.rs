@@ -746,22 +746,16 @@ impl PgStore {
     /// batches, on the second connection. It never opens the first
     /// connection on its own, and ends with the store.
     pub fn start_sweeper(store: &Arc<PgStore>, handle: &tokio::runtime::Handle) {
-        let every = store.config.sweep_interval_ms;
-        if every == 0 {
-            return;
-        }
-        let weak = Arc::downgrade(store);
-        handle.spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_millis(every)).await;
-                let Some(store) = weak.upgrade() else { return };
-                if store.closed.load(Ordering::Relaxed) {
-                    return;
-                }
-                // A failed sweep (the connection lost, the server busy) waits for the next interval.
+        crate::sweep::start(
+            store,
+            store.config.sweep_interval_ms,
+            handle,
+            |store| store.closed.load(Ordering::Relaxed),
+            // A failed sweep waits for the next interval.
+            |store| async move {
                 let _ = store.sweep().await;
-            }
-        });
+            },
+        );
     }
 
     /// One sweep of the three tables; answers the rows it removed.

@@ -8,7 +8,6 @@
 use std::path::PathBuf;
 
 use percent_encoding::percent_decode_str;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::CertificateDer;
 
 use super::fence::Fence;
@@ -500,14 +499,7 @@ fn parse_db(text: &str) -> Option<i64> {
 }
 
 fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
-    let certs: std::result::Result<Vec<_>, _> =
-        CertificateDer::pem_slice_iter(pem.as_bytes()).collect();
-    match certs {
-        Ok(certs) if !certs.is_empty() => Ok(certs),
-        _ => Err(Error::Config(
-            "tls.ca must hold at least one PEM certificate (-----BEGIN CERTIFICATE-----)".into(),
-        )),
-    }
+    crate::tls::certificates(pem, Error::Config)
 }
 
 /// `text` percent-decoded as UTF-8, or what to say about the URL's `what`.

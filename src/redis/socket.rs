@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, ServerName};
-use rustls::{ClientConfig, ClientConnection, RootCertStore};
+use rustls::{ClientConfig, ClientConnection};
 
 use super::config::{Addr, Config, SENTINEL_PASSWORD};
 use super::resp::{self, Parser, Reply};
@@ -19,23 +19,7 @@ use crate::errors::{Error, Result};
 
 /// A TLS client configuration that trusts `ca` if given, else the public roots.
 pub fn tls_config(ca: Option<&[CertificateDer<'static>]>) -> Result<Arc<ClientConfig>> {
-    let mut roots = RootCertStore::empty();
-    match ca {
-        Some(certs) => {
-            for cert in certs {
-                roots.add(cert.clone()).map_err(|_| {
-                    Error::Config("tls.ca holds a certificate that can't be used as a CA".into())
-                })?;
-            }
-        }
-        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
-    }
-    let config =
-        ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .with_safe_default_protocol_versions()
-            .map_err(|_| Error::Internal("no TLS protocol version is available"))?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
+    let config = crate::tls::client_config(crate::tls::Check::Identity, ca, Error::Config)?;
     Ok(Arc::new(config))
 }
 
