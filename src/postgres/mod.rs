@@ -598,6 +598,11 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
             let state = db.code().code();
             let code = match state {
                 "28P01" | "28000" => "ERR_AUTH",
+                // The server ended the session (pg_terminate_backend, a shutdown, a crash) or is not
+                // taking connections yet, or a connection exception: the connection is lost, as when
+                // its socket closes.
+                "57P01" | "57P02" | "57P03" => "ERR_CONNECTION",
+                s if s.starts_with("08") => "ERR_CONNECTION",
                 _ => "ERR_POSTGRES",
             };
             let hint = match state {
