@@ -471,7 +471,9 @@ async function main() {
   }
 
   const { startTargets, runChecks } = require('../__test__/runtimes/run.js');
-  const servers = await part('servers (redis-server, a cluster, sentinel, REST, PostgreSQL)', () => startTargets());
+  const servers = await part('servers (redis-server, a cluster, sentinel, REST, PostgreSQL, MariaDB)', () =>
+    startTargets(),
+  );
   try {
     for (const t of chosen) {
       const app = stage(t);
