@@ -186,7 +186,10 @@ describe('redisStore faults', () => {
     expect(await outcome(s.hit('k', 60_000, 1))).toBe(1);
     proxy.freeze();
     const codes = await Promise.all(Array.from({ length: 3 }, () => outcome(s.hit('k', 60_000, 1))));
-    expect(codes).toEqual(Array(3).fill('ERR_TIMEOUT'));
+    // As on a paused server: the third timeout closes the connection, so a hit whose deadline came in
+    // the same timer tick may reject with ERR_CONNECTION instead.
+    expect(codes.filter((code) => code === 'ERR_TIMEOUT').length).toBeGreaterThanOrEqual(2);
+    expect(codes.every((code) => code === 'ERR_TIMEOUT' || code === 'ERR_CONNECTION')).toBe(true);
     // The frozen socket never answers again; a fresh connection does.
     const seen = await untilCounted(s, 5_000);
     expect(typeof seen.at(-1)).toBe('number');
