@@ -84,8 +84,13 @@ function table({ title, unit, higherIsBetter, ratioOf, columns, rows, peerIs = '
       if (column.range) cells.push(`${format(s.min, column.unit ?? unit)}-${format(s.max, column.unit ?? unit)}`);
     }
     const mine = row.values[ratioOf];
-    cells.push(mine && Number.isFinite(best) ? `${(mine.median / best).toFixed(2)}x` : '');
-    if (limit) cells.push(mine && Number.isFinite(limitValue) ? `${(mine.median / limitValue).toFixed(2)}x` : '');
+    // A ratio to a best or limit of 0 (a smoke run's tiny footprint can grow no RSS at all) says nothing.
+    const ratio = (of) => {
+      if (!mine || !Number.isFinite(of)) return '';
+      return of === 0 ? '-' : `${(mine.median / of).toFixed(2)}x`;
+    };
+    cells.push(ratio(best));
+    if (limit) cells.push(ratio(limitValue));
     lines.push(`| ${cells.join(' | ')} |`);
   }
   return lines.join('\n');

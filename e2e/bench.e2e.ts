@@ -18,7 +18,7 @@ describe.each([
     // A run that does not end (a process it started left running) is killed, and fails.
     const stdout = await run(process.execPath, ['--expose-gc', bench, `--runtime=${name}`, '--smoke'], {
       cwd: root,
-      timeoutMs: 100_000,
+      timeoutMs: 200_000,
     });
     // The run says which runtime ran it, and it is that one (process.versions, not the parent's).
     expect(stdout).toMatch(new RegExp(`^ratestore benchmark \\(smoke\\): .*; ${label} \\d+\\.\\d+\\.\\d+$`, 'm'));
@@ -73,5 +73,5 @@ describe.each([
     expect(stdout).not.toMatch(/\| NaN|undefined/);
     // Only a full run on Node.js writes the results file.
     expect(statSync(results).mtimeMs).toBe(before);
-  }, 120_000);
+  }, 220_000);
 });
