@@ -907,7 +907,11 @@ describe('postgresStore', () => {
     expect(Math.max(...others.map((o) => o.ms))).toBeLessThan(timeoutMs);
     expect(onX.length).toBeGreaterThan(0);
     for (const o of onX) {
-      expect([o.error?.code, o.error?.sent]).toEqual(['ERR_TIMEOUT', true]);
+      // Sent (it waited on the lock, and was rolled back), or, on a busy machine, timed out still
+      // queued for the second connection (not sent): either way it counted nothing, as the row's
+      // total below shows.
+      expect(o.error?.code).toBe('ERR_TIMEOUT');
+      expect(typeof o.error?.sent).toBe('boolean');
       expect(o.ms).toBeLessThan(timeoutMs + 150);
     }
     expect(onX.filter((o) => o.error!.message.includes('counted nothing')).length).toBeGreaterThan(0);
