@@ -15,7 +15,7 @@ const {
   rejection,
 } = require('./check.js');
 
-const { ServerOperations, RESET_ALL, TAKES, MAX_TAKES, OP, toldStep, opener } = require('./ops.js');
+const { ServerOperations, RESET_ALL, TAKES, OP, checkTakes, toldStep, opener } = require('./ops.js');
 const { InFlight } = require('./in-flight.js');
 const { Failures } = require('./stats.js');
 
@@ -196,9 +196,8 @@ class RedisStore extends ServerOperations {
    * watching this store, as its own call would be.
    */
   [TAKES](takes) {
-    if (!(takes.length >= 1 && takes.length <= MAX_TAKES)) {
-      return rejection(new RangeError(`ratestore: a step holds 1 to ${MAX_TAKES} takes`));
-    }
+    const error = checkTakes(takes);
+    if (error) return rejection(error);
     return toldStep(this, takes, () => this.#takes(takes));
   }
 

@@ -100,7 +100,28 @@ static BUCKET: Script = Script::new(bucket::SCRIPT);
 /// Where a key's state of each algorithm lives: `prefix + key + suffix`.
 pub const SUFFIXES: [&[u8]; 3] = [b"", sliding::KEY_SUFFIX, bucket::KEY_SUFFIX];
 
+/// The most takes one step of a limiter's several limits holds, on every store.
+pub const MAX_TAKES: usize = 16;
+
+/// Checks that ops can be one step: 1 to [`MAX_TAKES`] takes, each
+/// [`Op::is_take`].
+pub fn check_step(mut ops: impl ExactSizeIterator<Item = Op>) -> crate::errors::Result<()> {
+    let n = ops.len();
+    if n == 0 || n > MAX_TAKES || !ops.all(Op::is_take) {
+        return Err(crate::errors::Error::InvalidRange(
+            "a step holds 1 to 16 takes, each a consume or a token bucket",
+        ));
+    }
+    Ok(())
+}
+
 impl Op {
+    /// Whether this op can be a take of a step: it answers `allowed` first,
+    /// and a refusal changes nothing.
+    pub fn is_take(self) -> bool {
+        matches!(self, Op::Consume | Op::SlidingConsume | Op::Bucket)
+    }
+
     pub fn from_code(code: f64) -> Option<Op> {
         Some(match code as i64 {
             _ if code.fract() != 0.0 => return None,

@@ -15,14 +15,6 @@ use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op, Script, ANSWER_LEN};
 use crate::{bucket, sliding, window};
 
-/// The most takes one step holds.
-pub const MAX_TAKES: usize = 16;
-
-/// Whether an op can be a take: it answers `allowed` first.
-pub fn is_take(op: Op) -> bool {
-    matches!(op, Op::Consume | Op::SlidingConsume | Op::Bucket)
-}
-
 /// Numbers in a take's part of the blob before its key: op, 4 numbers, key length.
 const HEAD: usize = 1 + 4 * 8 + 4;
 

@@ -108,17 +108,7 @@ fn text_step(
     let units = units.as_slice();
     let units = &units[..units.len().saturating_sub(1)];
     let sent = step_takes(numbers, units)?;
-    let takes_only = sent.iter().all(|t| {
-        matches!(
-            t.1,
-            crate::ops::Op::Consume | crate::ops::Op::SlidingConsume | crate::ops::Op::Bucket
-        )
-    });
-    if sent.is_empty() || sent.len() > crate::memory::MAX_TAKES || !takes_only {
-        return Err(CoreError::InvalidRange(
-            "a step holds 1 to 16 takes, each a consume or a token bucket",
-        ));
-    }
+    crate::ops::check_step(sent.iter().map(|t| t.1))?;
     let mut ids = Vec::with_capacity(sent.len());
     let mut takes = Vec::with_capacity(sent.len());
     for (id, op, args, key) in sent {

@@ -22,7 +22,6 @@ use crate::errors::Error as CoreError;
 use crate::ops::{Args, Op};
 use crate::redis::stats;
 use crate::redis::{Batched, Config, Options};
-use crate::step;
 use crate::window;
 
 /// What every function of one store holds.
@@ -349,17 +348,17 @@ pub fn redis_store<'e>(
                 let units = units.as_slice();
                 let units = &units[..units.len().saturating_sub(1)];
                 let n = numbers.len() / 6;
-                if !numbers.len().is_multiple_of(6) || n == 0 || n > step::MAX_TAKES {
+                if !numbers.len().is_multiple_of(6) || n == 0 || n > crate::ops::MAX_TAKES {
                     return Err(CoreError::InvalidRange("a step holds 1 to 16 takes"));
                 }
                 let mut takes = Vec::with_capacity(n);
                 let mut from = 0;
                 for take in numbers.chunks(6) {
-                    let op = Op::from_code(take[0])
-                        .filter(|op| step::is_take(*op))
-                        .ok_or(CoreError::InvalidRange(
+                    let op = Op::from_code(take[0]).filter(|op| op.is_take()).ok_or(
+                        CoreError::InvalidRange(
                             "a step's take must be a consume or a token bucket",
-                        ))?;
+                        ),
+                    )?;
                     let args = op.check([take[1], take[2], take[3], take[4]])?;
                     let len = take[5];
                     if !(len >= 0.0 && len.fract() == 0.0) {

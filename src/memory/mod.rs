@@ -20,8 +20,9 @@ use siphasher::sip128::{Hasher128, SipHasher13};
 
 use crate::clock;
 use crate::errors::{Error, Result};
+pub use crate::ops::MAX_TAKES;
 use crate::window::{self, Change, Outcome};
-pub use multi::{Take, MAX_TAKES};
+pub use multi::Take;
 use shard::Shard;
 pub use shard::Tally;
 

@@ -9,11 +9,8 @@ use std::sync::MutexGuard;
 use super::shard::Shard;
 use super::states::{apply, keys, Write};
 use super::{KeyHash, Table};
-use crate::errors::{Error, Result};
-use crate::ops::{Answer, Args, Op};
-
-/// The most takes one step holds.
-pub const MAX_TAKES: usize = 16;
+use crate::errors::Result;
+use crate::ops::{check_step, Answer, Args, Op};
 
 /// One take of a step: a limit-aware op on its key.
 #[derive(Clone, Copy, Debug)]
@@ -21,12 +18,6 @@ pub struct Take {
     pub key: KeyHash,
     pub op: Op,
     pub args: Args,
-}
-
-/// Whether an op can be a take: it answers `allowed` first, and a refusal
-/// changes nothing.
-pub fn is_take(op: Op) -> bool {
-    matches!(op, Op::Consume | Op::SlidingConsume | Op::Bucket)
 }
 
 impl Table {
@@ -43,11 +34,7 @@ impl Table {
         takes: &[Take],
         clock: impl Fn() -> u64,
     ) -> Result<(bool, Vec<Answer>)> {
-        if takes.is_empty() || takes.len() > MAX_TAKES || !takes.iter().all(|t| is_take(t.op)) {
-            return Err(Error::InvalidRange(
-                "a step holds 1 to 16 takes, each a consume or a token bucket",
-            ));
-        }
+        check_step(takes.iter().map(|t| t.op))?;
         let mut shards: Vec<usize> = takes.iter().map(|t| Self::shard_of(t.key)).collect();
         shards.sort_unstable();
         shards.dedup();

@@ -112,9 +112,6 @@ pub struct Call {
 /// What `resetAll()` hears back.
 pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
 
-/// The most takes one step holds (as memoryStore's).
-pub const MAX_TAKES: usize = crate::memory::MAX_TAKES;
-
 /// Several takes (each a consume, sliding consume or token bucket, on its
 /// key, answered under its own id) made as one step: all, or none.
 pub struct Step {
@@ -122,16 +119,9 @@ pub struct Step {
 }
 
 impl Step {
-    /// Checks that `takes` can be a step: 1 to [`MAX_TAKES`], each a take.
+    /// Checks that `takes` can be a step (see [`crate::ops::check_step`]).
     pub fn new(takes: Vec<Call>) -> Result<Step> {
-        let takes_only = takes
-            .iter()
-            .all(|t| matches!(t.op, Op::Consume | Op::SlidingConsume | Op::Bucket));
-        if takes.is_empty() || takes.len() > MAX_TAKES || !takes_only {
-            return Err(Error::InvalidRange(
-                "a step holds 1 to 16 takes, each a consume or a token bucket",
-            ));
-        }
+        crate::ops::check_step(takes.iter().map(|t| t.op))?;
         Ok(Step { takes })
     }
 
