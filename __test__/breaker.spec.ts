@@ -3,7 +3,7 @@
 import { createRequire } from 'node:module';
 import { describe, expect, it } from 'vitest';
 
-const require = createRequire(import.meta.url);
+const require = createRequire(__filename);
 const { Breaker, isOutage, isUnsent, isBadInput } = require('../lib/limiter/breaker.js');
 
 const outage = Object.assign(new Error('down'), { code: 'ERR_CONNECTION', sent: false });
