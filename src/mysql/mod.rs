@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::errors::{Error, Result};
 use crate::redis::health::{Backoff, Gate};
 
+pub mod codes;
 mod proto;
 mod queue;
 pub mod schema;
@@ -244,21 +245,23 @@ fn my_error(f: Failure, config: &Config) -> Error {
                 return Error::CountOutOfRange;
             }
             let js = match code {
-                1045 | 1044 | 1698 => "ERR_AUTH",
+                codes::ACCESS_DENIED
+                | codes::DB_ACCESS_DENIED
+                | codes::ACCESS_DENIED_NO_PASSWORD => "ERR_AUTH",
                 _ => "ERR_MYSQL",
             };
             // Messages that quote the statement, or a row's key, are not passed on.
             let message = match code {
-                1062 | 1064 | 1149 => {
+                codes::DUP_ENTRY | codes::PARSE_ERROR | codes::SYNTAX_ERROR => {
                     "(its message quotes the statement, and is left out)".to_string()
                 }
                 _ => message,
             };
             let hint = match code {
-                1146 => " (the table is missing: create it with docs/mysql.sql, or leave createTable on)",
-                1305 => " (the store's procedure is missing: create it with docs/mysql.sql, or leave createTable on)",
-                1290 | 1836 => " (the server is read-only, e.g. a replica after a failover: the store connects again)",
-                1370 => " (the database user needs EXECUTE on the store's procedures)",
+                codes::NO_SUCH_TABLE => " (the table is missing: create it with docs/mysql.sql, or leave createTable on)",
+                codes::NO_SUCH_PROCEDURE => " (the store's procedure is missing: create it with docs/mysql.sql, or leave createTable on)",
+                codes::READ_ONLY | codes::READ_ONLY_MODE => " (the server is read-only, e.g. a replica after a failover: the store connects again)",
+                codes::NO_EXECUTE => " (the database user needs EXECUTE on the store's procedures)",
                 _ => "",
             };
             (
@@ -366,7 +369,7 @@ impl MyStore {
         let read_only = matches!(
             f,
             Failure::Server {
-                code: 1290 | 1836,
+                code: codes::READ_ONLY | codes::READ_ONLY_MODE,
                 ..
             }
         );
@@ -484,7 +487,13 @@ impl MyStore {
                         Some(proto::Reply::Done { affected }) => *affected,
                         _ => 0,
                     },
-                    Ok(Ok((_, Some(Failure::Server { code: 1146, .. })))) if state > 0 => break,
+                    Ok(Ok((
+                        _,
+                        Some(Failure::Server {
+                            code: codes::NO_SUCH_TABLE,
+                            ..
+                        }),
+                    ))) if state > 0 => break,
                     Ok(Ok((_, Some(f)))) => return Err(self.error(f)),
                     Ok(Err(f)) => {
                         slot.take();

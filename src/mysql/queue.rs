@@ -30,7 +30,7 @@ use tokio::sync::oneshot;
 
 use super::proto::{Failure, Reply};
 use super::step::StepWork;
-use super::{schema, timeout_error, with_sent, MyStore};
+use super::{codes, schema, timeout_error, with_sent, MyStore};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 use crate::window::MAX_SAFE;
@@ -563,9 +563,10 @@ impl MyStore {
             failed = true;
             let result = match failure.take() {
                 // A state's table that was never created (createTable: false) holds nothing.
-                Some(Failure::Server { code: 1146, .. }) if op == Op::Unlink && arg0 > 0 => {
-                    Ok(Answer::new(&[0]))
-                }
+                Some(Failure::Server {
+                    code: codes::NO_SUCH_TABLE,
+                    ..
+                }) if op == Op::Unlink && arg0 > 0 => Ok(Answer::new(&[0])),
                 Some(f) => Err(self.call_error(f)),
                 None => Err(schema::wrong_shape()),
             };
@@ -592,14 +593,14 @@ impl MyStore {
     /// A statement's failure, as its call rejects.
     pub(super) fn call_error(&self, f: Failure) -> Error {
         match f {
-            Failure::Server { code: 1205, .. } => Error::Mysql {
+            Failure::Server { code: codes::LOCK_WAIT_TIMEOUT, .. } => Error::Mysql {
                 code: "ERR_TIMEOUT",
                 text: "the key's row stayed locked by another session for the store's lock wait (MySQL 1205); the \
                        call was rolled back: it was sent, counted nothing, and is not sent again"
                     .into(),
                 sent: Some(true),
             },
-            Failure::Server { code: 1317, .. } => Error::Mysql {
+            Failure::Server { code: codes::QUERY_INTERRUPTED, .. } => Error::Mysql {
                 code: "ERR_TIMEOUT",
                 text: "MySQL interrupted the statement (1317: KILL QUERY, or max_statement_time); it was rolled back: \
                        the call was sent, counted nothing, and is not sent again"
@@ -626,7 +627,13 @@ impl MyStore {
             .await;
             match run {
                 Ok(Ok((_, None))) => {}
-                Ok(Ok((_, Some(Failure::Server { code: 1146, .. })))) if state > 0 => {}
+                Ok(Ok((
+                    _,
+                    Some(Failure::Server {
+                        code: codes::NO_SUCH_TABLE,
+                        ..
+                    }),
+                ))) if state > 0 => {}
                 Ok(Ok((_, Some(f)))) => return Err(self.call_error(f)),
                 Ok(Err(f)) => return Err(with_sent(self.error(f), true)),
                 Err(_) => {

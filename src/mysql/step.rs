@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::time::Duration;
 
 use super::proto::{Conn, Failure, Reply};
-use super::{schema, with_sent, MyStore};
+use super::{codes, schema, with_sent, MyStore};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 use crate::sqlite::apply::{self, Row, Write};
@@ -285,7 +285,8 @@ impl MyStore {
     fn failed(&self, f: Failure) -> Outcome {
         match f {
             Failure::Server {
-                code: 1062 | 1213, ..
+                code: codes::DUP_ENTRY | codes::LOCK_DEADLOCK,
+                ..
             } => Outcome::Again,
             f => Outcome::Failed(self.call_error(f)),
         }
