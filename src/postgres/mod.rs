@@ -417,8 +417,8 @@ impl Sql {
 /// while reset_at's ms tick is after now's; a count past the safe range
 /// fails the statement), answering `(count, resetMs)`. The time is the
 /// statement's (`now()`, read before the row's lock): a hit that waited for
-/// another session's lock counts in the window that session left, and its
-/// resetMs is at most the window's length.
+/// another session's lock counts in the window that session left, its
+/// resetMs counted from the statement's start.
 fn hit_sql(table: &str) -> String {
     let open =
         "floor(extract(epoch FROM c.reset_at) * 1000) > floor(extract(epoch FROM now()) * 1000)";
@@ -431,8 +431,8 @@ fn hit_sql(table: &str) -> String {
          THEN ('{COUNT_RANGE_MARK}' || c.total)::int8 ELSE c.total + EXCLUDED.total END \
          ELSE EXCLUDED.total END, \
          reset_at = CASE WHEN {open} THEN c.reset_at ELSE EXCLUDED.reset_at END \
-         RETURNING total, LEAST(floor(extract(epoch FROM reset_at) * 1000)::int8 \
-         - floor(extract(epoch FROM now()) * 1000)::int8, $3)"
+         RETURNING total, floor(extract(epoch FROM reset_at) * 1000)::int8 \
+         - floor(extract(epoch FROM now()) * 1000)::int8"
     )
 }
 
