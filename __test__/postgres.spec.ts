@@ -128,12 +128,17 @@ describe('postgresStore', () => {
     expect(() => postgresStore({ tls: { cert: 'x' } as unknown as { ca: string } })).toThrow(TypeError);
   });
 
-  it('with createTable false, nothing created rejects with ERR_POSTGRES (42883, the missing function) and creates nothing', async () => {
+  it('with createTable false, nothing created rejects with ERR_POSTGRES (42883, the missing function; 42P01 for the upsert of a hit) and creates nothing', async () => {
     const table = `missing_${randomUUID().replace(/-/g, '')}`;
-    const error = await rejection(ownStore({ table, createTable: false }).hit(KEY_MARKER, 60_000, 1));
+    const store = ownStore({ table, createTable: false });
+    const error = await rejection(store.consume(KEY_MARKER, { limit: 5, windowMs: 60_000 }));
     expect(error.code).toBe('ERR_POSTGRES');
     expect(error.message).toContain('42883');
+    const hit = await rejection(store.hit(KEY_MARKER, 60_000, 1));
+    expect(hit.code).toBe('ERR_POSTGRES');
+    expect(hit.message).toContain('42P01');
     expect(await own.sql(`SELECT count(*) FROM pg_tables WHERE tablename = '${table}'`)).toBe('0');
+    await store.close();
   });
 
   it('creates its table on first use, once, when many stores start at once', async () => {
@@ -464,12 +469,17 @@ describe('postgresStore', () => {
     await store.close();
   });
 
-  it('with createTable false and only the seed table, calls reject naming the missing function; reset and resetAll work', async () => {
+  it('with createTable false and only the seed table, a hit alone counts (an upsert), other calls reject naming the missing function; reset and resetAll work', async () => {
     const table = `only_${randomUUID().replace(/-/g, '')}`;
     await own.sql(`CREATE TABLE ${table} (key text PRIMARY KEY, total bigint NOT NULL, reset_at timestamptz NOT NULL)`);
     const store = ownStore({ table, createTable: false });
+    expect((await store.hit('k', 60_000, 2)).count).toBe(2);
+    expect(await own.sql(`SELECT total FROM ${table} WHERE key = 'k'`)).toBe('2');
     // Both awaited at once: either may reject first.
-    const calls = [store.hit(KEY_MARKER, 60_000, 2), store.slidingWindow.increment(KEY_MARKER, 60_000)];
+    const calls = [
+      store.consume(KEY_MARKER, { limit: 5, windowMs: 60_000 }),
+      store.slidingWindow.increment(KEY_MARKER, 60_000),
+    ];
     for (const error of await Promise.all(calls.map((call) => rejection(call)))) {
       expect(error.code).toBe('ERR_POSTGRES');
       expect(error.message).toContain('42883');
@@ -1066,6 +1076,34 @@ describe('postgresStore', () => {
     await store.close();
     expect(() => postgresStore({ timeoutMs: 2 ** 32 })).toThrow(RangeError);
     expect(() => postgresStore({ timeoutMs: 2 ** 40 })).toThrow(RangeError);
+  });
+
+  it('keys mean themselves whatever standard_conforming_strings says: alone (the prepared upsert and functions, their arguments sent as literals) and in a batch', async () => {
+    const keys = ["a'b", "c\\'d", '\\x27\\', "e''", "'); DELETE FROM x; --", 'é😀\u0001', '$1 {x,y} "q" NULL', ''];
+    const hex = (list: string[]) =>
+      list
+        .map((k) => Buffer.from(k, 'utf8').toString('hex'))
+        .sort()
+        .join(',');
+    for (const off of [false, true]) {
+      const table = `lit_${randomUUID().replace(/-/g, '')}`;
+      const url = off ? `${own.url}?options=-c%20standard_conforming_strings%3Doff` : own.url;
+      const store = ownStore({ table, url });
+      // One at a time: each alone; then all at once: one batch.
+      for (const key of keys) expect((await store.hit(key, 60_000, 2)).count).toBe(2);
+      const together = await Promise.all(keys.map((key) => store.hit(key, 60_000, 1)));
+      expect(together.map((r) => r.count)).toEqual(keys.map(() => 3));
+      for (const key of keys) {
+        expect(await store.consume(key, { limit: 4, windowMs: 60_000 })).toMatchObject({ allowed: true, count: 4 });
+      }
+      expect(
+        await own.sql(
+          `SELECT string_agg(encode(convert_to(key, 'UTF8'), 'hex'), ',' ORDER BY encode(convert_to(key, 'UTF8'), 'hex') COLLATE "C") FROM ${table}`,
+        ),
+      ).toBe(hex(keys));
+      expect(await own.sql(`SELECT DISTINCT total FROM ${table}`)).toBe('4');
+      await store.close();
+    }
   });
 
   it('the call-by-call retry after a refused batch is pipelined: over a slow link, 400 calls with one past the safe range answer in time', async () => {

@@ -84,6 +84,8 @@ pub struct Config {
     sweep_interval_ms: u64,
     /// Connections at most (1 or [`MAX_CONNECTIONS`]; the URL's `connection_limit`).
     connections: usize,
+    /// The URL's `pgbouncer=true`: every statement goes out unnamed.
+    pooled: bool,
 }
 
 fn config_error(text: impl Into<String>) -> Error {
@@ -126,15 +128,18 @@ struct Extra {
     connections: Option<usize>,
     /// Prisma's `schema`.
     schema: Option<String>,
+    /// `pgbouncer=true`: a transaction pooler sits between, so no statement is prepared.
+    pooled: bool,
 }
 
 /// Takes out of a URL's query the parameters of pg and Prisma that
 /// tokio-postgres does not know, and rewrites those with a libpq meaning:
 /// `ssl=true` is `sslmode=verify-full` (pg's: a verified TLS connection),
 /// `ssl=false` `sslmode=disable`, `sslmode=no-verify` (pg's) `require`;
-/// `pgbouncer`, `statement_cache_size`, `uselibpqcompat`, `pool_timeout` and
-/// `socket_timeout` are accepted and change nothing (every statement goes out
-/// unnamed, sslmode always means what it means to libpq).
+/// `pgbouncer=true` says a transaction pooler sits between (no statement is
+/// prepared); `statement_cache_size`, `uselibpqcompat`, `pool_timeout` and
+/// `socket_timeout` are accepted and change nothing (sslmode always means
+/// what it means to libpq).
 fn split_extra(url: &str) -> Result<(String, Extra)> {
     let mut extra = Extra::default();
     let Some((base, query)) = url.split_once('?').filter(|_| url.contains("://")) else {
@@ -153,7 +158,8 @@ fn split_extra(url: &str) -> Result<(String, Extra)> {
     for pair in query.split('&').filter(|p| !p.is_empty()) {
         let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
         match name {
-            "pgbouncer" | "uselibpqcompat" => {
+            "pgbouncer" => extra.pooled = boolean(name, value)?,
+            "uselibpqcompat" => {
                 boolean(name, value)?;
             }
             "statement_cache_size" | "pool_timeout" | "socket_timeout" => {
@@ -296,6 +302,7 @@ impl Config {
                 .sweep_interval_ms
                 .unwrap_or(DEFAULT_SWEEP_INTERVAL_MS),
             connections: extra.connections.unwrap_or(MAX_CONNECTIONS),
+            pooled: extra.pooled,
         })
     }
 
@@ -372,6 +379,165 @@ struct Sql {
     pages: String,
     /// The three tables' (qualified, quoted) names and end columns.
     tables: [(String, &'static str); 3],
+    /// The fixed window's hit of a positive amount, alone: seed 000's upsert
+    /// with the function's rules ([`hit_sql`]).
+    hit: String,
+}
+
+/// The statements that are prepared where no transaction pooler sits
+/// between: [`Sql::single`] (0-2, by [`Kind`]), [`Sql::batch`] (3-10, by
+/// the set of algorithms), [`Sql::hit`] (11).
+const STATEMENTS: usize = 12;
+const BATCH_AT: usize = 3;
+const HIT_AT: usize = 11;
+
+impl Sql {
+    /// Statement `at`'s text.
+    fn text(&self, at: usize) -> &str {
+        match at {
+            0..BATCH_AT => &self.single[at],
+            HIT_AT => &self.hit,
+            _ => &self.batch[at - BATCH_AT],
+        }
+    }
+
+    /// Statement `at`'s parameters' types, for `PREPARE`.
+    fn types(at: usize) -> &'static str {
+        match at {
+            0 | 1 => "int4, text, int8, int8, int8, text",
+            2 => "text, int8, int8, int8, int8, text",
+            HIT_AT => "text, int8, int8, text",
+            _ => "int4[], int4[], text[], int8[], int8[], int8[], int8[], text",
+        }
+    }
+}
+
+/// The fixed window's hit (`$2` > 0 on key `$1`, a window of `$3` ms) as
+/// one upsert, `$4` its lock_timeout: the function's rules (a window is open
+/// while reset_at's ms tick is after now's; a count past the safe range
+/// fails the statement), answering `(count, resetMs)`. The time is the
+/// statement's (`now()`, read before the row's lock): a hit that waited for
+/// another session's lock counts in the window that session left, its
+/// resetMs counted from the statement's start.
+fn hit_sql(table: &str) -> String {
+    let open =
+        "floor(extract(epoch FROM c.reset_at) * 1000) > floor(extract(epoch FROM now()) * 1000)";
+    format!(
+        "WITH cfg AS (SELECT set_config('lock_timeout', $4, true) AS s) \
+         INSERT INTO {table} AS c (key, total, reset_at) \
+         SELECT $1, $2, now() + interval '1 millisecond' * $3 FROM cfg WHERE cfg.s IS NOT NULL \
+         ON CONFLICT (key) DO UPDATE SET \
+         total = CASE WHEN {open} THEN CASE WHEN abs(c.total + EXCLUDED.total) > {MAX_SAFE} \
+         THEN ('{COUNT_RANGE_MARK}' || c.total)::int8 ELSE c.total + EXCLUDED.total END \
+         ELSE EXCLUDED.total END, \
+         reset_at = CASE WHEN {open} THEN c.reset_at ELSE EXCLUDED.reset_at END \
+         RETURNING total, floor(extract(epoch FROM reset_at) * 1000)::int8 \
+         - floor(extract(epoch FROM now()) * 1000)::int8"
+    )
+}
+
+/// A statement's argument: as a parameter (unnamed statements), or as a
+/// literal (`EXECUTE` of a prepared one).
+enum Lit<'a> {
+    I32(i32),
+    I64(i64),
+    Text(&'a str),
+    I32s(&'a [i32]),
+    I64s(&'a [i64]),
+    Texts(&'a [&'a str]),
+}
+
+impl Lit<'_> {
+    fn param(&self) -> (&(dyn ToSql + Sync), Type) {
+        match self {
+            Lit::I32(v) => (v, Type::INT4),
+            Lit::I64(v) => (v, Type::INT8),
+            Lit::Text(v) => (v, Type::TEXT),
+            Lit::I32s(v) => (v, Type::INT4_ARRAY),
+            Lit::I64s(v) => (v, Type::INT8_ARRAY),
+            Lit::Texts(v) => (v, Type::TEXT_ARRAY),
+        }
+    }
+
+    /// Appends the literal: integers in decimal, text in the escape form
+    /// (its meaning does not depend on `standard_conforming_strings`).
+    fn write(&self, out: &mut String) {
+        use std::fmt::Write;
+        let text = |out: &mut String, v: &str| {
+            out.push_str("E'");
+            for c in v.chars() {
+                match c {
+                    '\\' => out.push_str("\\\\"),
+                    '\'' => out.push_str("''"),
+                    c => out.push(c),
+                }
+            }
+            out.push('\'');
+        };
+        let list = |out: &mut String, items: &mut dyn Iterator<Item = i64>| {
+            out.push_str("'{");
+            for (i, v) in items.enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                let _ = write!(out, "{v}");
+            }
+            out.push_str("}'");
+        };
+        match self {
+            Lit::I32(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Lit::I64(v) => {
+                let _ = write!(out, "{v}");
+            }
+            Lit::Text(v) => text(out, v),
+            Lit::I32s(v) => list(out, &mut v.iter().map(|&n| i64::from(n))),
+            Lit::I64s(v) => list(out, &mut v.iter().copied()),
+            Lit::Texts([]) => out.push_str("'{}'"),
+            Lit::Texts(v) => {
+                out.push_str("ARRAY[");
+                for (i, item) in v.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    text(out, item);
+                }
+                out.push(']');
+            }
+        }
+    }
+}
+
+/// What a statement's rows hold: an `int8[]` (the functions'), or two `int8`s (the hit's upsert).
+#[derive(Clone, Copy)]
+enum Shape {
+    Array,
+    Pair,
+}
+
+impl Shape {
+    fn read(self, row: &Row) -> Option<Vec<i64>> {
+        match self {
+            Shape::Array => row.try_get(0).ok(),
+            Shape::Pair => Some(vec![row.try_get(0).ok()?, row.try_get(1).ok()?]),
+        }
+    }
+
+    /// The same from a row of the simple query protocol (text).
+    fn read_text(self, row: &tokio_postgres::SimpleQueryRow) -> Option<Vec<i64>> {
+        match self {
+            Shape::Array => {
+                let text = row.get(0)?;
+                let inner = text.strip_prefix('{')?.strip_suffix('}')?;
+                if inner.is_empty() {
+                    return Some(Vec::new());
+                }
+                inner.split(',').map(|v| v.parse().ok()).collect()
+            }
+            Shape::Pair => Some(vec![row.get(0)?.parse().ok()?, row.get(1)?.parse().ok()?]),
+        }
+    }
 }
 
 impl Sql {
@@ -436,6 +602,7 @@ impl Sql {
                     / current_setting('block_size')::int8"
                 .into(),
             tables,
+            hit: hit_sql(&n.table),
         }
     }
 }
@@ -527,7 +694,7 @@ pub struct PgStore {
     /// The connections: 0 for the calls, 1 for the calls on keys whose rows
     /// another session holds, and the sweeper (with `connection_limit=1`,
     /// both use 0).
-    lanes: [Mutex<Option<Arc<Client>>>; MAX_CONNECTIONS],
+    lanes: [Mutex<Option<Arc<Conn>>>; MAX_CONNECTIONS],
     /// The calls waiting for the connection, in the order they were made.
     queue: std::sync::Mutex<queue::Queue>,
     /// Set by a 25006 answer, or by [`TIMEOUTS_BEFORE_REPLACING`] statements
@@ -546,6 +713,50 @@ pub struct PgStore {
     wrap: AtomicBool,
     /// The sweeper's choice per table: whether it has an index on its end column.
     indexed: std::sync::Mutex<HashMap<usize, bool>>,
+    /// No statement is prepared: the URL said `pgbouncer=true`, or a
+    /// statement prepared on a connection was missing there (a transaction
+    /// pooler sits between): see [`PgStore::exec`].
+    pooled: AtomicBool,
+}
+
+/// A connection, and the statements prepared on it: SQL `PREPARE`d under
+/// names of its own (`rs_`, a prefix no other connection's names share, a
+/// number), so that a statement run on a session that is not this
+/// connection's (behind a transaction pooler) finds no statement of that
+/// name (26000) and runs nothing, never another's statement.
+pub(crate) struct Conn {
+    client: Client,
+    prefix: String,
+    /// The name of each statement prepared here, by [`Stmt`]'s index.
+    prepared: std::sync::Mutex<[Option<String>; STATEMENTS]>,
+    next: std::sync::atomic::AtomicU32,
+}
+
+impl std::ops::Deref for Conn {
+    type Target = Client;
+    fn deref(&self) -> &Client {
+        &self.client
+    }
+}
+
+impl Conn {
+    fn new(client: Client) -> Conn {
+        static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
+        let n = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        Conn {
+            client,
+            prefix: format!("rs_{:x}_{nanos:x}_{n:x}", std::process::id()),
+            prepared: std::sync::Mutex::new(Default::default()),
+            next: std::sync::atomic::AtomicU32::new(0),
+        }
+    }
+
+    fn prepared(&self, at: usize) -> Option<String> {
+        self.prepared.lock().unwrap_or_else(|e| e.into_inner())[at].clone()
+    }
 }
 
 /// Rows one sweep statement removes at most: each holds its rows' locks
@@ -711,6 +922,7 @@ impl PgStore {
 
     pub fn new(config: Config, swept: Arc<AtomicU64>) -> PgStore {
         let sql = config.names.as_ref().map(|n| Arc::new(Sql::new(n)));
+        let pooled = config.pooled;
         PgStore {
             config,
             sql: std::sync::Mutex::new(sql),
@@ -725,6 +937,7 @@ impl PgStore {
             closed: AtomicBool::new(false),
             wrap: AtomicBool::new(false),
             indexed: std::sync::Mutex::new(HashMap::new()),
+            pooled: AtomicBool::new(pooled),
         }
     }
 
@@ -838,7 +1051,7 @@ impl PgStore {
     /// `None` for a state's table that does not exist.
     async fn indexed(
         &self,
-        client: &Client,
+        client: &Conn,
         sql: &Sql,
         state: usize,
         table: &String,
@@ -921,7 +1134,7 @@ impl PgStore {
     /// After a failed connect, calls reject at once (unsent) for a delay
     /// that doubles with each failure in a row ([`Backoff`]); then the next
     /// call alone connects (the others, waiting on the lock, see its outcome).
-    pub(crate) async fn client(&self, lane: usize) -> Result<Arc<Client>> {
+    pub(crate) async fn client(&self, lane: usize) -> Result<Arc<Conn>> {
         let lane = lane.min(self.config.connections - 1);
         let mut slot = self.lanes[lane].lock().await;
         if lane == 0 && self.replace.swap(false, Ordering::Relaxed) {
@@ -959,7 +1172,7 @@ impl PgStore {
     }
 
     /// Drops `lane`'s connection if it is still `client` (it got no answer in time).
-    pub(crate) async fn drop_client(&self, lane: usize, client: &Arc<Client>) {
+    pub(crate) async fn drop_client(&self, lane: usize, client: &Arc<Conn>) {
         let lane = lane.min(self.config.connections - 1);
         let mut slot = self.lanes[lane].lock().await;
         if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
@@ -1000,7 +1213,7 @@ impl PgStore {
 
     /// A new connection for `lane`, set up: the calls' connection makes the
     /// store's tables and functions on it (createTable).
-    async fn connect(&self, lane: usize) -> Result<Client> {
+    async fn connect(&self, lane: usize) -> Result<Conn> {
         let setup = |e: tokio_postgres::Error| match e.as_db_error() {
             // A statement_timeout that cancelled the set-up: no call was sent.
             Some(db) if db.code().code() == "57014" => queue::with_sent(
@@ -1047,13 +1260,13 @@ impl PgStore {
         if self.config.create_table && lane == 0 {
             client.batch_execute(&sql.create).await.map_err(setup)?;
         }
-        Ok(client)
+        Ok(Conn::new(client))
     }
 
     /// Runs `sql` on `client`, at READ COMMITTED whatever the session's default.
     async fn query(
         &self,
-        client: &Client,
+        client: &Conn,
         sql: &str,
         params: &Params<'_>,
     ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
@@ -1070,6 +1283,74 @@ impl PgStore {
         let rows = rows?;
         commit?;
         Ok(rows)
+    }
+
+    /// Runs statement `at` of `sql` on `conn` with `lits`, answering each
+    /// row's values as `shape` reads them.
+    ///
+    /// Where no transaction pooler is known to sit between, the statement
+    /// is prepared on the connection (an SQL `PREPARE` under the
+    /// connection's own name, once) and run by `EXECUTE` of its arguments as
+    /// literals, in one message (the simple query protocol): the server
+    /// neither parses nor plans it again. Should the prepared statement be
+    /// missing (26000: a transaction pooler gave the statement another
+    /// server session; `EXECUTE` then ran nothing), the store goes on with
+    /// unnamed statements, which any session runs, from then on: this one
+    /// first. A session whose default isolation is not READ COMMITTED runs
+    /// unnamed statements too ([`Self::query`]).
+    async fn exec(
+        &self,
+        conn: &Conn,
+        sql: &Sql,
+        at: usize,
+        lits: &[Lit<'_>],
+        shape: Shape,
+    ) -> std::result::Result<Vec<Option<Vec<i64>>>, tokio_postgres::Error> {
+        if !self.pooled.load(Ordering::Relaxed) && !self.wrap.load(Ordering::Relaxed) {
+            let name = match conn.prepared(at) {
+                Some(name) => name,
+                None => {
+                    let n = conn.next.fetch_add(1, Ordering::Relaxed);
+                    let name = format!("{}_{n}", conn.prefix);
+                    let text = format!("PREPARE {name} ({}) AS {}", Sql::types(at), sql.text(at));
+                    conn.batch_execute(&text).await?;
+                    conn.prepared.lock().unwrap_or_else(|e| e.into_inner())[at] =
+                        Some(name.clone());
+                    name
+                }
+            };
+            let mut text = String::with_capacity(64 + name.len() + 16 * lits.len());
+            text.push_str("EXECUTE ");
+            text.push_str(&name);
+            text.push('(');
+            for (i, lit) in lits.iter().enumerate() {
+                if i > 0 {
+                    text.push_str(", ");
+                }
+                lit.write(&mut text);
+            }
+            text.push(')');
+            match conn.simple_query(&text).await {
+                Ok(messages) => {
+                    return Ok(messages
+                        .iter()
+                        .filter_map(|m| match m {
+                            tokio_postgres::SimpleQueryMessage::Row(row) => {
+                                Some(shape.read_text(row))
+                            }
+                            _ => None,
+                        })
+                        .collect())
+                }
+                Err(e) if sqlstate(&e) == Some("26000") => {
+                    self.pooled.store(true, Ordering::Relaxed);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let params: Vec<(&(dyn ToSql + Sync), Type)> = lits.iter().map(Lit::param).collect();
+        let rows = self.query(conn, sql.text(at), &params).await?;
+        Ok(rows.iter().map(|row| shape.read(row)).collect())
     }
 
     /// Runs one op within the store's timeout, in its place in the store's queue.
@@ -1129,7 +1410,7 @@ impl PgStore {
     /// (nothing applied) is tried again. Leaves the answers in `step`.
     async fn run_step(
         &self,
-        client: &Client,
+        client: &Conn,
         step: &StepWork,
         lock_ms: u64,
     ) -> std::result::Result<(), Failure> {
@@ -1224,7 +1505,7 @@ impl PgStore {
     /// a deadlock or a serialization failure (nothing applied) is tried again.
     async fn run_calls(
         &self,
-        client: &Client,
+        client: &Conn,
         calls: &[&Encoded<'_>],
         lock_ms: u64,
     ) -> std::result::Result<Vec<Result<Answer>>, Failure> {
@@ -1250,45 +1531,58 @@ impl PgStore {
 
     async fn run_one(
         &self,
-        client: &Client,
+        client: &Conn,
         sql: &Sql,
         call: &Encoded<'_>,
-        lock: &String,
+        lock: &str,
     ) -> std::result::Result<Result<Answer>, Failure> {
-        let params: [(&(dyn ToSql + Sync), Type); 6] = match call.kind {
-            Kind::Fixed | Kind::Sliding => [
-                (&call.op, Type::INT4),
-                (&call.key, Type::TEXT),
-                (&call.a, Type::INT8),
-                (&call.b, Type::INT8),
-                (&call.c, Type::INT8),
-                (lock, Type::TEXT),
-            ],
-            Kind::Bucket => [
-                (&call.key, Type::TEXT),
-                (&call.a, Type::INT8),
-                (&call.b, Type::INT8),
-                (&call.c, Type::INT8),
-                (&call.d, Type::INT8),
-                (lock, Type::TEXT),
-            ],
+        // The fixed window's hit of a positive amount: its upsert.
+        let hit = call.kind == Kind::Fixed && call.op == 0 && call.b > 0;
+        let lits = if hit {
+            vec![
+                Lit::Text(call.key),
+                Lit::I64(call.b),
+                Lit::I64(call.a),
+                Lit::Text(lock),
+            ]
+        } else {
+            match call.kind {
+                Kind::Fixed | Kind::Sliding => vec![
+                    Lit::I32(call.op),
+                    Lit::Text(call.key),
+                    Lit::I64(call.a),
+                    Lit::I64(call.b),
+                    Lit::I64(call.c),
+                    Lit::Text(lock),
+                ],
+                Kind::Bucket => vec![
+                    Lit::Text(call.key),
+                    Lit::I64(call.a),
+                    Lit::I64(call.b),
+                    Lit::I64(call.c),
+                    Lit::I64(call.d),
+                    Lit::Text(lock),
+                ],
+            }
+        };
+        let (at, shape) = if hit {
+            (HIT_AT, Shape::Pair)
+        } else {
+            (call.kind as usize, Shape::Array)
         };
         let rows = self
-            .query(client, &sql.single[call.kind as usize], &params)
+            .exec(client, sql, at, &lits, shape)
             .await
             .map_err(|e| self.failure(e))?;
-        Ok(answer(
-            rows.first().and_then(|row| row.try_get(0).ok()),
-            call.len,
-        ))
+        Ok(answer(rows.into_iter().next().flatten(), call.len))
     }
 
     async fn run_batch(
         &self,
-        client: &Client,
+        client: &Conn,
         sql: &Sql,
         calls: &[&Encoded<'_>],
-        lock: &String,
+        lock: &str,
     ) -> std::result::Result<Vec<Result<Answer>>, Failure> {
         let mut kinds = 0;
         let (mut f, mut o, mut k) = (Vec::new(), Vec::new(), Vec::new());
@@ -1303,18 +1597,18 @@ impl PgStore {
             c.push(call.c);
             d.push(call.d);
         }
-        let params: [(&(dyn ToSql + Sync), Type); 8] = [
-            (&f, Type::INT4_ARRAY),
-            (&o, Type::INT4_ARRAY),
-            (&k, Type::TEXT_ARRAY),
-            (&a, Type::INT8_ARRAY),
-            (&b, Type::INT8_ARRAY),
-            (&c, Type::INT8_ARRAY),
-            (&d, Type::INT8_ARRAY),
-            (lock, Type::TEXT),
+        let lits = [
+            Lit::I32s(&f),
+            Lit::I32s(&o),
+            Lit::Texts(&k),
+            Lit::I64s(&a),
+            Lit::I64s(&b),
+            Lit::I64s(&c),
+            Lit::I64s(&d),
+            Lit::Text(lock),
         ];
         let rows = self
-            .query(client, &sql.batch[kinds], &params)
+            .exec(client, sql, BATCH_AT + kinds, &lits, Shape::Array)
             .await
             .map_err(|e| self.failure(e))?;
         if rows.len() != calls.len() {
@@ -1324,9 +1618,9 @@ impl PgStore {
             });
         }
         Ok(rows
-            .iter()
+            .into_iter()
             .zip(calls)
-            .map(|(row, call)| answer(row.try_get(0).ok(), call.len))
+            .map(|(row, call)| answer(row, call.len))
             .collect())
     }
 
@@ -1334,7 +1628,7 @@ impl PgStore {
     /// `lock_ms` for a row lock.
     async fn run_op(
         &self,
-        client: &Client,
+        client: &Conn,
         op: Op,
         args: &Args,
         key: &str,
@@ -1369,11 +1663,7 @@ impl PgStore {
         self.submit(Work::ResetAll).await.map(|_| ())
     }
 
-    async fn reset_all_on(
-        &self,
-        client: &Client,
-        lock_ms: u64,
-    ) -> std::result::Result<(), Failure> {
+    async fn reset_all_on(&self, client: &Conn, lock_ms: u64) -> std::result::Result<(), Failure> {
         let sql = self.sql().map_err(|error| Failure { error, state: None })?;
         let lock = lock_ms.to_string();
         for (state, statement) in sql.reset_all.iter().enumerate() {
@@ -1454,6 +1744,11 @@ mod tests {
         );
         assert_eq!(extra.connections, Some(1));
         assert_eq!(extra.schema.as_deref(), Some("my s"));
+        assert!(extra.pooled);
+        let (_, extra) = split_extra("postgres://u@h/b?pgbouncer=false")
+            .ok()
+            .unwrap();
+        assert!(!extra.pooled);
         let (rest, _) = split_extra("postgres://u@h/b?ssl=true&sslmode=no-verify")
             .ok()
             .unwrap();
@@ -1480,6 +1775,32 @@ mod tests {
         assert_eq!(err.code(), "ERR_CONFIG");
         assert!(err.to_string().contains("\"frobnicate\""), "{err}");
         assert!(!err.to_string().contains("secret"));
+    }
+
+    #[test]
+    fn literals_quote_text_in_the_escape_form_and_write_arrays() {
+        let written = |lit: Lit<'_>| {
+            let mut out = String::new();
+            lit.write(&mut out);
+            out
+        };
+        assert_eq!(written(Lit::Text(r"a'b\c")), r"E'a''b\\c'");
+        assert_eq!(written(Lit::I64(-5)), "-5");
+        assert_eq!(written(Lit::I32s(&[1, -2])), "'{1,-2}'");
+        assert_eq!(written(Lit::I64s(&[])), "'{}'");
+        assert_eq!(
+            written(Lit::Texts(&["x", "{y,'}"])),
+            r"ARRAY[E'x',E'{y,''}']"
+        );
+        assert_eq!(written(Lit::Texts(&[])), "'{}'");
+    }
+
+    #[test]
+    fn hit_sql_names_the_table_and_the_range_mark() {
+        let sql = hit_sql("\"s\".\"t\"");
+        assert!(sql.contains("INSERT INTO \"s\".\"t\" AS c"));
+        assert!(sql.contains(COUNT_RANGE_MARK));
+        assert!(sql.contains(&MAX_SAFE.to_string()));
     }
 
     #[test]

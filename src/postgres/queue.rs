@@ -43,9 +43,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
-use tokio_postgres::Client;
 
-use super::{Failure, PgStore};
+use super::{Conn, Failure, PgStore};
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Args, Op};
 
@@ -507,7 +506,7 @@ impl PgStore {
     /// The results of the calls of one key, and whether the key's row was free.
     async fn execute_stalled(
         &self,
-        client: &Client,
+        client: &Conn,
         batch: &[Pending],
         lock_ms: u64,
     ) -> (Vec<Result<Answer>>, bool) {
@@ -551,7 +550,7 @@ impl PgStore {
     }
 
     /// The outcomes of `batch`'s calls, in order.
-    async fn execute(&self, client: &Client, batch: &[Pending], lock_ms: u64) -> Vec<Outcome> {
+    async fn execute(&self, client: &Conn, batch: &[Pending], lock_ms: u64) -> Vec<Outcome> {
         if let [one] = batch {
             if one.call().is_none() {
                 return vec![match self.execute_other(client, one, lock_ms).await {
@@ -590,7 +589,7 @@ impl PgStore {
     /// `sorted`'s calls again, one statement per key (pipelined, each
     /// waiting at most `lock_ms`); a key's statement refused for one call's
     /// data goes call by call, in order.
-    async fn by_key(&self, client: &Client, sorted: &[&Encoded<'_>], lock_ms: u64) -> Vec<Outcome> {
+    async fn by_key(&self, client: &Conn, sorted: &[&Encoded<'_>], lock_ms: u64) -> Vec<Outcome> {
         let mut groups: Vec<&[&Encoded<'_>]> = Vec::new();
         let mut start = 0;
         for i in 1..=sorted.len() {
@@ -645,7 +644,7 @@ impl PgStore {
     /// A call that is not an algorithm's: `reset`, `ping`, `resetAll`.
     async fn execute_other(
         &self,
-        client: &Client,
+        client: &Conn,
         p: &Pending,
         lock_ms: u64,
     ) -> std::result::Result<Answer, Failure> {
