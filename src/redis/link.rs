@@ -381,11 +381,6 @@ impl Link {
         }
     }
 
-    /// What this link's connections count and tell.
-    pub fn monitor(&self) -> &Arc<Monitor> {
-        &self.monitor
-    }
-
     /// The host name this link connects to (empty for a Unix socket).
     pub fn host(&self) -> &str {
         match &self.target {

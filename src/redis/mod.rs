@@ -18,6 +18,7 @@ pub mod config;
 pub mod conn;
 pub mod fence;
 pub mod health;
+mod host;
 mod link;
 mod order;
 pub mod pipe;

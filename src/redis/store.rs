@@ -25,6 +25,7 @@ use super::cluster::Cluster;
 use super::config::Config;
 use super::fence::Verdict;
 use super::health;
+use super::host::Node;
 use super::link::{classify, read, Confirmation, Link};
 use super::reply::{self, server_error, Answers, Stage};
 use super::rest::Rest;
@@ -39,14 +40,14 @@ use crate::step;
 /// Upstash's REST API.
 #[derive(Clone)]
 enum Nodes {
-    Single(Arc<Link>),
+    Single(Arc<Node>),
     Cluster(Arc<Cluster>),
     Rest(Arc<Rest>),
 }
 
 /// The nodes of a store that may still be alive, held weakly.
 enum Held {
-    Single(Weak<Link>),
+    Single(Weak<Node>),
     Cluster(Weak<Cluster>),
     Rest(Weak<Rest>),
 }
@@ -79,7 +80,7 @@ impl Nodes {
         let nodes = match &config.cluster {
             Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds, monitor)?)),
             None if config.is_rest() => Nodes::Rest(Arc::new(Rest::new(config, monitor)?)),
-            None => Nodes::Single(Arc::new(Link::new(config, monitor)?)),
+            None => Nodes::Single(Arc::new(Node::start(config, monitor.clone())?)),
         };
         let held = match &nodes {
             Nodes::Single(link) => Held::Single(Arc::downgrade(link)),
@@ -93,7 +94,7 @@ impl Nodes {
     /// What these nodes' connections and calls count and tell.
     fn monitor(&self) -> &Arc<Monitor> {
         match self {
-            Nodes::Single(link) => link.monitor(),
+            Nodes::Single(node) => node.monitor(),
             Nodes::Cluster(cluster) => cluster.monitor(),
             Nodes::Rest(rest) => rest.monitor(),
         }
@@ -150,9 +151,10 @@ impl Store {
         let deadline = started + self.timeout;
         let monitor = &**self.monitor();
         let answers = match &self.nodes {
-            Nodes::Single(link) => {
-                let all: Vec<usize> = (0..queries.len()).collect();
-                on_node(link, queries, &all, false, deadline, monitor).await
+            Nodes::Single(node) => {
+                // The engine counts its calls' latencies and timeouts itself.
+                let results = node.hits(queries).await;
+                return self.answer(queries, results.into_iter());
             }
             Nodes::Cluster(cluster) => routed(cluster, queries, deadline, monitor).await,
             Nodes::Rest(rest) => {
