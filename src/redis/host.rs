@@ -23,34 +23,47 @@ use tokio::io::{Interest, Ready};
 use tokio::sync::{mpsc, oneshot};
 
 use super::calls::Query;
-use super::config::Config;
+use super::config::{Addr, Config};
 use super::conn::{Conn, Io};
-use super::pipe::Request;
+use super::pipe::{Request, Route};
 use super::reply::Answers;
+use super::resp::Reply;
 use super::runtime;
 use super::socket::{Socket, Target};
-use super::stats::Monitor;
+use super::stats::{Event, Monitor};
 use crate::delivery::Completion;
 use crate::errors::{Error, Result};
+use crate::ops::{Answer, Op};
 
 /// One server's engine, run by a task of the I/O thread.
 pub struct Node {
     calls: mpsc::UnboundedSender<Pipeline>,
     timeout: Duration,
     monitor: Arc<Monitor>,
+    /// The host name it connects to (empty for a Unix socket or Sentinel).
+    host: String,
 }
 
 /// Calls handed over together, and where their results go.
 struct Pipeline {
     requests: Vec<Request>,
-    reply: oneshot::Sender<Vec<Result<Answers>>>,
+    reply: oneshot::Sender<Settled>,
+}
+
+/// A pipeline's results: one per call, in order, and the reply of a
+/// [`Route::Slots`] request.
+#[derive(Default)]
+struct Settled {
+    results: Vec<Result<Answers>>,
+    slots: Option<Reply>,
 }
 
 /// A pipeline's results as they come in (a sink of the engine's).
 struct Gathered {
     results: Vec<Option<Result<Answers>>>,
+    slots: Option<Reply>,
     left: usize,
-    reply: Option<oneshot::Sender<Vec<Result<Answers>>>>,
+    reply: Option<oneshot::Sender<Settled>>,
 }
 
 type Engine = Conn<TokioIo, Option<Gathered>>;
@@ -61,18 +74,23 @@ const EVENTS: usize = 0;
 
 impl Node {
     /// Starts the task of a connection to `config`'s server (or master,
-    /// through Sentinel), on the I/O thread. Its counts and events go
-    /// to `monitor`.
+    /// through Sentinel), on the I/O thread. Its counts and events go to
+    /// `monitor` (shared by a cluster's nodes).
     pub fn start(config: &Config, monitor: Arc<Monitor>) -> Result<Node> {
         let mut conn = Conn::new(config, config.clone(), TokioIo::default())?;
         let events = conn.join(None);
         debug_assert_eq!(events, EVENTS);
         let (calls, queue) = mpsc::unbounded_channel();
         runtime::handle()?.spawn(run(conn, queue, Arc::clone(&monitor)));
+        let host = match &config.addr {
+            Addr::Tcp { host, .. } => host.clone(),
+            _ => String::new(),
+        };
         Ok(Node {
             calls,
             timeout: Duration::from_millis(config.timeout_ms),
             monitor,
+            host,
         })
     }
 
@@ -81,11 +99,29 @@ impl Node {
         &self.monitor
     }
 
-    /// Sends the calls as one pipeline, each within the store's timeout
-    /// (connecting included), and answers their results in order.
-    pub async fn hits(&self, queries: &[Query<'_>]) -> Vec<Result<Answers>> {
-        let now = Instant::now();
-        let deadline = now + self.timeout;
+    /// The host name it connects to (empty for a Unix socket or Sentinel).
+    pub fn host(&self) -> &str {
+        &self.host
+    }
+
+    /// The store's timeout, from now: a call's deadline.
+    pub fn deadline(&self, now: Instant) -> Instant {
+        now + self.timeout
+    }
+
+    /// Sends the calls as one pipeline (each after `ASKING` if `asking`),
+    /// handed over at `sent_at`, each to settle by `deadline` (connecting
+    /// included); answers their results in order.
+    pub async fn hits(
+        &self,
+        queries: &[Query<'_>],
+        asking: bool,
+        (sent_at, deadline): (Instant, Instant),
+    ) -> Vec<Result<Answers>> {
+        let route = match asking {
+            true => Route::Asking,
+            false => Route::Direct,
+        };
         let requests = queries
             .iter()
             .map(|q| Request {
@@ -93,19 +129,47 @@ impl Node {
                 op: q.op,
                 args: q.args,
                 key: q.key.into(),
-                sent_at: now,
+                sent_at,
                 deadline,
+                route,
             })
             .collect();
-        let (reply, answered) = oneshot::channel();
-        let gone = || {
-            let gone = || Err(Error::Internal("the connection's task ended"));
-            queries.iter().map(|_| gone()).collect()
-        };
-        if self.calls.send(Pipeline { requests, reply }).is_err() {
-            return gone();
+        match self.pipeline(requests).await {
+            Some(settled) => settled.results,
+            None => {
+                let gone = || Err(Error::Internal("the connection's task ended"));
+                queries.iter().map(|_| gone()).collect()
+            }
         }
-        answered.await.unwrap_or_else(|_| gone())
+    }
+
+    /// Asks the node for its cluster's slot map (`CLUSTER SLOTS`) by
+    /// `deadline`: its reply, an error reply included.
+    pub async fn slots(&self, deadline: Instant) -> Result<Reply> {
+        let now = Instant::now();
+        let request = Request {
+            id: 0,
+            op: Op::Ping,
+            args: [0; 4],
+            key: Box::default(),
+            sent_at: now,
+            deadline: deadline.max(now),
+            route: Route::Slots,
+        };
+        let Some(mut settled) = self.pipeline(vec![request]).await else {
+            return Err(Error::Internal("the connection's task ended"));
+        };
+        match (settled.slots, settled.results.pop()) {
+            (Some(reply), _) => Ok(reply),
+            (None, Some(Err(e))) => Err(e),
+            (None, _) => Err(Error::Internal("CLUSTER SLOTS got no answer")),
+        }
+    }
+
+    async fn pipeline(&self, requests: Vec<Request>) -> Option<Settled> {
+        let (reply, answered) = oneshot::channel();
+        self.calls.send(Pipeline { requests, reply }).ok()?;
+        answered.await.ok()
     }
 }
 
@@ -248,6 +312,7 @@ fn take(conn: &mut Engine, pipeline: Pipeline) {
     let n = pipeline.requests.len();
     let sink = conn.join(Some(Gathered {
         results: (0..n).map(|_| None).collect(),
+        slots: None,
         left: n,
         reply: Some(pipeline.reply),
     }));
@@ -266,11 +331,30 @@ fn take(conn: &mut Engine, pipeline: Pipeline) {
 /// Tells the connection's events, answers the pipelines whose calls have
 /// all settled, moves the counts to the monitor, and re-arms the timer.
 fn deliver(conn: &mut Engine, monitor: &Monitor) {
+    for (id, reply) in std::mem::take(&mut conn.pipe.replies) {
+        let (sink, i) = ((id >> 32) as usize, id as u32 as usize);
+        let gathered = conn.sinks.get_mut(sink).and_then(Option::as_mut);
+        let Some(gathered) = gathered.and_then(|s| s.to.as_mut()) else {
+            continue;
+        };
+        if let Some(slot @ None) = gathered.results.get_mut(i) {
+            *slot = Some(Ok((Answer::new(&[]), Vec::new())));
+            gathered.slots = Some(reply);
+            gathered.left -= 1;
+        }
+    }
     conn.route();
-    // Told before the results that follow them, as on the event loop.
+    // Told before the results that follow them, as on the event loop; a
+    // cluster's monitor tells `connected` once for all its nodes.
     if let Some(events) = conn.sinks.get_mut(EVENTS).and_then(Option::as_mut) {
         for event in events.events.drain(..) {
-            monitor.tell(event);
+            match event {
+                Event::Connected | Event::Reconnected => {
+                    monitor.opened();
+                    monitor.up();
+                }
+                Event::Lost(code) => monitor.lost(code),
+            }
         }
         events.done.clear();
     }
@@ -301,7 +385,10 @@ fn deliver(conn: &mut Engine, monitor: &Monitor) {
                 let results = results
                     .into_iter()
                     .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))));
-                let _ = reply.send(results.collect());
+                let _ = reply.send(Settled {
+                    results: results.collect(),
+                    slots: gathered.slots.take(),
+                });
             }
             finished.push(i);
         }
@@ -309,7 +396,10 @@ fn deliver(conn: &mut Engine, monitor: &Monitor) {
     for sink in finished {
         conn.leave(sink);
     }
-    conn.pipe.tally.move_into(&mut monitor.tally());
+    // Connects, reconnects and losses were told through the events above.
+    let tally = &mut conn.pipe.tally;
+    (tally.connects, tally.reconnects, tally.losses) = (0, 0, 0);
+    tally.move_into(&mut monitor.tally());
     conn.arm();
 }
 
