@@ -85,6 +85,15 @@ pub enum Error {
         text: String,
         sent: Option<bool>,
     },
+    /// A Redis Cluster node answered MOVED or ASK (`asking`): the call did
+    /// not run; it belongs on the node at `to` (`host:port`). The cluster
+    /// sends it there; past its redirections, it rejects with this.
+    #[error("redisStore: Redis answered with an error: {} {slot} {to}", if *asking { "ASK" } else { "MOVED" })]
+    Redirected {
+        slot: String,
+        to: String,
+        asking: bool,
+    },
     /// Redis's script cache was flushed while this call was on its way
     /// (NOSCRIPT: it did not run), and a later call on the same key ran
     /// first: sent again, it would take effect after that one, so it is not.
@@ -140,6 +149,7 @@ impl Error {
             Error::BackingOff { cause, .. } => cause.code(),
             Error::Auth(_) => "ERR_AUTH",
             Error::Redis(_)
+            | Error::Redirected { .. }
             | Error::Overtaken
             | Error::Unconfirmed { .. }
             | Error::WaitRefused { .. } => "ERR_REDIS",

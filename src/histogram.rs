@@ -71,6 +71,12 @@ impl Histogram {
         self.max = self.max.max(other.max);
     }
 
+    /// Forgets every value recorded.
+    pub fn clear(&mut self) {
+        self.counts.fill(0);
+        (self.total, self.sum, self.max) = (0, 0, 0);
+    }
+
     pub fn count(&self) -> u64 {
         self.total
     }

@@ -30,7 +30,7 @@ use crate::delivery::Completion;
 use crate::errors::Error;
 use crate::ops::{Args, Op};
 use crate::redis::conn::{self, Io};
-use crate::redis::pipe::Request;
+use crate::redis::pipe::{Request, Route};
 use crate::redis::socket::{Socket, Target};
 use crate::redis::stats::{self, Event};
 use crate::redis::Config;
@@ -237,6 +237,7 @@ impl LoopStore {
             key: full.into_boxed_slice(),
             sent_at: now,
             deadline: now + self.timeout,
+            route: Route::Direct,
         };
         self.conn.borrow_mut().send(self.sink, request)
     }
@@ -259,6 +260,7 @@ impl LoopStore {
             key: blob.into_boxed_slice(),
             sent_at: now,
             deadline: now + self.timeout,
+            route: Route::Direct,
         };
         self.conn.borrow_mut().send(self.sink, request)
     }

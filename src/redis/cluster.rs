@@ -1,20 +1,20 @@
 //! Redis Cluster: which node holds a key. The slot map is asked of the
 //! cluster (CLUSTER SLOTS) on the first hit and again whenever a node fails
-//! or answers MOVED; each node gets a [`Link`] of its own, with the store's
-//! credentials, TLS and timeouts. Nothing here sends a hit: the store does,
-//! and follows MOVED and ASK itself (a redirected script did not run).
+//! or answers MOVED; each node gets a [`Node`] of its own (the connection
+//! engine on the I/O thread), with the store's credentials, TLS and
+//! timeouts. Nothing here sends a hit: the store does, and follows MOVED
+//! and ASK itself (a redirected script did not run).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use redis::Value;
-use tokio::time::{timeout, Instant};
+use tokio::time::Instant;
 
 use super::config::{Addr, Config};
-use super::link::{classify, Link};
+use super::host::Node;
 use super::order::KeyOrder;
-use super::reply::Stage;
+use super::resp::Reply;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
 
@@ -68,13 +68,13 @@ fn crc16(bytes: &[u8]) -> u16 {
 struct Map {
     /// The master of each slot, as an index into `masters`.
     slots: Vec<Option<u16>>,
-    masters: Vec<Arc<Link>>,
+    masters: Vec<Arc<Node>>,
 }
 
 struct State {
     map: Option<Arc<Map>>,
-    /// A link per node address, kept across refreshes.
-    links: HashMap<(String, u16), Arc<Link>>,
+    /// A node per address, kept across refreshes.
+    nodes: HashMap<(String, u16), Arc<Node>>,
     refreshing: bool,
     last_refresh: Option<Instant>,
 }
@@ -85,7 +85,7 @@ pub struct Cluster {
     state: Mutex<State>,
     /// Serializes refreshes; a hit that finds no map waits on it.
     refresh: tokio::sync::Mutex<()>,
-    /// What every node's link counts and tells.
+    /// What every node's connection counts and tells.
     monitor: Arc<Monitor>,
     /// Keeps the calls on one key in order across pipelines (see [`Cluster::order`]).
     order: KeyOrder,
@@ -108,7 +108,7 @@ impl Cluster {
             seeds,
             state: Mutex::new(State {
                 map: None,
-                links: HashMap::new(),
+                nodes: HashMap::new(),
                 refreshing: false,
                 last_refresh: None,
             }),
@@ -121,11 +121,11 @@ impl Cluster {
             .seeds
             .first()
             .ok_or_else(|| Error::Config("a Redis Cluster needs at least one seed URL".into()))?;
-        cluster.link(host, *port)?;
+        cluster.node(host, *port)?;
         Ok(cluster)
     }
 
-    /// What the links to the nodes count and tell.
+    /// What the connections to the nodes count and tell.
     pub fn monitor(&self) -> &Arc<Monitor> {
         &self.monitor
     }
@@ -144,11 +144,11 @@ impl Cluster {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The link to the node at `host:port`, made on first use.
-    pub fn link(&self, host: &str, port: u16) -> Result<Arc<Link>> {
+    /// The node at `host:port`, made on first use.
+    pub fn node(&self, host: &str, port: u16) -> Result<Arc<Node>> {
         let mut state = self.lock();
-        if let Some(link) = state.links.get(&(host.to_string(), port)) {
-            return Ok(Arc::clone(link));
+        if let Some(node) = state.nodes.get(&(host.to_string(), port)) {
+            return Ok(Arc::clone(node));
         }
         let tls = matches!(self.config.addr, Addr::Tcp { tls: true, .. });
         let config = Config {
@@ -159,25 +159,25 @@ impl Cluster {
             },
             ..self.config.clone()
         };
-        let link = Arc::new(Link::new(&config, Arc::clone(&self.monitor))?);
+        let node = Arc::new(Node::start(&config, Arc::clone(&self.monitor))?);
         state
-            .links
-            .insert((host.to_string(), port), Arc::clone(&link));
-        Ok(link)
+            .nodes
+            .insert((host.to_string(), port), Arc::clone(&node));
+        Ok(node)
     }
 
-    /// The link to the node a redirection names (`host:port`).
-    pub fn redirected(&self, to: &str) -> Result<Arc<Link>> {
+    /// The node a redirection names (`host:port`).
+    pub fn redirected(&self, to: &str) -> Result<Arc<Node>> {
         let (host, port) = to
             .rsplit_once(':')
             .and_then(|(host, port)| Some((host, port.parse().ok()?)))
             .ok_or_else(|| Error::Redis("a redirection named no node".into()))?;
-        self.link(host, port)
+        self.node(host, port)
     }
 
     /// The master of each key's slot, as the map says (`None` for a slot no
     /// node serves); waits for the first map.
-    pub async fn route(&self, keys: impl Iterator<Item = &[u8]>) -> Result<Vec<Option<Arc<Link>>>> {
+    pub async fn route(&self, keys: impl Iterator<Item = &[u8]>) -> Result<Vec<Option<Arc<Node>>>> {
         let map = match self.current_map() {
             Some(map) => map,
             None => {
@@ -229,11 +229,11 @@ impl Cluster {
         }
         let mut candidates = known;
         for (host, port) in &self.seeds {
-            candidates.push(self.link(host, *port)?);
+            candidates.push(self.node(host, *port)?);
         }
         let mut error = Error::Internal("no node to ask for the slot map");
-        for link in candidates {
-            match self.ask_slots(&link).await {
+        for node in candidates {
+            match self.ask_slots(&node).await {
                 Ok(map) => {
                     let mut state = self.lock();
                     state.map = Some(Arc::new(map));
@@ -247,29 +247,24 @@ impl Cluster {
         Err(error)
     }
 
-    async fn ask_slots(&self, link: &Arc<Link>) -> Result<Map> {
+    async fn ask_slots(&self, node: &Arc<Node>) -> Result<Map> {
         let bound = Duration::from_millis(self.config.timeout_ms);
-        let answer = timeout(bound, async {
-            let (mut conn, generation) = link.connection().await?;
-            let cmd = redis::cmd("CLUSTER").arg("SLOTS").clone();
-            match conn.send_packed_command(&cmd).await {
-                Ok(answer) => {
-                    link.answered(generation);
-                    Ok(answer)
-                }
-                Err(e) => {
-                    link.failed(generation);
-                    // No hit was sent yet: to the hits waiting, it is a failed connect.
-                    Err(classify(&e, Stage::Connect))
-                }
-            }
-        })
-        .await
-        .map_err(|_| Error::Timeout {
-            ms: bound.as_millis() as u64,
-            sent: false,
-        })??;
-        let masters = parse_slots(&answer, link.host())?;
+        // No hit was sent yet: to the hits waiting, a failure is a failed connect.
+        let answer = node
+            .slots(node.deadline(std::time::Instant::now()))
+            .await
+            .map_err(|e| match e {
+                Error::Timeout { .. } => Error::Timeout {
+                    ms: bound.as_millis() as u64,
+                    sent: false,
+                },
+                Error::Connection { text, .. } => Error::Connection {
+                    text: format!("could not ask the cluster for its slot map: {text}"),
+                    sent: false,
+                },
+                e => e,
+            })?;
+        let masters = parse_slots(&answer, node.host())?;
         let mut map = Map {
             slots: vec![None; SLOTS],
             masters: Vec::new(),
@@ -279,7 +274,7 @@ impl Cluster {
             let i = match index.get(&(host.clone(), port)) {
                 Some(&i) => i,
                 None => {
-                    map.masters.push(self.link(&host, port)?);
+                    map.masters.push(self.node(&host, port)?);
                     let i = (map.masters.len() - 1) as u16;
                     index.insert((host, port), i);
                     i
@@ -295,35 +290,33 @@ impl Cluster {
 
 /// CLUSTER SLOTS: `[start, end, [host, port, …], replicas…]` per range; an
 /// empty host is the node that answered.
-fn parse_slots(answer: &Value, asked: &str) -> Result<Vec<(usize, usize, String, u16)>> {
+fn parse_slots(answer: &Reply, asked: &str) -> Result<Vec<(usize, usize, String, u16)>> {
     let bad = || Error::Redis("CLUSTER SLOTS gave an answer of an unknown shape".into());
-    let Value::Array(ranges) = answer else {
+    let Reply::Array(Some(ranges)) = answer else {
         return Err(match answer {
-            Value::ServerError(e) => Error::Redis(format!(
-                "{} {} (is this a Redis Cluster node?)",
-                e.code(),
-                e.details().unwrap_or("")
-            )),
+            Reply::Error(code, detail) => {
+                Error::Redis(format!("{code} {detail} (is this a Redis Cluster node?)"))
+            }
             _ => bad(),
         });
     };
-    let text = |v: &Value| match v {
-        Value::BulkString(b) => String::from_utf8(b.clone()).ok(),
-        Value::SimpleString(s) => Some(s.clone()),
+    let text = |v: &Reply| match v {
+        Reply::Bulk(Some(b)) => String::from_utf8(b.clone()).ok(),
+        Reply::Status(s) => Some(s.clone()),
         _ => None,
     };
     ranges
         .iter()
         .map(|range| {
-            let Value::Array(items) = range else {
+            let Reply::Array(Some(items)) = range else {
                 return Err(bad());
             };
             match items.as_slice() {
-                [Value::Int(start), Value::Int(end), Value::Array(master), ..]
+                [Reply::Int(start), Reply::Int(end), Reply::Array(Some(master)), ..]
                     if 0 <= *start && start <= end && (*end as usize) < SLOTS =>
                 {
                     let (host, port) = match master.as_slice() {
-                        [host, Value::Int(port), ..] => (text(host).ok_or_else(bad)?, *port),
+                        [host, Reply::Int(port), ..] => (text(host).ok_or_else(bad)?, *port),
                         _ => return Err(bad()),
                     };
                     let host = match host.as_str() {
@@ -367,8 +360,8 @@ mod tests {
         let cluster = Cluster::new(&config, seeds, Arc::default()).unwrap();
         let a = cluster.redirected("::1:7001").unwrap();
         assert_eq!(a.host(), "::1");
-        assert!(Arc::ptr_eq(&a, &cluster.link("::1", 7001).unwrap()));
-        assert!(!Arc::ptr_eq(&a, &cluster.link("::1", 7002).unwrap()));
+        assert!(Arc::ptr_eq(&a, &cluster.node("::1", 7001).unwrap()));
+        assert!(!Arc::ptr_eq(&a, &cluster.node("::1", 7002).unwrap()));
         assert!(cluster.redirected("no-port").is_err());
         assert!(cluster.current_map().is_none());
     }
@@ -376,21 +369,25 @@ mod tests {
     #[test]
     fn slots_answer() {
         let node = |host: &str, port| {
-            Value::Array(vec![
-                Value::BulkString(host.into()),
-                Value::Int(port),
-                Value::BulkString(b"id".to_vec()),
-            ])
+            Reply::Array(Some(vec![
+                Reply::Bulk(Some(host.into())),
+                Reply::Int(port),
+                Reply::Bulk(Some(b"id".to_vec())),
+            ]))
         };
-        let answer = Value::Array(vec![
-            Value::Array(vec![
-                Value::Int(0),
-                Value::Int(5460),
+        let answer = Reply::Array(Some(vec![
+            Reply::Array(Some(vec![
+                Reply::Int(0),
+                Reply::Int(5460),
                 node("10.0.0.1", 7000),
                 node("10.0.0.2", 7003),
-            ]),
-            Value::Array(vec![Value::Int(5461), Value::Int(16383), node("", 7001)]),
-        ]);
+            ])),
+            Reply::Array(Some(vec![
+                Reply::Int(5461),
+                Reply::Int(16383),
+                node("", 7001),
+            ])),
+        ]));
         assert_eq!(
             parse_slots(&answer, "seed").unwrap(),
             vec![
@@ -398,12 +395,18 @@ mod tests {
                 (5461, 16383, "seed".into(), 7001)
             ]
         );
-        let out_of_range = Value::Array(vec![Value::Array(vec![
-            Value::Int(0),
-            Value::Int(16384),
+        let out_of_range = Reply::Array(Some(vec![Reply::Array(Some(vec![
+            Reply::Int(0),
+            Reply::Int(16384),
             node("h", 1),
-        ])]);
+        ]))]));
         assert!(parse_slots(&out_of_range, "seed").is_err());
-        assert!(parse_slots(&Value::Nil, "seed").is_err());
+        assert!(parse_slots(&Reply::Bulk(None), "seed").is_err());
+        let refused = Reply::Error("ERR".into(), "cluster support disabled".into());
+        let refused = parse_slots(&refused, "seed").unwrap_err().to_string();
+        assert!(
+            refused.contains("is this a Redis Cluster node?"),
+            "{refused}"
+        );
     }
 }

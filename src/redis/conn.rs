@@ -458,6 +458,7 @@ mod tests {
     use super::*;
     use crate::ops::{Answer, Op};
     use crate::redis::config::Options;
+    use crate::redis::pipe::Route;
     use crate::redis::resp::{Parser, Reply};
     use std::io::{Read, Write};
     use std::net::TcpListener;
@@ -516,6 +517,7 @@ mod tests {
             key: b"p:k".to_vec().into_boxed_slice(),
             sent_at: now,
             deadline: now + timeout,
+            route: Route::Direct,
         }
     }
 

@@ -4,12 +4,14 @@
 //! transport shares: `calls` (an op on a key, the scripts cache, where a
 //! pipeline ends so that nothing overtakes an EVALSHA), `reply` (a reply
 //! to an answer or an error), `health` (backoff, stalls, demotions),
-//! `order` (per-key turns), `fence` (`waitForReplicas`) and `stats`. The transports: `pipe` + `resp` +
-//! `socket`, sans-I/O, driven on Node's event loop by the binding; `link`
-//! (one multiplexed connection per server, or per node of a Redis Cluster,
-//! whose slot map `cluster` keeps) and `rest` (Upstash's REST API), run by
-//! `store` on the `runtime` thread, fed by `batch`, the queue JavaScript
-//! drives.
+//! `order` (per-key turns), `fence` (`waitForReplicas`) and `stats`. One
+//! connection engine, sans-I/O: `conn` + `pipe` + `resp` + `socket`, with
+//! two hosts: the binding's libuv glue on Node's event loop, and `host`, a
+//! tokio task per connection on the `runtime` thread (Bun, Deno, and every
+//! node of a Redis Cluster, whose slot map and MOVED/ASK `cluster` and
+//! `store` keep on top of per-node engines). `rest` speaks Upstash's REST
+//! API. `store` runs them on the I/O thread, fed by `batch`, the queue
+//! JavaScript drives.
 
 pub mod batch;
 pub mod calls;
@@ -18,7 +20,7 @@ pub mod config;
 pub mod conn;
 pub mod fence;
 pub mod health;
-mod link;
+mod host;
 mod order;
 pub mod pipe;
 pub mod reply;

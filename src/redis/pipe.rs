@@ -45,6 +45,20 @@ pub struct Request {
     pub key: Box<[u8]>,
     pub sent_at: Instant,
     pub deadline: Instant,
+    pub route: Route,
+}
+
+/// How a request goes on the wire besides its op.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Route {
+    #[default]
+    Direct,
+    /// After `ASKING`: a Redis Cluster's redirection of one call to a node
+    /// that imports its slot.
+    Asking,
+    /// `CLUSTER SLOTS` (the op is ignored), whose reply is kept whole in
+    /// [`Pipe::replies`].
+    Slots,
 }
 
 /// An op's result, by its request's id.
@@ -58,6 +72,8 @@ struct Sent {
     /// Already rejected (it timed out): its reply, when it comes, is dropped.
     settled: bool,
     eval: bool,
+    /// An `ASKING` went before it: its reply comes first.
+    asked: bool,
     /// What the connection had answered when the op was handed over.
     mark: Mark,
 }
@@ -107,6 +123,8 @@ pub struct Pipe {
     sealed: u64,
     /// Answered ops (and their results) waiting for the next `WAIT`'s reply.
     confirming: VecDeque<(Sent, Result<Answers>)>,
+    /// The replies of [`Route::Slots`] requests, by id, for the host to take.
+    pub replies: Vec<(u64, Reply)>,
 }
 
 impl Pipe {
@@ -118,6 +136,7 @@ impl Pipe {
             wait: None,
             sealed: 0,
             confirming: VecDeque::new(),
+            replies: Vec::new(),
             secrets,
             out: Vec::new(),
             sent: VecDeque::new(),
@@ -158,6 +177,7 @@ impl Pipe {
             request,
             settled: false,
             eval: false,
+            asked: false,
             mark: self.stall.mark(),
         };
         self.held.push_back(sent);
@@ -198,7 +218,12 @@ impl Pipe {
         let request = &sent.request;
         let out = &mut self.out;
         let key: &[u8] = &request.key;
+        if request.route == Route::Asking {
+            resp::encode(out, &[b"ASKING"]);
+            sent.asked = true;
+        }
         match request.op.script() {
+            _ if request.route == Route::Slots => resp::encode(out, &[b"CLUSTER", b"SLOTS"]),
             None if request.op == Op::Ping => resp::encode(out, &[b"PING"]),
             None => resp::encode(out, &[b"UNLINK", key]),
             Some(script) if request.op == Op::Takes => {
@@ -282,6 +307,10 @@ impl Pipe {
                 }
                 continue;
             }
+            if let Some(asking) = self.sent.front_mut().filter(|s| s.asked) {
+                asking.asked = false; // ASKING's OK: the op's reply follows.
+                continue;
+            }
             let Some(sent) = self.sent.pop_front() else {
                 return Err(Malformed); // A reply nothing asked for.
             };
@@ -290,7 +319,22 @@ impl Pipe {
                 self.evalsha -= 1;
             }
             health.answered = true;
-            if let Reply::Error(code, _) = &reply {
+            if sent.request.route == Route::Slots {
+                if !sent.settled {
+                    self.unsettled -= 1;
+                    self.replies.push((sent.request.id, reply));
+                }
+                continue;
+            }
+            if let Reply::Error(code, detail) = &reply {
+                if let Some(error) = redirection(code, detail) {
+                    // The script did not run: the cluster sends it on.
+                    if !sent.settled {
+                        self.unsettled -= 1;
+                        push(done, sent.request.id, Err(error));
+                    }
+                    continue;
+                }
                 if code == "NOSCRIPT" && !sent.eval {
                     // The script did not run: it goes again as EVAL, in
                     // turn, once what was written before it has answered.
@@ -473,6 +517,22 @@ impl Request {
     }
 }
 
+/// A MOVED or ASK reply, as the error that names the node to go to.
+fn redirection(code: &str, detail: &str) -> Option<Error> {
+    let asking = match code {
+        "MOVED" => false,
+        "ASK" => true,
+        _ => return None,
+    };
+    let mut words = detail.split(' ');
+    let (slot, to) = (words.next()?, words.next()?);
+    Some(Error::Redirected {
+        slot: slot.into(),
+        to: to.into(),
+        asking,
+    })
+}
+
 /// Marks the id of a step's answer after its first: the same call, which
 /// counts as settled once (by its first result).
 pub const MORE: u64 = 1 << 63;
@@ -534,6 +594,7 @@ mod tests {
             key: key.as_bytes().into(),
             sent_at: deadline - Duration::from_secs(2),
             deadline,
+            route: Route::Direct,
         }
     }
 
@@ -630,6 +691,107 @@ mod tests {
         assert_eq!(done[2].result.as_ref().unwrap_err().sent(), Some(true));
         assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
         assert_eq!(p.tally.unconfirmed, 1);
+    }
+
+    fn routed(id: u64, key: &str, deadline: Instant, route: Route) -> Request {
+        let op = match route {
+            Route::Slots => Op::Ping,
+            _ => Op::Hit,
+        };
+        Request {
+            route,
+            op,
+            ..request(id, key, deadline)
+        }
+    }
+
+    #[test]
+    fn an_asked_call_goes_after_asking_and_moved_settles_a_call_as_a_redirection() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = pipe();
+        p.send(routed(1, "a", far, Route::Asking));
+        p.send(request(2, "b", far));
+        assert_eq!(
+            written(&mut p),
+            [cmd("ASKING", ""), cmd("EVAL", "a"), cmd("EVALSHA", "b")]
+        );
+        let mut done = Vec::new();
+        // ASKING's OK comes first and answers no call.
+        p.feed(b"+OK\r\n");
+        p.answers(&mut done).unwrap();
+        assert!(done.is_empty());
+        p.feed(&[ANSWER, b"-MOVED 3999 127.0.0.1:7001\r\n"].concat());
+        p.answers(&mut done).unwrap();
+        assert_eq!(done[0].result, Ok(Answer::new(&[1, 60_000])));
+        let moved = Error::Redirected {
+            slot: "3999".into(),
+            to: "127.0.0.1:7001".into(),
+            asking: false,
+        };
+        assert_eq!((done[1].id, &done[1].result), (2, &Err(moved.clone())));
+        assert_eq!((moved.code(), moved.sent()), ("ERR_REDIS", None));
+        assert!(moved.to_string().ends_with("MOVED 3999 127.0.0.1:7001"));
+        assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
+        assert_eq!(p.tally.latency.count(), 1, "only the call that ran");
+    }
+
+    #[test]
+    fn behind_a_fence_an_ask_settles_at_once_as_the_call_did_not_run() {
+        let far = Instant::now() + Duration::from_secs(5);
+        let mut p = fenced();
+        p.send(request(1, "a", far));
+        p.seal();
+        assert_eq!(written(&mut p), [cmd("EVAL", "a"), cmd("WAIT", "500")]);
+        let mut done = Vec::new();
+        p.feed(b"-ASK 12 10.0.0.2:7002\r\n");
+        p.answers(&mut done).unwrap();
+        let ask = Error::Redirected {
+            slot: "12".into(),
+            to: "10.0.0.2:7002".into(),
+            asking: true,
+        };
+        assert_eq!(done[0].result, Err(ask));
+        assert_eq!(p.unsettled(), 0);
+        p.feed(b":1\r\n");
+        p.answers(&mut done).unwrap();
+        assert_eq!(done.len(), 1, "the WAIT covers nothing more");
+        // A malformed redirection is an error reply like any other.
+        assert_eq!(redirection("MOVED", "3999"), None);
+        assert_eq!(redirection("ERR", "MOVED 1 h:1"), None);
+    }
+
+    #[test]
+    fn the_slot_map_reply_is_kept_whole_and_a_late_one_is_dropped() {
+        let now = Instant::now();
+        let mut p = pipe();
+        p.send(routed(7, "", now + Duration::from_secs(5), Route::Slots));
+        assert_eq!(written(&mut p), [cmd("CLUSTER", "")]);
+        let mut done = Vec::new();
+        p.feed(b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n");
+        let health = p.answers(&mut done).unwrap();
+        assert!(health.answered && done.is_empty());
+        let (id, reply) = p.replies.pop().unwrap();
+        assert_eq!(id, 7);
+        let Reply::Array(Some(ranges)) = reply else {
+            panic!("{reply:?}")
+        };
+        assert_eq!(ranges.len(), 1);
+        assert_eq!(p.unsettled(), 0);
+        // One that times out rejects, sent; its reply, when it comes, is dropped.
+        p.send(routed(8, "", now + Duration::from_millis(10), Route::Slots));
+        written(&mut p);
+        p.expire(now + Duration::from_millis(10), &mut done);
+        assert_eq!(
+            done[0].result,
+            Err(Error::Timeout {
+                ms: 2_000,
+                sent: true
+            })
+        );
+        p.feed(b"*0\r\n");
+        p.answers(&mut done).unwrap();
+        assert!(p.replies.is_empty());
+        assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
     }
 
     #[test]

@@ -29,21 +29,6 @@ pub fn server_name(host: &str) -> Result<ServerName<'static>> {
         .map_err(|_| Error::Config("the URL's host is not a valid TLS server name".into()))
 }
 
-/// The master a Sentinel discovery found, for a client of its own (the I/O
-/// thread's).
-pub enum Master {
-    /// Its TCP stream, greeted and checked, before any hit went on it.
-    Tcp(TcpStream),
-    /// Over TLS: where the master is, checked as the master by a connection
-    /// just made (and closed), and the TLS settings to open one there.
-    Tls {
-        host: String,
-        port: u16,
-        config: Arc<ClientConfig>,
-        name: ServerName<'static>,
-    },
-}
-
 enum Stream {
     Tcp(TcpStream),
     #[cfg(unix)]
@@ -221,38 +206,6 @@ impl Target {
 
     pub fn config(&self) -> &Config {
         &self.config
-    }
-
-    /// Sentinel: finds the master, connects and checks it within `timeout`
-    /// (as [`Target::connect`]), and answers it for a client of its own
-    /// (the I/O thread's): the TCP stream, non-blocking, before a hit went
-    /// on it; over TLS, where it is, for the client to open a TLS
-    /// connection of its own there.
-    pub fn connect_master_for_client(&self, timeout: Duration) -> Result<Master> {
-        let Addr::Sentinel { nodes, name, .. } = &self.config.addr else {
-            return Err(Error::Internal(
-                "a Sentinel connect for a target that is not Sentinel",
-            ));
-        };
-        let (socket, host, port) = self.connect_master(nodes, name, timeout)?;
-        match (&self.sentinel_tls, socket.stream, socket.tls) {
-            (None, Stream::Tcp(tcp), None) => {
-                tcp.set_read_timeout(None)
-                    .and(tcp.set_write_timeout(None))
-                    .and(tcp.set_nonblocking(true))
-                    .map_err(|e| unsent(format!("could not connect to Redis: {e}")))?;
-                Ok(Master::Tcp(tcp))
-            }
-            (Some(config), _, Some(_)) => Ok(Master::Tls {
-                name: master_name(&host)?,
-                host,
-                port,
-                config: Arc::clone(config),
-            }),
-            _ => Err(Error::Internal(
-                "Sentinel gave a connection of the wrong kind",
-            )),
-        }
     }
 
     /// Connects and greets the server within `timeout`, blocking; the

@@ -41,6 +41,28 @@ impl Tally {
         self.latency.record(took.as_micros() as u64);
     }
 
+    /// Moves these counts into `to` (the monitor of the I/O thread's
+    /// connections), leaving none here.
+    pub fn move_into(&mut self, to: &mut Tally) {
+        let counts = [
+            (&mut self.connects, &mut to.connects),
+            (&mut self.reconnects, &mut to.reconnects),
+            (&mut self.connect_failures, &mut to.connect_failures),
+            (&mut self.losses, &mut to.losses),
+            (&mut self.timeouts, &mut to.timeouts),
+            (&mut self.noscript, &mut to.noscript),
+            (&mut self.redirections, &mut to.redirections),
+            (&mut self.unconfirmed, &mut to.unconfirmed),
+        ];
+        for (from, to) in counts {
+            *to += std::mem::take(from);
+        }
+        if self.latency.count() > 0 {
+            to.latency.merge(&self.latency);
+            self.latency.clear();
+        }
+    }
+
     /// `[connects, reconnects, connectFailures, losses, timeouts,
     /// noscriptReloads, redirections, unconfirmed, answered, sum, p50, p90,
     /// p99, max]`, the
@@ -98,7 +120,8 @@ impl Monitor {
         listeners.push(listener);
     }
 
-    fn tell(&self, event: Event) {
+    /// Tells every listener of `event`.
+    pub fn tell(&self, event: Event) {
         let listeners: Vec<_> = {
             let mut listeners = self.listeners.lock().unwrap_or_else(|e| e.into_inner());
             listeners.retain(|l| l.strong_count() > 0);
