@@ -198,7 +198,7 @@ try {
 
   console.log(`\nroot package (ratestore@${version})`);
   const rootPack = pack(stage);
-  const libFiles = tracked.filter((file) => /^lib\/[^/]+\.js$/.test(file));
+  const libFiles = tracked.filter((file) => /^lib\/.+\.js$/.test(file));
   const expectedRoot = ['LICENSE', 'README.md', 'index.d.ts', 'index.js', 'package.json', ...libFiles]
     .map((file) => `package/${file}`)
     .sort();
