@@ -366,7 +366,7 @@ export interface RedisStore extends RatestoreStore {
 }
 
 /**
- * Counters in Redis, shared by every instance of an app: one Lua script per hit, on one multiplexed
+ * Counters in Redis, shared by every instance of an app: one Lua script per hit, pipelined on one
  * connection, opened on the first hit and shared by the stores of the process with the same settings
  * (URL, credentials, `tls.ca`, `cluster`, `timeoutMs`; the prefix plays no part). The environment is read
  * on the first hit too, never at import or construction, so a build with no credentials succeeds.

@@ -226,7 +226,7 @@ describe('redisStore faults', () => {
     const redis = await server();
     const s = store(redis.url);
     const sha = createHash('sha1')
-      .update(readFileSync(join(__dirname, '..', 'src', 'window.lua')))
+      .update(readFileSync(join(__dirname, '..', 'src', 'redis', 'lua', 'window.lua')))
       .digest('hex');
     expect(await s.hit('k', 60_000, 1)).toMatchObject({ count: 1 });
     expect(await redis.cli('SCRIPT', 'EXISTS', sha)).toBe('1');

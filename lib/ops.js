@@ -2,7 +2,7 @@
 // The operations of ratestore's stores beyond hit, as both stores share them:
 // each op's number (as the native side knows it), the check of its arguments
 // (a bad call is refused before any store is touched), its numbers, and how
-// its answer (up to five integers) becomes the result object.
+// its answer (up to six integers) becomes the result object.
 
 const { typeError, rangeError, typeName, rejection, invalidHit, MAX_KEY_LENGTH, MAX_SPAN_MS } = require('./check.js');
 const { WATCHERS, told } = require('./watch.js');

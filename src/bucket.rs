@@ -1,6 +1,6 @@
 //! The token bucket: `capacity` tokens, `refill` more every `interval_ms`
 //! (counted from the bucket's last refill), `cost` tokens per take.
-//! [`SCRIPT`] (`bucket.lua`) is the twin, run by Redis on the server's TIME.
+//! `redis::scripts::BUCKET` (`bucket.lua`) is the twin, run by Redis on the server's TIME.
 //!
 //! Refills come whole, every interval, as in @upstash/ratelimit's bucket:
 //! with a refill of 1 this is the smooth one-token-at-a-time bucket, and the
@@ -11,11 +11,6 @@
 
 use crate::errors::{Error, Result};
 use crate::window::{self, Change, MAX_PERIOD_MS};
-
-/// These rules as a Lua script.
-pub const SCRIPT: &str = include_str!("bucket.lua");
-/// Appended to `prefix + key` for the Redis hash holding the state.
-pub const KEY_SUFFIX: &[u8] = b":tb";
 
 const US_PER_MS: u64 = 1000;
 

@@ -1,7 +1,11 @@
 //! ratestore: fixed-window rate-limit counters for Node.js.
 //!
-//! The core (`window`, `memory`, `redis`, `errors`, `clock`) knows nothing of N-API;
-//! `binding` is the thin layer that converts to and from JavaScript.
+//! The core knows nothing of N-API: the algorithms (`window`, `sliding`,
+//! `bucket`), the ops every store shares (`ops`), the stores (`memory`,
+//! `redis`, `postgres`, `mysql`, `sqlite`), and what the threaded stores share
+//! (`runtime`, the I/O thread; `health`, backoff and stalls; `tls`; `sweep`;
+//! `delivery`), with `errors` and `clock`. `binding` is the thin layer that
+//! converts to and from JavaScript.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
@@ -10,16 +14,15 @@ pub mod bucket;
 pub mod clock;
 pub mod delivery;
 pub mod errors;
-pub mod histogram;
+pub mod health;
 pub mod memory;
 pub mod mysql;
 pub mod ops;
 pub mod postgres;
 pub mod redis;
-pub mod reset;
+pub mod runtime;
 pub mod sliding;
 pub mod sqlite;
-pub mod step;
 pub mod sweep;
 pub mod tls;
 pub mod window;

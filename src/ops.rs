@@ -1,9 +1,8 @@
 //! The operations a store runs for JavaScript, as one shape every store and
 //! transport shares: an [`Op`], its checked numbers ([`Args`]), and its
-//! answer ([`Answer`], up to five integers, whose meaning the op gives).
-//! On Redis each op is one Lua script (or one command) on one key.
-
-use std::sync::OnceLock;
+//! answer ([`Answer`], up to [`ANSWER_LEN`] integers, whose meaning the op
+//! gives). How Redis runs each op (its Lua script, key suffix and ARGV) is
+//! in `redis::scripts`.
 
 use crate::errors::{Error, Result};
 use crate::window::MAX_SAFE;
@@ -36,7 +35,7 @@ pub enum Op {
     Unlink,
     /// `ping()`: one `PING` (no key is touched) → `[1]`.
     Ping,
-    /// Several takes as one step (see [`crate::step`]): its key is the
+    /// Several takes as one step (see `redis::step`): its key is the
     /// step's blob, and it answers each take's answer, in order.
     Takes,
 }
@@ -70,35 +69,6 @@ impl Answer {
         }
     }
 }
-
-/// A Lua script and its SHA1, for EVALSHA.
-pub struct Script {
-    pub body: &'static str,
-    sha: OnceLock<String>,
-}
-
-impl Script {
-    pub const fn new(body: &'static str) -> Script {
-        Script {
-            body,
-            sha: OnceLock::new(),
-        }
-    }
-
-    pub fn sha(&self) -> &str {
-        self.sha
-            .get_or_init(|| sha1_smol::Sha1::from(self.body).digest().to_string())
-    }
-}
-
-static HIT: Script = Script::new(window::SCRIPT);
-static CONSUME: Script = Script::new(window::CONSUME_SCRIPT);
-static REFUND: Script = Script::new(window::REFUND_SCRIPT);
-static SLIDING: Script = Script::new(sliding::SCRIPT);
-static BUCKET: Script = Script::new(bucket::SCRIPT);
-
-/// Where a key's state of each algorithm lives: `prefix + key + suffix`.
-pub const SUFFIXES: [&[u8]; 3] = [b"", sliding::KEY_SUFFIX, bucket::KEY_SUFFIX];
 
 /// The most takes one step of a limiter's several limits holds, on every store.
 pub const MAX_TAKES: usize = 16;
@@ -184,56 +154,6 @@ impl Op {
         })
     }
 
-    /// The script the op runs on Redis (None: a plain command).
-    pub fn script(self) -> Option<&'static Script> {
-        match self {
-            Op::Hit => Some(&HIT),
-            Op::Consume => Some(&CONSUME),
-            Op::Refund => Some(&REFUND),
-            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => Some(&SLIDING),
-            Op::Bucket => Some(&BUCKET),
-            Op::Takes => Some(crate::step::script()),
-            Op::Unlink | Op::Ping => None,
-        }
-    }
-
-    /// The suffix of the key the op works on.
-    pub fn suffix(self, args: &Args) -> &'static [u8] {
-        match self {
-            Op::Hit | Op::Consume | Op::Refund => SUFFIXES[0],
-            Op::SlidingIncrement | Op::SlidingDecrement | Op::SlidingConsume => SUFFIXES[1],
-            Op::Bucket => SUFFIXES[2],
-            Op::Unlink => SUFFIXES[args[0] as usize],
-            Op::Ping | Op::Takes => SUFFIXES[0],
-        }
-    }
-
-    /// Calls `f` with the script's ARGV (after `KEYS[1]`), as bytes.
-    pub fn argv<R>(self, args: &Args, f: impl FnOnce(&[&[u8]]) -> R) -> R {
-        let mut bufs = [[0u8; 20]; 4];
-        let [b0, b1, b2, b3] = &mut bufs;
-        let [a0, a1, a2, a3] = *args;
-        match self {
-            Op::Hit => f(&[digits(a0, b0), digits(a1, b1)]),
-            Op::Consume => f(&[digits(a0, b0), digits(a1, b1), digits(a2, b2)]),
-            Op::Refund => f(&[digits(a0, b0), digits(a1, b1)]),
-            Op::SlidingIncrement => f(&[b"increment", digits(a0, b0), digits(a1, b1)]),
-            // The window named sits where a consume's limit does.
-            Op::SlidingDecrement => {
-                f(&[b"decrement", digits(a0, b0), digits(a1, b1), digits(a2, b2)])
-            }
-            // The script takes the cost before the limit.
-            Op::SlidingConsume => f(&[b"consume", digits(a0, b0), digits(a2, b2), digits(a1, b1)]),
-            Op::Bucket => f(&[
-                digits(a0, b0),
-                digits(a1, b1),
-                digits(a2, b2),
-                digits(a3, b3),
-            ]),
-            Op::Unlink | Op::Ping | Op::Takes => f(&[]),
-        }
-    }
-
     /// How many integers the op answers.
     pub fn answer_len(self) -> usize {
         match self {
@@ -269,35 +189,9 @@ fn check_window(n: f64) -> Result<i64> {
     ))
 }
 
-/// `n` in decimal, written into `buf` (no allocation per hit).
-pub fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    let mut rest = n.unsigned_abs();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        at -= 1;
-        buf[at] = b'-';
-    }
-    &buf[at..]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, -7, 60_000, MAX_SAFE, -MAX_SAFE, i64::MIN] {
-            assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes());
-        }
-    }
 
     #[test]
     fn codes_name_ops_and_checks_refuse_bad_numbers() {

@@ -1,7 +1,7 @@
 //! The sliding window of seed 004: windows aligned on the clock, and the
 //! estimate of the window that ends now is the current window's count plus
 //! the previous window's, weighted by the share of it still inside.
-//! [`SCRIPT`] (`sliding.lua`) is the twin, run by Redis on the server's TIME.
+//! `redis::scripts::SLIDING` (`sliding.lua`) is the twin, run by Redis on the server's TIME.
 //!
 //! Time is in µs on the caller's clock: the memory store's, or Redis's TIME.
 //! The weighting is `ceil(previous * left / window)`, rounded up as seed 004
@@ -13,11 +13,6 @@
 
 use crate::errors::{Error, Result};
 use crate::window::{self, Change, MAX_PERIOD_MS, MAX_SAFE};
-
-/// These rules as one Lua script; `ARGV[1]` names the operation.
-pub const SCRIPT: &str = include_str!("sliding.lua");
-/// Appended to `prefix + key` for the Redis hash holding the state.
-pub const KEY_SUFFIX: &[u8] = b":sw";
 
 const US_PER_MS: u64 = 1000;
 

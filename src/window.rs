@@ -1,5 +1,5 @@
 //! The fixed-window rules every store keeps. The memory table applies them to
-//! its slots; [`SCRIPT`] (`window.lua`) is their twin, run by Redis.
+//! its slots; `redis::scripts::WINDOW` (`window.lua`) is their twin, run by Redis.
 //!
 //! Time is in microseconds on the store's monotonic clock, so that "under 1 ms
 //! left" and "round resetMs up" are exact.
@@ -13,10 +13,6 @@ pub const MAX_SAFE: i64 = (1 << 53) - 1;
 pub const SHORT_WINDOW_MS: u64 = 60 * 60 * 1000;
 
 const US_PER_MS: u64 = 1000;
-
-/// These rules as a Lua script for Redis, which keeps time through PTTL.
-/// `tests/window_twin.rs` runs the same cases through both.
-pub const SCRIPT: &str = include_str!("window.lua");
 
 /// One open window.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -155,10 +151,7 @@ pub fn hit(stored: Option<Counter>, now: u64, window_ms: u64, amount: i64) -> Re
 // Limit-aware consume and refund, on the same counter (and Redis data layout)
 // as `hit`, so all three agree on one key.
 
-/// The limit-aware consume as a Lua script (`window_consume.lua`).
-pub const CONSUME_SCRIPT: &str = include_str!("window_consume.lua");
-/// The refund as a Lua script (`window_refund.lua`).
-pub const REFUND_SCRIPT: &str = include_str!("window_refund.lua");
+// Their Lua twins are `redis::scripts::WINDOW_CONSUME` and `WINDOW_REFUND`.
 
 /// The longest window of the sliding window, and the longest time a token
 /// bucket takes to fill: 2^52 µs (about 142 years), so that every time the

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratestore::bucket::{self, Bucket, Params, KEY_SUFFIX};
+use ratestore::bucket::{self, Bucket, Params};
+use ratestore::redis::scripts::BUCKET_SUFFIX as KEY_SUFFIX;
 use ratestore::window::{Change, MAX_PERIOD_MS, MAX_SAFE};
 use redis::Commands;
 use scripts::Redis;
@@ -65,7 +66,7 @@ fn twin_step(
     cost: i64,
 ) -> Result<Option<Bucket>, String> {
     let before = redis.time_us();
-    let lua = redis.run(bucket::SCRIPT, &[key], &args(p, cost));
+    let lua = redis.run(ratestore::redis::scripts::BUCKET, &[key], &args(p, cost));
     let after = redis.time_us();
     let kept = held(redis, key);
     let mut tried = Vec::new();
@@ -169,7 +170,7 @@ fn the_script_refuses_what_is_not_its_state() {
     let key = redis.key("other");
     let _: () = redis.con.hset(&key, "start", 3).unwrap();
     let reply = redis.run(
-        bucket::SCRIPT,
+        ratestore::redis::scripts::BUCKET,
         &[key.as_bytes()],
         &args(&params(5, 1, 100), 1),
     );
@@ -177,7 +178,7 @@ fn the_script_refuses_what_is_not_its_state() {
     let _: () = redis.con.del(&key).unwrap();
     let _: () = redis.con.set(&key, 3).unwrap();
     let reply = redis.run(
-        bucket::SCRIPT,
+        ratestore::redis::scripts::BUCKET,
         &[key.as_bytes()],
         &args(&params(5, 1, 100), 1),
     );

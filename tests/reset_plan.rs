@@ -6,8 +6,7 @@
 mod scripts;
 mod support;
 
-use ratestore::reset::{self, Command, ResetAll};
-use ratestore::{bucket, sliding, window};
+use ratestore::redis::reset::{self, Command, ResetAll};
 use redis::Commands;
 use scripts::Redis;
 
@@ -24,25 +23,29 @@ fn touch_every_algorithm(redis: &mut Redis, prefix: &[u8], key: &[u8]) {
     let [fixed, sliding_key, bucket_key] = reset::keys_of(prefix, key);
     let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     redis
-        .run(window::SCRIPT, &[&fixed], &args(&["60000", "1"]))
+        .run(
+            ratestore::redis::scripts::WINDOW,
+            &[&fixed],
+            &args(&["60000", "1"]),
+        )
         .unwrap();
     redis
         .run(
-            window::CONSUME_SCRIPT,
+            ratestore::redis::scripts::WINDOW_CONSUME,
             &[&fixed],
             &args(&["60000", "5", "1"]),
         )
         .unwrap();
     redis
         .run(
-            sliding::SCRIPT,
+            ratestore::redis::scripts::SLIDING,
             &[&sliding_key],
             &args(&["increment", "60000", "1"]),
         )
         .unwrap();
     redis
         .run(
-            bucket::SCRIPT,
+            ratestore::redis::scripts::BUCKET,
             &[&bucket_key],
             &args(&["5", "1", "1000", "1"]),
         )

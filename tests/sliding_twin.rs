@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use ratestore::sliding::{self, Sliding, KEY_SUFFIX};
+use ratestore::redis::scripts::SLIDING_SUFFIX as KEY_SUFFIX;
+use ratestore::sliding::{self, Sliding};
 use ratestore::window::{Change, MAX_SAFE};
 use redis::Commands;
 use scripts::Redis;
@@ -148,7 +149,11 @@ fn twin_step(
     op: Op,
 ) -> Result<(u64, Option<Sliding>), String> {
     let before = redis.time_us();
-    let lua = redis.run(sliding::SCRIPT, &[key], &op.args(window_ms));
+    let lua = redis.run(
+        ratestore::redis::scripts::SLIDING,
+        &[key],
+        &op.args(window_ms),
+    );
     let after = redis.time_us();
     let kept = held(redis, key);
     let mut tried = Vec::new();
@@ -389,7 +394,7 @@ fn the_script_refuses_what_is_not_its_state() {
     let key = redis.key("other");
     let _: () = redis.con.hset(&key, "tokens", 3).unwrap();
     let reply = redis.run(
-        sliding::SCRIPT,
+        ratestore::redis::scripts::SLIDING,
         &[key.as_bytes()],
         &Op::Increment(1).args(W),
     );
@@ -397,7 +402,7 @@ fn the_script_refuses_what_is_not_its_state() {
     let _: () = redis.con.del(&key).unwrap();
     let _: () = redis.con.set(&key, 3).unwrap();
     let reply = redis.run(
-        sliding::SCRIPT,
+        ratestore::redis::scripts::SLIDING,
         &[key.as_bytes()],
         &Op::Increment(1).args(W),
     );
@@ -445,7 +450,7 @@ proptest! {
 /// sliding.lua's muldiv on its own: `floor(a * b / d)` and the remainder,
 /// exactly, across the whole range (products far past 2^53 included).
 fn muldiv_in_lua(redis: &mut Redis, a: u64, b: u64, d: u64) -> Vec<i64> {
-    let script = sliding::SCRIPT;
+    let script = ratestore::redis::scripts::SLIDING;
     let body =
         &script[script.find("-- BEGIN muldiv").unwrap()..script.find("-- END muldiv").unwrap()];
     let script = format!(

@@ -113,7 +113,7 @@ fn in_redis(redis: &mut Redis, key: &str, op: Op) -> Result<Answer, String> {
             cost,
         } => {
             let mut answer = redis.run(
-                window::CONSUME_SCRIPT,
+                ratestore::redis::scripts::WINDOW_CONSUME,
                 &[key.as_bytes()],
                 &[window_ms.to_string(), limit.to_string(), cost.to_string()],
             )?;
@@ -127,14 +127,14 @@ fn in_redis(redis: &mut Redis, key: &str, op: Op) -> Result<Answer, String> {
             Ok(answer)
         }
         Op::Refund(amount) => redis.run(
-            window::REFUND_SCRIPT,
+            ratestore::redis::scripts::WINDOW_REFUND,
             &[key.as_bytes()],
             &[amount.to_string()],
         ),
         Op::RefundTo(amount, own) => {
             let id = expire_time(redis, key).max(0) + i64::from(!own);
             redis.run(
-                window::REFUND_SCRIPT,
+                ratestore::redis::scripts::WINDOW_REFUND,
                 &[key.as_bytes()],
                 &[amount.to_string(), id.max(1).to_string()],
             )
@@ -433,7 +433,7 @@ proptest! {
                     Step::Hit(amount) => {
                         let o = window::hit(held[k], now, 60_000, amount).unwrap();
                         let answer = redis
-                            .run(window::SCRIPT, &[key.as_bytes()], &["60000".into(), amount.to_string()])
+                            .run(ratestore::redis::scripts::WINDOW, &[key.as_bytes()], &["60000".into(), amount.to_string()])
                             .unwrap();
                         prop_assert!(same_answer(&vec![o.count, o.reset_ms as i64], &answer));
                         held[k] = apply_counter(held[k], o.change);

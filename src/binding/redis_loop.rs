@@ -33,8 +33,8 @@ use crate::redis::conn::{self, Io};
 use crate::redis::pipe::{Request, Route};
 use crate::redis::socket::{Socket, Target};
 use crate::redis::stats::{self, Event};
+use crate::redis::step;
 use crate::redis::Config;
-use crate::step;
 use crate::wtf8;
 
 /// Where a connect thread leaves its socket, and how it wakes the loop.
@@ -242,7 +242,7 @@ impl LoopStore {
         self.conn.borrow_mut().send(self.sink, request)
     }
 
-    /// Queues several takes as one step (see [`crate::step`]): each op,
+    /// Queues several takes as one step (see [`crate::redis::step`]): each op,
     /// its numbers and its key (UTF-16 code units, sent as WTF-8).
     pub fn send_takes(&self, id: u32, takes: &[(Op, Args, &[u16])]) -> Result<(), Error> {
         let mut blob = Vec::new();

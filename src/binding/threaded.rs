@@ -21,7 +21,7 @@ use super::{raw, throw_core};
 use crate::delivery::{Completion, Delivery};
 use crate::errors::Error as CoreError;
 use crate::ops::{Answer, Args, Op};
-use crate::redis::runtime;
+use crate::runtime;
 
 /// `resetAll()`'s outcome, turned into a JS value on the JS thread: `T`'s
 /// value, or the store's error.

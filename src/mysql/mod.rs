@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::errors::{Error, Result};
-use crate::redis::health::{Backoff, Gate};
+use crate::health::{Backoff, Gate};
 
 pub mod codes;
 mod proto;

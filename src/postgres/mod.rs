@@ -1,12 +1,14 @@
-//! postgresStore's core: the fixed window in seed 000's table (`key text
-//! PRIMARY KEY, total bigint, reset_at timestamptz`), one statement per hit,
-//! on the database's clock (`now()`), run on the shared I/O thread.
+//! postgresStore's core: the fixed window in the reference layout's table
+//! (`key text PRIMARY KEY, total bigint, reset_at timestamptz`, the user's
+//! original `pg` store), on the database's clock (`now()`), run on the
+//! shared I/O thread (`crate::runtime`).
 //!
-//! Every statement goes out unnamed (`query_typed`: Parse, Bind, Execute in
-//! one round trip, no prepared statement kept), so nothing depends on the
-//! session and the store works through PgBouncer's transaction mode.
-//! Concurrent calls share one connection, in one queue: the calls made while
-//! a statement is on the way go out together as one statement ([`queue`]).
+//! Statements are prepared once per connection where no transaction pooler
+//! sits between (SQL `PREPARE` under names of the connection's own); a
+//! missing statement (26000) or `?pgbouncer=true` means a pooler, and from
+//! then on every statement goes out unnamed, so nothing depends on the
+//! session. Concurrent calls share one connection, in one queue: the calls
+//! made while a statement is on the way go out together ([`queue`]).
 //!
 //! Many instances on one database: a batch locks its rows in one global
 //! order (by table, then key), so two batches never deadlock each other;
@@ -25,8 +27,8 @@ use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, Row};
 
 use crate::errors::{Error, Result};
+use crate::health::{Backoff, Gate, TIMEOUTS_BEFORE_REPLACING};
 use crate::ops::{Answer, Args, Op};
-use crate::redis::health::{Backoff, Gate, TIMEOUTS_BEFORE_REPLACING};
 use crate::window::MAX_SAFE;
 
 mod queue;

@@ -13,13 +13,13 @@ use tokio::sync::{mpsc, Notify};
 
 use super::calls::Query;
 use super::config::{Config, Options};
-use super::runtime;
 use super::stats::{self, Listener, Monitor, Tally};
+use super::step;
 use super::store::Store;
 use crate::delivery::{Completion, Delivery, Shared};
 use crate::errors::{Error, Result};
 use crate::ops::{Args, Op};
-use crate::step;
+use crate::runtime;
 use crate::wtf8;
 
 /// Hits sent as one pipeline at most. A larger batch goes out as several
@@ -178,7 +178,7 @@ impl Batched {
         Ok(())
     }
 
-    /// Queues several takes as one step (see [`crate::step`]), its answers
+    /// Queues several takes as one step (see [`crate::redis::step`]), its answers
     /// coming back under `id`, one per take. Answers false, queuing
     /// nothing, in a Redis Cluster whose slots the keys do not share (a
     /// script's keys must all be in one): the caller takes each on its own.

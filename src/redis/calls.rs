@@ -3,10 +3,11 @@
 //! a script goes as EVAL on its first use, and again after NOSCRIPT), and
 //! where a pipeline must end so that nothing overtakes an EVALSHA that may
 //! meet NOSCRIPT ([`part_end`]), and which NOSCRIPT retry must not go
-//! because a later op on its key already ran ([`overtaken`]). The event loop's `pipe`, the I/O thread's
-//! `store` and `rest` all follow these rules.
+//! because a later op on its key already ran ([`overtaken`]). The connection engine's `pipe` (on both
+//! hosts) and `rest` follow these rules.
 
-use crate::ops::{Args, Op, Script};
+use super::scripts::Script;
+use crate::ops::{Args, Op};
 
 /// One op to run: on the state at `key` (prefix and suffix included).
 #[derive(Clone, Copy, Debug)]
@@ -20,7 +21,7 @@ impl<'a> Query<'a> {
     /// The keys the op works on: a step's every take's, else its one key.
     pub fn keys(&self) -> impl Iterator<Item = &'a [u8]> {
         let (one, step) = match self.op {
-            Op::Takes => (None, Some(crate::step::keys(self.key))),
+            Op::Takes => (None, Some(super::step::keys(self.key))),
             _ => (Some(self.key), None),
         };
         one.into_iter().chain(step.into_iter().flatten())

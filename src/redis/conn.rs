@@ -1,9 +1,11 @@
-//! One connection to one server as the event-loop transport runs it, with
-//! no I/O of its own: its state (down, connecting, up), the hits waiting
+//! One connection to one server, as both hosts run it: its state (down,
+//! connecting, up), the socket it reads and writes when its host says the
+//! socket is ready, the hits waiting
 //! for it, its pipeline (`pipe`), timeouts, backoff, replacing a bad
 //! connection, and the routing of results to the stores that share it. A
-//! host ([`Io`]) moves the bytes and the time: the binding does it with
-//! libuv's poll and timer handles on Node's event loop, and calls back into
+//! host ([`Io`]) watches the socket and keeps the timer: the binding does
+//! it with libuv's poll and timer handles on Node's event loop, `host` with
+//! a tokio task on the I/O thread, and each calls back into
 //! [`Conn::ready`], [`Conn::connected`] and [`Conn::expired`].
 //!
 //! Stores of one JS thread with the same server and credentials share one
@@ -14,13 +16,13 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::health::{Backoff, Gate};
 use super::pipe::{Done, Pipe, Request, MORE};
 use super::socket::{Socket, Target};
 use super::stats::Event;
 use super::Config;
 use crate::delivery::Completion;
 use crate::errors::Error;
+use crate::health::{Backoff, Gate};
 
 /// What a connection asks of the host that runs it.
 pub trait Io {

@@ -9,7 +9,6 @@
 
 use std::time::Instant;
 
-use super::health;
 use super::reply::Reply;
 use crate::errors::Error;
 
@@ -68,7 +67,7 @@ impl Fence {
                     Some(detail) => format!("{code} {detail}"),
                     None => code.to_string(),
                 };
-                let demoted = health::demotion(code)
+                let demoted = super::reply::demotion(code)
                     || detail.is_some_and(|d| d.contains("used with replica"));
                 Verdict::Rejected {
                     error: Error::WaitRefused {

@@ -28,12 +28,12 @@ use super::conn::{Conn, Io};
 use super::pipe::{Request, Route};
 use super::reply::Answers;
 use super::resp::Reply;
-use super::runtime;
 use super::socket::{Socket, Target};
 use super::stats::{Event, Monitor};
 use crate::delivery::Completion;
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Op};
+use crate::runtime;
 
 /// One server's engine, run by a task of the I/O thread.
 pub struct Node {

@@ -1,7 +1,9 @@
-//! One connection's pipeline in the event-loop transport: each op encoded
+//! One connection's pipeline, on both hosts (the event loop and the I/O
+//! thread): each op encoded
 //! as EVALSHA of its script (or its command) into the bytes to write, and
 //! replies matched to them in order as they are read. No I/O here: the
-//! binding moves the bytes when the event loop says the socket is ready.
+//! connection (`conn`) moves the bytes when its host says the socket is
+//! ready.
 //!
 //! Ops on one key take effect in the order they were sent, NOSCRIPT
 //! included (see "Order of calls" in docs/algorithms.md): a script goes as
@@ -27,13 +29,13 @@ use std::time::Instant;
 
 use super::calls::{Loaded, Query};
 use super::fence::{Fence, Verdict};
-use super::health::{self, Mark, Stall};
 use super::reply::{self, Answers};
 use super::resp::{self, Malformed, Parser, Reply};
 use super::stats::Tally;
+use super::step;
 use crate::errors::{Error, Result};
+use crate::health::{Mark, Stall};
 use crate::ops::{Answer, Args, Op};
-use crate::step;
 
 /// An op to send: its id, its state's key (prefix and suffix included) and
 /// numbers.
@@ -342,7 +344,7 @@ impl Pipe {
                     self.retry.push_back(sent);
                     continue;
                 }
-                if health::demotion(code) {
+                if reply::demotion(code) {
                     health.unusable = true;
                 }
             }
@@ -428,7 +430,7 @@ impl Pipe {
     /// Rejects the hits whose deadline has passed; their replies are
     /// dropped when they come. Answers whether the connection is stuck and
     /// must be replaced (see [`Stall`]): it answered nothing since the
-    /// oldest of them was handed over, or [`health::TIMEOUTS_BEFORE_REPLACING`]
+    /// oldest of them was handed over, or [`crate::health::TIMEOUTS_BEFORE_REPLACING`]
     /// timed out in a row.
     pub fn expire(&mut self, now: Instant, done: &mut Vec<Done>) -> bool {
         let mut expired = 0;

@@ -41,14 +41,14 @@ pub fn outcome(op: Op, reply: Reply<'_>) -> Result<Answer> {
 pub type Answers = (Answer, Vec<Answer>);
 
 /// The answers of the op of `query` to `reply`: for a step, each take's,
-/// in order (see [`crate::step::answers`]).
+/// in order (see [`super::step::answers`]).
 pub fn outcomes(op: Op, key: &[u8], reply: Reply<'_>) -> Result<Answers> {
     if op != Op::Takes {
         return outcome(op, reply).map(|answer| (answer, Vec::new()));
     }
     match reply {
         Reply::Array(Some(values)) => {
-            let mut all = crate::step::answers(key, &values)?.into_iter();
+            let mut all = super::step::answers(key, &values)?.into_iter();
             let first = all.next().ok_or(Error::Internal("a step of no takes"))?;
             Ok((first, all.collect()))
         }
@@ -76,9 +76,34 @@ pub fn server_error(code: &str, detail: Option<&str>, stage: Stage) -> Error {
     }
 }
 
+/// Answers after which the connection is dropped: the server was demoted
+/// to a replica (`READONLY`), lost its master (`MASTERDOWN`) or is loading
+/// its data (`LOADING`). A managed primary that fails over moves its DNS
+/// name, so the next connect, which resolves the name again, finds the new
+/// one.
+pub fn demotion(code: &str) -> bool {
+    matches!(code, "READONLY" | "MASTERDOWN" | "LOADING")
+}
+
+/// Answers that, in a cluster, say the node is in trouble (a demotion, or
+/// the cluster can't serve the slot now): the slot map is asked for again.
+pub fn node_trouble(code: &str) -> bool {
+    demotion(code) || matches!(code, "CLUSTERDOWN" | "TRYAGAIN")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn demotions_by_code() {
+        for code in ["READONLY", "MASTERDOWN", "LOADING"] {
+            assert!(demotion(code));
+        }
+        for code in ["ERR", "NOSCRIPT", "MOVED", "CLUSTERDOWN", "OOM"] {
+            assert!(!demotion(code));
+        }
+    }
 
     #[test]
     fn server_errors_by_code() {

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use super::cluster::slot;
 use super::config::{Addr, Config};
+use super::reset::ResetAll;
 use super::resp::Reply;
 use super::socket::Target;
 use crate::errors::{Error, Result};
-use crate::reset::ResetAll;
 
 /// Unlinks every key under `prefix`. Refused for an empty prefix.
 pub fn reset_all(config: &Config, prefix: &[u8]) -> Result<()> {

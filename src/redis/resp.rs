@@ -1,4 +1,4 @@
-//! RESP2, the Redis protocol, for the event-loop transport: commands encoded
+//! RESP2, the Redis protocol, for the connection engine: commands encoded
 //! as arrays of bulk strings, and replies read from a byte stream as they
 //! arrive (a reply may be split across reads, or many may share one).
 

@@ -43,17 +43,17 @@ use tokio::time::{timeout_at, Duration, Instant};
 use super::calls::Loaded;
 use super::calls::{overtaken, part_end, Query};
 use super::config::{Addr, Config};
-use super::health::{Backoff, Gate, Stall};
 use super::order::KeyOrder;
 use super::reply::{self, server_error, Answers, Reply, Stage};
+use super::reset::{Command, ResetAll};
 use super::socket::tls_config;
 use super::stats::Monitor;
+use super::step;
 use crate::errors::{Error, Result};
+use crate::health::{Backoff, Gate, Stall};
 #[cfg(test)]
 use crate::ops::Answer;
 use crate::ops::Op;
-use crate::reset::{Command, ResetAll};
-use crate::step;
 
 /// The message for a key JSON can't carry as it is.
 pub const KEY_NOT_WELL_FORMED: &str =
@@ -464,7 +464,7 @@ pub fn reset_all(config: &Config, prefix: &[u8]) -> Result<()> {
     let rest = Rest::new(config, Arc::default())?;
     let prefix = prefix.to_vec();
     let (tx, rx) = std::sync::mpsc::channel();
-    super::runtime::handle()?.spawn(async move {
+    crate::runtime::handle()?.spawn(async move {
         let _ = tx.send(rest.reset_all(&prefix).await);
     });
     rx.recv()

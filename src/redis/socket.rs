@@ -1,8 +1,8 @@
-//! The event-loop transport's connection: opened and greeted (TLS
-//! handshake, AUTH, SELECT) by blocking calls on a short-lived thread of its
-//! own, then handed to the JS thread non-blocking, where every read and
-//! write is a single non-blocking call made when the event loop says the
-//! socket is ready.
+//! The connection engine's socket: opened and greeted (TLS handshake, AUTH,
+//! SELECT) by blocking calls on a short-lived thread of its own, then handed
+//! to its host non-blocking (the JS thread's event loop, or a tokio task on
+//! the I/O thread), where every read and write is a single non-blocking call
+//! made when the host says the socket is ready.
 
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
@@ -530,7 +530,6 @@ fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout
     drop(spawned);
 }
 
-/// The TLS name of the master at `host`, as a sentinel named it.
 /// A sentinel's TLS server name: its host in the URL.
 fn sentinel_name(host: &str) -> Result<ServerName<'static>> {
     server_name(host)

@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use crate::histogram::Histogram;
+use super::histogram::Histogram;
 
 /// A store's counts. Each transport keeps one where its I/O runs: plain
 /// integers on the event loop; in a [`Monitor`], under a lock taken once

@@ -21,7 +21,7 @@ use super::calls::Query;
 use super::cluster::Cluster;
 use super::config::Config;
 use super::host::Node;
-use super::reply::Answers;
+use super::reply::{self, Answers};
 use super::rest::Rest;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
@@ -188,15 +188,7 @@ impl Store {
 fn node_trouble(result: &Result<Answers>) -> bool {
     match result {
         Ok(_) => false,
-        Err(Error::Redis(text)) => [
-            "CLUSTERDOWN",
-            "TRYAGAIN",
-            "MASTERDOWN",
-            "READONLY",
-            "LOADING",
-        ]
-        .iter()
-        .any(|code| text.split(' ').next() == Some(*code)),
+        Err(Error::Redis(text)) => text.split(' ').next().is_some_and(reply::node_trouble),
         Err(Error::Timeout { .. } | Error::Connection { .. } | Error::BackingOff { .. }) => true,
         Err(_) => false,
     }

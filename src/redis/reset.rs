@@ -7,8 +7,8 @@
 //! (a single server passes one that answers 0), and resetAll runs once per
 //! master.
 
+use super::scripts;
 use crate::errors::{Error, Result};
-use crate::ops;
 
 /// Keys asked of SCAN at a time, and the most one UNLINK removes.
 pub const BATCH: usize = 1000;
@@ -20,7 +20,7 @@ pub type Command = Vec<Vec<u8>>;
 /// the JS reference store's layout), the sliding window's and the token
 /// bucket's.
 pub fn keys_of(prefix: &[u8], key: &[u8]) -> [Vec<u8>; 3] {
-    ops::SUFFIXES.map(|suffix| [prefix, key, suffix].concat())
+    scripts::SUFFIXES.map(|suffix| [prefix, key, suffix].concat())
 }
 
 /// The UNLINKs of `reset(key)`: every algorithm's state of the key.

@@ -1,8 +1,9 @@
-//! How a connection's health is judged, as pure pieces any transport can
-//! drive (they do no I/O and read no clock: the caller passes `now`):
-//! [`Backoff`] spaces out connects after failures, [`Stall`] says when a
-//! connection that stopped answering must be replaced, and [`demotion`]
-//! names the answers of a server that no longer takes writes.
+//! How a connection's health is judged, as pure pieces every store's
+//! connections drive (Redis, PostgreSQL, MySQL; they do no I/O and read no
+//! clock: the caller passes `now`): [`Backoff`] spaces out connects after
+//! failures, and [`Stall`] says when a connection that stopped answering
+//! must be replaced. Which Redis answers demote a server is
+//! `redis::reply::demotion`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -108,15 +109,6 @@ impl Backoff {
         let half = full / 2;
         half + Duration::from_nanos(self.rng % (half.as_nanos() as u64 + 1))
     }
-}
-
-/// Answers after which the connection is dropped: the server was demoted
-/// to a replica (`READONLY`), lost its master (`MASTERDOWN`) or is loading
-/// its data (`LOADING`). A managed primary that fails over moves its DNS
-/// name, so the next connect, which resolves the name again, finds the new
-/// one.
-pub fn demotion(code: &str) -> bool {
-    matches!(code, "READONLY" | "MASTERDOWN" | "LOADING")
 }
 
 /// What a connection had answered when a hit was sent on it.
@@ -236,16 +228,6 @@ mod tests {
         assert_eq!(backoff.failures(), 0);
         // The count starts again from the first delay.
         assert!(backoff.failed(later, cause) <= FIRST_DELAY);
-    }
-
-    #[test]
-    fn demotions_by_code() {
-        for code in ["READONLY", "MASTERDOWN", "LOADING"] {
-            assert!(demotion(code));
-        }
-        for code in ["ERR", "NOSCRIPT", "MOVED", "CLUSTERDOWN", "OOM"] {
-            assert!(!demotion(code));
-        }
     }
 
     #[test]

@@ -1,6 +1,9 @@
-//! The one thread redisStore's I/O runs on: a current-thread tokio runtime,
-//! started by the first store that needs it and shared by every store (and
-//! worker thread) of the process. A native thread never keeps Node.js alive.
+//! The one thread the threaded stores' I/O runs on (redisStore on Bun and
+//! Deno, in a cluster and over REST; postgresStore, mysqlStore, sqliteStore
+//! and their sweepers): a current-thread tokio runtime, started by the first
+//! store that needs it and shared by every store (and worker thread) of the
+//! process. A native thread never keeps Node.js alive. Sentinel discovery
+//! runs on threads of its own, so it never holds the DNS pool.
 
 use std::sync::OnceLock;
 
@@ -13,7 +16,7 @@ pub fn handle() -> Result<Handle> {
     HANDLE
         .get_or_init(start)
         .clone()
-        .ok_or(Error::Internal("could not start the Redis I/O thread"))
+        .ok_or(Error::Internal("could not start ratestore's I/O thread"))
 }
 
 fn start() -> Option<Handle> {
@@ -21,12 +24,12 @@ fn start() -> Option<Handle> {
         .enable_all()
         // Only DNS look-ups block; they need no more than a couple of threads.
         .max_blocking_threads(2)
-        .thread_name("ratestore-redis-dns")
+        .thread_name("ratestore-dns")
         .build()
         .ok()?;
     let handle = runtime.handle().clone();
     std::thread::Builder::new()
-        .name("ratestore-redis".into())
+        .name("ratestore-io".into())
         .spawn(move || runtime.block_on(std::future::pending::<()>()))
         .ok()?;
     Some(handle)

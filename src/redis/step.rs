@@ -11,9 +11,9 @@
 
 use std::sync::OnceLock;
 
+use super::scripts::{self, Script};
 use crate::errors::{Error, Result};
-use crate::ops::{Answer, Args, Op, Script, ANSWER_LEN};
-use crate::{bucket, sliding, window};
+use crate::ops::{Answer, Args, Op, ANSWER_LEN};
 
 /// Numbers in a take's part of the blob before its key: op, 4 numbers, key length.
 const HEAD: usize = 1 + 4 * 8 + 4;
@@ -176,9 +176,9 @@ pub fn script() -> &'static Script {
     SCRIPT.get_or_init(|| {
         let body = [
             TAKES_HEAD.to_string(),
-            function("consume", window::CONSUME_SCRIPT),
-            function("sliding", sliding::SCRIPT),
-            function("bucket", bucket::SCRIPT),
+            function("consume", scripts::WINDOW_CONSUME),
+            function("sliding", scripts::SLIDING),
+            function("bucket", scripts::BUCKET),
             TAKES_BODY.to_string(),
         ]
         .concat();
@@ -203,7 +203,10 @@ mod tests {
         assert_eq!(all.len(), 2);
         assert_eq!(all[0], (Op::Consume, [1_000, 7, 1, 0], &b"p:k:burst"[..]));
         assert_eq!(all[1].0, Op::Bucket);
-        assert_eq!(all[1].2, [b"p:k:b".as_slice(), bucket::KEY_SUFFIX].concat());
+        assert_eq!(
+            all[1].2,
+            [b"p:k:b".as_slice(), scripts::BUCKET_SUFFIX].concat()
+        );
         command(&blob, |n, keys, argv| {
             assert_eq!(n, b"2");
             assert_eq!(keys.len(), 2);
