@@ -1,12 +1,12 @@
 //! One connection to one server, as both hosts run it: its state (down,
 //! connecting, up), the socket it reads and writes when its host says the
-//! socket is ready, the hits waiting
-//! for it, its pipeline (`pipe`), timeouts, backoff, replacing a bad
-//! connection, and the routing of results to the stores that share it. A
-//! host ([`Io`]) watches the socket and keeps the timer: the binding does
-//! it with libuv's poll and timer handles on Node's event loop, `host` with
-//! a tokio task on the I/O thread, and each calls back into
-//! [`Conn::ready`], [`Conn::connected`] and [`Conn::expired`].
+//! socket is ready, the hits waiting for it, its pipeline (`pipe`),
+//! timeouts, backoff, replacing a bad connection, and the routing of
+//! results to the stores that share it. A host ([`Io`]) watches the socket
+//! and keeps the timer: the binding does it with libuv's poll and timer
+//! handles on Node's event loop, `host` with a tokio task on the I/O
+//! thread, and each calls back into [`Conn::ready`], [`Conn::connected`]
+//! and [`Conn::expired`].
 //!
 //! Stores of one JS thread with the same server and credentials share one
 //! connection: each has a [`Sink`] of its own (indexed by the high half of

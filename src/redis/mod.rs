@@ -6,9 +6,9 @@
 //! to an answer or an error), `scripts` (each op's Lua script,
 //! key suffix and ARGV), `step` (several takes as one script), `reset`,
 //! `order` (per-key turns), `fence` (`waitForReplicas`) and `stats`. One
-//! connection engine: `conn` + `pipe` + `resp` + `socket`, with
-//! two hosts: the binding's libuv glue on Node's event loop, and `host`, a
-//! tokio task per connection on the I/O thread (`crate::runtime`) (Bun, Deno, and every
+//! connection engine, `conn` + `pipe` + `resp` + `socket`, has two hosts:
+//! the binding's libuv glue on Node's event loop, and `host`, a tokio task
+//! per connection on the I/O thread of `crate::runtime` (Bun, Deno, and every
 //! node of a Redis Cluster, whose slot map and MOVED/ASK `cluster` and
 //! `store` keep on top of per-node engines). `rest` speaks Upstash's REST
 //! API. `store` runs them on the I/O thread, fed by `batch`, the queue
