@@ -6,9 +6,10 @@
 // A run: the seeds of differential-seeds.json (every seed that ever diverged), then DIFF_SEEDS new
 // ones (default 12) from DIFF_SEED (default: the time), DIFF_STEPS steps each (default 40); with
 // DIFF_DURATION_S, new seeds until that many seconds have passed (`npm run soak`); DIFF_STORES (names, or
-// their beginnings, comma-separated) runs only those stores. Each step is one
-// call, a parallel group of 2-4, a sleep or a wait for a window edge; a run of 12 seeds makes about
-// 3,000 calls on the seven stores (the closing line counts them) and takes 20-50 s. A divergence prints
+// their beginnings, comma-separated) runs only those stores; DIFF_LANES (default 3) seeds run at once,
+// each lane on Redis servers of its own. Each step is one call, a parallel group of 2-4, a sleep or a
+// wait for a window edge; a run of the kept seeds and 12 new ones makes about 6,000 calls on the eight
+// stores (the closing line counts them) and takes about a minute with three lanes (two and a half with one). A divergence prints
 // its seed, the store, the call, what the store answered and what the model allowed, and a reproduction shrunk by
 // dropping steps; the seed is added to differential-seeds.json (outside CI) to be committed.
 import { readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -63,41 +64,48 @@ interface Target {
   flushScripts(): Promise<void>;
 }
 
-let redis: RedisServer;
-// The REST endpoint's own server. Each Redis target has a server of its own: the suite checks the order
-// of one store's calls: another client loading a script between two of them after SCRIPT FLUSH would make
-// the earlier one reject (README, "Calls keep their order"), which the model does not foresee.
-let restRedis: RedisServer;
-let cluster: Cluster;
-let rest: RestEndpoint;
+/**
+ * One lane of seeds: the lanes run their seeds at the same time (DIFF_LANES, default 3), since a
+ * sequence spends most of its time in its sleeps and waits for window edges. Each lane has Redis
+ * servers of its own, and each Redis target of a lane a server of its own: the suite checks the order of
+ * one store's calls, and another client loading a script between two of them after SCRIPT FLUSH would
+ * make the earlier one reject (README, "Calls keep their order"), which the model does not foresee.
+ * postgresStore, mysqlStore and sqliteStore take a table or a file of their own per run, so the lanes
+ * share their servers.
+ */
+interface Lane {
+  redis: RedisServer;
+  /** The REST endpoint's own server. */
+  restRedis: RedisServer;
+  cluster: Cluster;
+  rest: RestEndpoint;
+  targets: Target[];
+}
+
+const laneCount = Math.max(1, Math.floor(Number(process.env.DIFF_LANES ?? 3)) || 1);
+let lanes: Lane[] = [];
 let postgres: Awaited<ReturnType<typeof plainPostgres>>;
 let mariadb: Awaited<ReturnType<typeof plainMariadb>>;
-let targets: Target[];
 
-beforeAll(async () => {
-  [redis, restRedis] = await Promise.all([startRedis(), startRedis()]);
-  [cluster, rest, postgres, mariadb] = await Promise.all([
-    startCluster(),
-    startRest({ redisPort: restRedis.port, token: TOKEN }),
-    plainPostgres(),
-    plainMariadb(),
-  ]);
-  const traits = (name: string, t: Partial<StoreTraits>): StoreTraits => ({
-    name,
-    memory: false,
-    redis: false,
-    rest: false,
-    evicts: false,
-    ...t,
-  });
-  const prefix = () => `diff:${randomUUID()}:`;
+const traits = (name: string, t: Partial<StoreTraits>): StoreTraits => ({
+  name,
+  memory: false,
+  redis: false,
+  rest: false,
+  evicts: false,
+  ...t,
+});
+const prefix = () => `diff:${randomUUID()}:`;
+const closing = (store: AnyStore) => ({ store, close: () => store.close() });
+
+/** Every store under test, the Redis ones on the lane's own servers. */
+function targetsOf(lane: Omit<Lane, 'targets'>): Target[] {
+  const { redis, restRedis, cluster, rest } = lane;
   // DIFF_MEMORY_CLOCK=monotonic checks memoryStore on its own (monotonic) clock, so that the defects
   // behind KNOWN.memorySlidingClock do not hide the others on it.
   const memoryClock =
     process.env.DIFF_MEMORY_CLOCK === 'monotonic' ? () => Number(process.hrtime.bigint() / 1000n) : nowUs;
-  const closing = (store: AnyStore) => ({ store, close: () => store.close() });
-  const flushOne = async () => void (await redis.cli('SCRIPT', 'FLUSH'));
-  targets = [
+  let targets: Target[] = [
     {
       traits: traits('memoryStore', { memory: true }),
       clock: memoryClock,
@@ -114,7 +122,7 @@ beforeAll(async () => {
       clock: nowUs,
       traits: traits('redisStore (TCP)', { redis: true }),
       open: () => closing(redisStore({ url: redis.url, prefix: prefix(), timeoutMs: 5_000 })),
-      flushScripts: flushOne,
+      flushScripts: async () => void (await redis.cli('SCRIPT', 'FLUSH')),
     },
     {
       clock: nowUs,
@@ -175,10 +183,29 @@ beforeAll(async () => {
   if (only !== undefined && only.length > 0) {
     targets = targets.filter((t) => only.some((name) => t.traits.name.startsWith(name)));
   }
+  return targets;
+}
+
+/** A lane's servers, started at once. */
+async function startLane(): Promise<Lane> {
+  const [redis, restRedis, cluster] = await Promise.all([startRedis(), startRedis(), startCluster()]);
+  const rest = await startRest({ redisPort: restRedis.port, token: TOKEN });
+  const servers = { redis, restRedis, cluster, rest };
+  return { ...servers, targets: targetsOf(servers) };
+}
+
+beforeAll(async () => {
+  const started = await Promise.all([
+    plainPostgres(),
+    plainMariadb(),
+    ...Array.from({ length: laneCount }, () => startLane()),
+  ]);
+  [postgres, mariadb] = started as [typeof postgres, typeof mariadb];
+  lanes = started.slice(2) as Lane[];
   // A script's first use on a server retries after NOSCRIPT, which today reorders the calls behind
   // it (KNOWN.callOrder): load every script once first, so that only the flushScripts steps meet it.
   if (known.callOrder) {
-    for (const target of targets.filter((t) => t.traits.redis)) {
+    for (const target of lanes.flatMap((lane) => lane.targets).filter((t) => t.traits.redis)) {
       const { store, close } = target.open();
       await store.hit('warm', 10, 1);
       await store.consume('warm', { limit: 1, windowMs: 10 });
@@ -190,11 +217,17 @@ beforeAll(async () => {
       await close();
     }
   }
-}, 60_000);
+}, 90_000);
 
 afterAll(async () => {
-  await Promise.all([rest?.stop(), cluster?.stop(), postgres?.stop(), mariadb?.stop()]);
-  await Promise.all([redis?.stop(), restRedis?.stop()]);
+  await Promise.all([
+    postgres?.stop(),
+    mariadb?.stop(),
+    ...lanes.map(async (lane) => {
+      await Promise.all([lane.rest.stop(), lane.cluster.stop()]);
+      await Promise.all([lane.redis.stop(), lane.restRedis.stop()]);
+    }),
+  ]);
 });
 
 // -------------------------------------------------------------------------------------------------
@@ -535,8 +568,8 @@ function keepSeed(seed: number) {
   writeFileSync(SEEDS_FILE, JSON.stringify({ seeds: [...seeds, seed] }, null, 2) + '\n');
 }
 
-/** Runs one seed on every store at once; answers the report of each divergence, shrunk. */
-async function runSeed(seed: number, steps: number): Promise<string[]> {
+/** Runs one seed on every store of a lane at once; answers the report of each divergence, shrunk. */
+async function runSeed(seed: number, steps: number, targets: Target[]): Promise<string[]> {
   const results = await Promise.all(
     targets.map(async (target) => {
       const seq = generate(seed, target.traits, known, steps);
@@ -570,20 +603,28 @@ describe('differential: every store agrees with the model', () => {
             .join(', '),
       );
       const reports: string[] = [];
-      const seeds = [...savedSeeds()];
+      const kept = savedSeeds();
       const started = Date.now();
-      let calls = 0;
-      for (let i = 0; durationS > 0 ? Date.now() - started < durationS * 1000 : i < seedCount; i++)
-        seeds.push(firstSeed + i);
-      for (const seed of seeds) {
-        const found = await runSeed(seed, stepCount);
-        calls += stepCount;
-        if (found.length > 0) keepSeed(seed);
-        reports.push(...found);
-        if (durationS > 0 && Date.now() - started > durationS * 1000) break;
-      }
+      let fresh = 0;
+      let ran = 0;
+      // The kept seeds first, then new ones; each lane takes the next seed as it finishes one.
+      const nextSeed = (): number | undefined => {
+        if (kept.length > 0) return kept.shift();
+        const more = durationS > 0 ? Date.now() - started < durationS * 1000 : fresh < seedCount;
+        return more ? firstSeed + fresh++ : undefined;
+      };
+      await Promise.all(
+        lanes.map(async (lane) => {
+          for (let seed = nextSeed(); seed !== undefined; seed = nextSeed()) {
+            const found = await runSeed(seed, stepCount, lane.targets);
+            ran++;
+            if (found.length > 0) keepSeed(seed);
+            reports.push(...found);
+          }
+        }),
+      );
       console.log(
-        `differential: ${seeds.length} seeds, ${calls} steps per store, ${callCount} calls on ${targets.length} stores, in ${Date.now() - started} ms`,
+        `differential: ${ran} seeds on ${lanes.length} lanes, ${ran * stepCount} steps per store, ${callCount} calls on ${lanes[0].targets.length} stores, in ${Date.now() - started} ms`,
       );
       expect(reports.join('\n\n')).toBe('');
     },

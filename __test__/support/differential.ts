@@ -493,7 +493,10 @@ export function matches(model: unknown, observed: unknown, tolMs: number): boole
     const seen = (observed as Record<string, unknown>)[field];
     if (APPROX.has(field)) {
       if (typeof seen !== 'number' || Math.abs(seen - (value as number)) > tolMs) return false;
-    } else if (JSON.stringify(seen) !== JSON.stringify(value)) return false;
+    } else if (seen !== value) {
+      // Numbers, booleans and strings are equal only when ===; arrays and objects by their JSON.
+      if (typeof value !== 'object' || value === null || JSON.stringify(seen) !== JSON.stringify(value)) return false;
+    }
   }
   return true;
 }
