@@ -1,17 +1,20 @@
 'use strict';
 // `npm test` after its set-up (scripts/setup-system.js, the release build, the runtimes), in three parts:
 //
-// 1. At once: the suites that can share the machine (`__test__/`, three files at a time), the end-to-end
-//    suites (`e2e/`, their three files at a time), and, at the lowest CPU priority (SCHED_IDLE, so they
-//    take only what the suites leave idle), the builds the later parts need: cargo's test binaries and
-//    better-sqlite3 (the benchmark's SQLite peer). The suites spend their time waiting on servers,
-//    builds and timers more than on the CPU.
+// 1. At once, in two groups:
+//    - the suites that share the machine (vitest.config.mjs's `shared` project: `__test__/`, three
+//      files at a time), some of whose tests check real-time bounds;
+//    - at nice 5, below them: the end-to-end suites (`e2e/`, their three files at a time: npm packs
+//      and installs, Next.js builds, the benchmark's smoke runs on Bun and Deno) and the `background`
+//      project (the differential suite: a core's worth of model checking, with measured slack); and,
+//      at the lowest CPU priority (SCHED_IDLE: only what everything else leaves idle), the builds the
+//      later parts need: cargo's test binaries, then better-sqlite3 (the benchmark's SQLite peer).
 // 2. cargo's tests (unit tests, the Lua scripts' twins against a real redis-server).
-// 3. The suites that must run alone (vitest.config.mjs's ALONE: they measure stalls or fill the CPU
+// 3. The suites that must run alone (the `alone` project: they measure stalls or fill the CPU
 //    themselves), with nothing beside them.
 //
-// The shared suites print as they run; the end-to-end suites' and the builds' output is printed whole
-// once part 1 is done, so that nothing interleaves. Exits 1 if anything failed.
+// The shared suites print as they run; the other output of part 1 is printed whole once it is done,
+// so that nothing interleaves. Exits 1 if anything failed.
 
 const { spawn, spawnSync } = require('node:child_process');
 const { join } = require('node:path');
@@ -19,10 +22,14 @@ const { join } = require('node:path');
 const root = join(__dirname, '..');
 const vitest = join(root, 'node_modules', 'vitest', 'vitest.mjs');
 
-/** Runs `command args`: its output to this process's as it comes (`live`), or kept and answered. */
-function run(command, args, { live = false, idle = false } = {}) {
+/**
+ * Runs `command args`: its output to this process's as it comes (`live`), or kept and answered; `idle`:
+ * at the lowest CPU priority; `nice`: at that nice value.
+ */
+function run(command, args, { live = false, idle = false, nice = 0 } = {}) {
   let [file, argv] = [command, args];
   if (idle) [file, argv] = lowestPriority(command, args);
+  else if (nice > 0) [file, argv] = ['nice', ['-n', String(nice), command, ...args]];
   return new Promise((resolve) => {
     const child = spawn(file, argv, {
       cwd: root,
@@ -57,15 +64,18 @@ async function main() {
   const started = Date.now();
   const seconds = () => `${Math.round((Date.now() - started) / 1000)} s`;
   console.log(
-    "npm test: the shared suites (__test__/) and the end-to-end suites (e2e/) at once, and cargo's test build and better-sqlite3's at the lowest CPU priority",
+    "npm test: the shared suites (__test__/) at once with, at a lower CPU priority, the end-to-end (e2e/) and background suites, and cargo's test build and better-sqlite3's at the lowest",
   );
   const building = builds();
-  const [shared, e2e] = await Promise.all([
+  const [shared, e2e, background] = await Promise.all([
     vitestRun(['--project', 'shared'], { live: true }),
-    vitestRun(['--config', 'vitest.e2e.config.mjs']),
+    vitestRun(['--config', 'vitest.e2e.config.mjs'], { nice: 5 }),
+    vitestRun(['--project', 'background'], { nice: 5 }),
   ]);
   console.log(`\nnpm test: the end-to-end suites (e2e/), run beside the shared suites (${seconds()}):`);
   process.stdout.write(e2e.output);
+  console.log(`\nnpm test: the background suites, run beside the shared suites (${seconds()}):`);
+  process.stdout.write(background.output);
   const built = await building;
   console.log(`\nnpm test: the builds, done (${seconds()})`);
   process.stdout.write(Buffer.concat([built.cargo.output, built.sqlite.output]));
@@ -76,6 +86,7 @@ async function main() {
   const failed = [
     ['the shared suites', shared],
     ['the end-to-end suites', e2e],
+    ['the background suites', background],
     ["cargo's tests", cargo],
     ["better-sqlite3's build", built.sqlite],
     ['the suites that run alone', alone],
