@@ -84,12 +84,27 @@ function fields(text) {
 }
 
 /**
+ * Starts a cluster as `startOnce` does, on new ports when a node lost its port to another process
+ * between the free-port probe and its bind (the suites start servers at once, three files and several
+ * clusters at a time), up to three times.
+ */
+async function startCluster(options = {}) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnce(options);
+    } catch (error) {
+      if (attempt >= 3 || !/Address already in use/.test(String(error?.message))) throw error;
+    }
+  }
+}
+
+/**
  * Starts a cluster of `masters` masters with one replica each; with `tls`
  * ({ cert, key, ca }: PEM files), every port and the cluster bus speak TLS only. Resolves
  * { url (the seed URLs, comma-separated), nodes: [{ port, pid }], cli(port, ...args),
  * kill(port), signal(port, signal), masterOf(slot), waitUntil(check, what), stop() }.
  */
-async function startCluster({ masters = 3, tls } = {}) {
+async function startOnce({ masters = 3, tls } = {}) {
   const tlsArgs = tls ? ['--tls', '--cacert', tls.ca] : [];
   const run = (port, ...args) => cli([...tlsArgs, '-p', String(port), ...args]);
   const nodes = [];

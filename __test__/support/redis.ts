@@ -83,8 +83,19 @@ function exited(child: ChildProcess): Promise<void> {
 }
 
 export async function startRedis(options: ServerOptions = {}): Promise<RedisServer> {
-  const port = await freePort();
-  let child = await launch(port, options);
+  // On a new port when another process took this one between the free-port probe and the bind (the
+  // suites start their servers at once), up to three times.
+  let port = await freePort();
+  let child: ChildProcess;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      child = await launch(port, options);
+      break;
+    } catch (error) {
+      if (attempt >= 3 || !/Address already in use/.test(String((error as Error)?.message))) throw error;
+      port = await freePort();
+    }
+  }
   const auth = options.password ? `:${encodeURIComponent(options.password)}@` : '';
   const url = `${options.tls ? 'rediss' : 'redis'}://${auth}127.0.0.1:${port}`;
   const tlsArgs = options.tls ? ['--tls', '--cacert', options.tls.ca] : [];

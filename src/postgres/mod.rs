@@ -31,6 +31,7 @@ use crate::health::{Backoff, Gate, TIMEOUTS_BEFORE_REPLACING};
 use crate::ops::{Answer, Args, Op};
 use crate::window::MAX_SAFE;
 
+mod codes;
 mod queue;
 pub mod schema;
 mod tls;
@@ -778,11 +779,11 @@ fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
 fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     let (code, text) = match e.as_db_error() {
         Some(db) if db.code().code() == schema::COUNT_RANGE_STATE => return Error::CountOutOfRange,
-        Some(db) if db.code().code() == "22P02" && db.message().contains(COUNT_RANGE_MARK) => {
+        Some(db) if db.code().code() == codes::INVALID_TEXT_REPRESENTATION && db.message().contains(COUNT_RANGE_MARK) => {
             return Error::CountOutOfRange
         }
         // statement_timeout (or a cancel): the statement was rolled back, so the call counted nothing.
-        Some(db) if db.code().code() == "57014" => {
+        Some(db) if db.code().code() == codes::QUERY_CANCELED => {
             return Error::Postgres {
                 code: "ERR_TIMEOUT",
                 text: format!(
@@ -795,7 +796,7 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
             .redacted(secrets)
         }
         // lock_timeout: another session held the key's row past the call's time.
-        Some(db) if db.code().code() == "55P03" => {
+        Some(db) if db.code().code() == codes::LOCK_NOT_AVAILABLE => {
             return Error::Postgres {
                 code: "ERR_TIMEOUT",
                 text: format!(
@@ -809,20 +810,21 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
         }
         Some(db) => {
             let state = db.code().code();
-            let code = match state {
-                "28P01" | "28000" => "ERR_AUTH",
+            let code = if codes::auth(state) {
+                "ERR_AUTH"
+            } else if codes::connection_lost(state) {
                 // The server ended the session (pg_terminate_backend, a shutdown, a crash) or is not
                 // taking connections yet, or a connection exception: the connection is lost, as when
                 // its socket closes.
-                "57P01" | "57P02" | "57P03" => "ERR_CONNECTION",
-                s if s.starts_with("08") => "ERR_CONNECTION",
-                _ => "ERR_POSTGRES",
+                "ERR_CONNECTION"
+            } else {
+                "ERR_POSTGRES"
             };
             let hint = match state {
-                "42P01" => " (the table is missing: create it with docs/postgres.sql, or leave createTable on)",
-                "42883" => " (the store's function is missing: create it with docs/postgres.sql, or leave createTable on)",
-                "25006" => " (the server is read-only, e.g. a standby after a failover: the next call connects again)",
-                "40P01" | "40001" => " (the statement was rolled back: the call counted nothing)",
+                codes::UNDEFINED_TABLE => " (the table is missing: create it with docs/postgres.sql, or leave createTable on)",
+                codes::UNDEFINED_FUNCTION => " (the store's function is missing: create it with docs/postgres.sql, or leave createTable on)",
+                codes::READ_ONLY_SQL_TRANSACTION => " (the server is read-only, e.g. a standby after a failover: the next call connects again)",
+                s if codes::retryable(s) => " (the statement was rolled back: the call counted nothing)",
                 _ => "",
             };
             (
@@ -898,12 +900,12 @@ impl Drop for Attempt<'_> {
 /// by a failover, so the next call connects anew (the URL's host may now
 /// name the new primary).
 fn read_only(e: &tokio_postgres::Error) -> bool {
-    sqlstate(e) == Some("25006")
+    sqlstate(e) == Some(codes::READ_ONLY_SQL_TRANSACTION)
 }
 
 /// Whether `e` is PostgreSQL's "relation does not exist".
 fn undefined_table(e: &tokio_postgres::Error) -> bool {
-    sqlstate(e) == Some("42P01")
+    sqlstate(e) == Some(codes::UNDEFINED_TABLE)
 }
 
 type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
@@ -1218,7 +1220,7 @@ impl PgStore {
     async fn connect(&self, lane: usize) -> Result<Conn> {
         let setup = |e: tokio_postgres::Error| match e.as_db_error() {
             // A statement_timeout that cancelled the set-up: no call was sent.
-            Some(db) if db.code().code() == "57014" => queue::with_sent(
+            Some(db) if db.code().code() == codes::QUERY_CANCELED => queue::with_sent(
                 Error::Postgres {
                     code: "ERR_TIMEOUT",
                     text: format!(
@@ -1344,7 +1346,7 @@ impl PgStore {
                         })
                         .collect())
                 }
-                Err(e) if sqlstate(&e) == Some("26000") => {
+                Err(e) if sqlstate(&e) == Some(codes::INVALID_SQL_STATEMENT_NAME) => {
                     self.pooled.store(true, Ordering::Relaxed);
                 }
                 Err(e) => return Err(e),
@@ -1470,14 +1472,14 @@ impl PgStore {
                 match check {
                     Ok(_) => {}
                     // A take refused: the transaction rolled back.
-                    Err(e) if sqlstate(&e) == Some("22012") => {}
+                    Err(e) if sqlstate(&e) == Some(codes::DIVISION_BY_ZERO) => {}
                     Err(e) => return Err(self.failure(e)),
                 }
                 commit.map_err(|e| self.failure(e))?;
                 Ok(rows)
             })();
             match outcome {
-                Err(f) if matches!(f.state.as_deref(), Some("40P01" | "40001")) && tries < 3 => {
+                Err(f) if f.state.as_deref().is_some_and(codes::retryable) && tries < 3 => {
                     tries += 1;
                 }
                 Err(f) => return Err(f),
@@ -1523,7 +1525,7 @@ impl PgStore {
                 _ => self.run_batch(client, &sql, calls, &lock).await,
             };
             match outcome {
-                Err(f) if matches!(f.state.as_deref(), Some("40P01" | "40001")) && tries < 3 => {
+                Err(f) if f.state.as_deref().is_some_and(codes::retryable) && tries < 3 => {
                     tries += 1;
                 }
                 other => return other,
@@ -1675,9 +1677,7 @@ impl PgStore {
                 match self.query(client, statement, &params).await {
                     Ok(_) => break,
                     Err(e) if state > 0 && undefined_table(&e) => break,
-                    Err(e) if matches!(sqlstate(&e), Some("40P01" | "40001")) && tries < 3 => {
-                        tries += 1
-                    }
+                    Err(e) if sqlstate(&e).is_some_and(codes::retryable) && tries < 3 => tries += 1,
                     Err(e) => return Err(self.failure(e)),
                 }
             }

@@ -217,12 +217,12 @@ pub(super) fn timeout_error(ms: u64) -> Error {
 /// key with a character the database's encoding can't hold).
 fn one_calls_fault(f: &Failure) -> bool {
     matches!(f.error, Error::CountOutOfRange)
-        || f.state.as_deref().is_some_and(|s| s.starts_with("22"))
+        || f.state.as_deref().is_some_and(super::codes::data_exception)
 }
 
 /// Whether a statement waited for a row lock past its lock_timeout (55P03).
 fn locked(f: &Failure) -> bool {
-    f.state.as_deref() == Some("55P03")
+    f.state.as_deref() == Some(super::codes::LOCK_NOT_AVAILABLE)
 }
 
 impl PgStore {
@@ -420,6 +420,20 @@ impl PgStore {
         self.kick();
     }
 
+    /// How long a statement on a held row may wait for it (its
+    /// lock_timeout, in ms), for calls whose earliest deadline is
+    /// `deadline`: up to that deadline, less a fifth of timeoutMs (at most
+    /// 500 ms) for PostgreSQL's 55P03 to come back before the call's time is
+    /// up, on a loaded machine too, so that the call is told it counted
+    /// nothing rather than that it may have.
+    fn lock_wait(&self, deadline: Instant) -> u64 {
+        let margin = Duration::from_millis((self.config.timeout_ms / 5).clamp(1, 500));
+        let wait = deadline
+            .saturating_duration_since(Instant::now())
+            .saturating_sub(margin);
+        (wait.as_millis() as u64).max(1)
+    }
+
     /// Sends the calls of one stalled key on the second connection, its
     /// statement waiting for the row until just before the first call's
     /// time runs out; answers each call. Once they succeed, the key is no
@@ -440,12 +454,7 @@ impl PgStore {
         for p in &batch {
             p.sent.store(true, Ordering::Relaxed);
         }
-        // Time for the answer to come back before the call's time is up.
-        let margin = Duration::from_millis((ms / 10).clamp(1, 50));
-        let wait = first
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(margin);
-        let lock = (wait.as_millis() as u64).max(1);
+        let lock = self.lock_wait(first);
         let work = self.execute_stalled(&client, &batch, lock);
         let (results, free) = match tokio::time::timeout(bound, work).await {
             Ok(done) => done,
@@ -484,12 +493,7 @@ impl PgStore {
         if p.answer.is_closed() {
             return;
         }
-        let margin = Duration::from_millis((ms / 10).clamp(1, 50));
-        let wait = p
-            .deadline
-            .saturating_duration_since(Instant::now())
-            .saturating_sub(margin);
-        let lock = (wait.as_millis() as u64).max(1);
+        let lock = self.lock_wait(p.deadline);
         p.sent.store(true, Ordering::Relaxed);
         let work = self.execute_other(&client, &p, lock);
         let result = match tokio::time::timeout(left, work).await {
