@@ -10,6 +10,25 @@ pub enum JsClass {
     RangeError,
 }
 
+/// Which SQL store an [`Error::Sql`] comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Postgres,
+    Sqlite,
+    Mysql,
+}
+
+impl Backend {
+    /// The store's name, as its messages begin.
+    pub fn name(self) -> &'static str {
+        match self {
+            Backend::Postgres => "postgresStore",
+            Backend::Sqlite => "sqliteStore",
+            Backend::Mysql => "mysqlStore",
+        }
+    }
+}
+
 #[derive(Clone, Debug, thiserror::Error, PartialEq, Eq)]
 pub enum Error {
     /// An argument of the wrong type (only reachable by bypassing the JS face).
@@ -58,29 +77,14 @@ pub enum Error {
     /// Any other error answered by Redis.
     #[error("redisStore: Redis answered with an error: {0}")]
     Redis(String),
-    /// postgresStore's failures: `code` is the JS code (ERR_CONFIG,
-    /// ERR_TIMEOUT, ERR_CONNECTION, ERR_AUTH or ERR_POSTGRES).
-    /// `sent` as for `Connection`, on `ERR_TIMEOUT` and `ERR_CONNECTION`.
-    #[error("postgresStore: {text}")]
-    Postgres {
-        code: &'static str,
-        text: String,
-        sent: Option<bool>,
-    },
-    /// sqliteStore's failures: `code` is the JS code (ERR_CONFIG,
-    /// ERR_TIMEOUT for a file another connection kept locked, ERR_SQLITE).
-    /// `sent` says whether the call may have counted.
-    #[error("sqliteStore: {text}")]
-    Sqlite {
-        code: &'static str,
-        text: String,
-        sent: Option<bool>,
-    },
-    /// mysqlStore's failures: `code` is the JS code (ERR_CONFIG,
-    /// ERR_TIMEOUT, ERR_CONNECTION, ERR_AUTH or ERR_MYSQL); `sent` as for
-    /// `Postgres`.
-    #[error("mysqlStore: {text}")]
-    Mysql {
+    /// A SQL store's failures (postgresStore, sqliteStore, mysqlStore:
+    /// `store`, which names it in the message): `code` is the JS code
+    /// (ERR_CONFIG, ERR_TIMEOUT, ERR_CONNECTION, ERR_AUTH, or the store's
+    /// own for any other server error: ERR_POSTGRES, ERR_SQLITE, ERR_MYSQL);
+    /// `sent`, where known, whether the call may have counted.
+    #[error("{}: {text}", store.name())]
+    Sql {
+        store: Backend,
         code: &'static str,
         text: String,
         sent: Option<bool>,
@@ -153,9 +157,7 @@ impl Error {
             | Error::Overtaken
             | Error::Unconfirmed { .. }
             | Error::WaitRefused { .. } => "ERR_REDIS",
-            Error::Postgres { code, .. } => code,
-            Error::Sqlite { code, .. } => code,
-            Error::Mysql { code, .. } => code,
+            Error::Sql { code, .. } => code,
             Error::Closed => "ERR_CLOSED",
             Error::NodeApi(_) | Error::Internal(_) => "ERR_INTERNAL",
             Error::Unsupported(_) => "ERR_UNSUPPORTED",
@@ -177,9 +179,7 @@ impl Error {
     pub fn sent(&self) -> Option<bool> {
         match self {
             Error::Timeout { sent, .. } | Error::Connection { sent, .. } => Some(*sent),
-            Error::Postgres { sent, .. } => *sent,
-            Error::Sqlite { sent, .. } => *sent,
-            Error::Mysql { sent, .. } => *sent,
+            Error::Sql { sent, .. } => *sent,
             // It met NOSCRIPT and was not sent again.
             Error::Overtaken => Some(false),
             // It ran on the master.
@@ -218,17 +218,13 @@ impl Error {
                 text: clean(text),
                 noperm,
             },
-            Error::Postgres { code, text, sent } => Error::Postgres {
+            Error::Sql {
+                store,
                 code,
-                text: clean(text),
+                text,
                 sent,
-            },
-            Error::Sqlite { code, text, sent } => Error::Sqlite {
-                code,
-                text: clean(text),
-                sent,
-            },
-            Error::Mysql { code, text, sent } => Error::Mysql {
+            } => Error::Sql {
+                store,
                 code,
                 text: clean(text),
                 sent,

@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 use crate::health::{Backoff, Gate};
 
 pub mod codes;
@@ -68,7 +68,8 @@ pub struct Options {
 }
 
 pub(crate) fn config_error(text: impl Into<String>) -> Error {
-    Error::Mysql {
+    Error::Sql {
+        store: Backend::Mysql,
         code: "ERR_CONFIG",
         text: text.into(),
         sent: None,
@@ -270,7 +271,8 @@ fn my_error(f: Failure, config: &Config) -> Error {
             )
         }
     };
-    Error::Mysql {
+    Error::Sql {
+        store: Backend::Mysql,
         code,
         text,
         sent: None,
@@ -281,7 +283,8 @@ fn my_error(f: Failure, config: &Config) -> Error {
 /// `e` with the `sent` flag a timeout or a lost connection carries.
 pub(crate) fn with_sent(e: Error, sent: bool) -> Error {
     match e {
-        Error::Mysql {
+        Error::Sql {
+            store: Backend::Mysql,
             code,
             text,
             sent: None,
@@ -291,17 +294,20 @@ pub(crate) fn with_sent(e: Error, sent: bool) -> Error {
             } else {
                 " before the call was sent; it did not count"
             };
-            Error::Mysql {
+            Error::Sql {
+                store: Backend::Mysql,
                 code,
                 text: format!("{text}{tail}"),
                 sent: Some(sent),
             }
         }
-        Error::Mysql {
+        Error::Sql {
+            store: Backend::Mysql,
             code,
             text,
             sent: None,
-        } if !sent && code != "ERR_CONFIG" => Error::Mysql {
+        } if !sent && code != "ERR_CONFIG" => Error::Sql {
+            store: Backend::Mysql,
             code,
             text,
             sent: Some(false),
@@ -311,7 +317,8 @@ pub(crate) fn with_sent(e: Error, sent: bool) -> Error {
 }
 
 pub(crate) fn timeout_error(ms: u64) -> Error {
-    Error::Mysql {
+    Error::Sql {
+        store: Backend::Mysql,
         code: "ERR_TIMEOUT",
         text: format!("no answer from MySQL within {ms} ms"),
         sent: None,

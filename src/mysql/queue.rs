@@ -31,7 +31,7 @@ use tokio::sync::oneshot;
 use super::proto::{Failure, Reply};
 use super::step::StepWork;
 use super::{codes, schema, timeout_error, with_sent, MyStore};
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
 use crate::window::MAX_SAFE;
 
@@ -301,7 +301,8 @@ impl MyStore {
         match tokio::time::timeout(Duration::from_millis(ms), result).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(with_sent(
-                Error::Mysql {
+                Error::Sql {
+                    store: Backend::Mysql,
                     code: "ERR_CONNECTION",
                     text: "the store was closed before MySQL answered".into(),
                     sent: None,
@@ -404,7 +405,8 @@ impl MyStore {
                 if result.is_ok()
                     || matches!(
                         result,
-                        Err(Error::Mysql {
+                        Err(Error::Sql {
+                            store: Backend::Mysql,
                             code: "ERR_MYSQL",
                             ..
                         })
@@ -593,14 +595,14 @@ impl MyStore {
     /// A statement's failure, as its call rejects.
     pub(super) fn call_error(&self, f: Failure) -> Error {
         match f {
-            Failure::Server { code: codes::LOCK_WAIT_TIMEOUT, .. } => Error::Mysql {
+            Failure::Server { code: codes::LOCK_WAIT_TIMEOUT, .. } => Error::Sql { store: Backend::Mysql,
                 code: "ERR_TIMEOUT",
                 text: "the key's row stayed locked by another session for the store's lock wait (MySQL 1205); the \
                        call was rolled back: it was sent, counted nothing, and is not sent again"
                     .into(),
                 sent: Some(true),
             },
-            Failure::Server { code: codes::QUERY_INTERRUPTED, .. } => Error::Mysql {
+            Failure::Server { code: codes::QUERY_INTERRUPTED, .. } => Error::Sql { store: Backend::Mysql,
                 code: "ERR_TIMEOUT",
                 text: "MySQL interrupted the statement (1317: KILL QUERY, or max_statement_time); it was rolled back: \
                        the call was sent, counted nothing, and is not sent again"
@@ -610,7 +612,7 @@ impl MyStore {
             f => {
                 let e = self.error(f);
                 match e {
-                    Error::Mysql { code, text, sent: None } => Error::Mysql { code, text, sent: Some(true) },
+                    Error::Sql { store: Backend::Mysql, code, text, sent: None } => Error::Sql { store: Backend::Mysql, code, text, sent: Some(true) },
                     other => other,
                 }
             }

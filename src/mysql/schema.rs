@@ -12,7 +12,7 @@
 //! [`RAW_KEY_MAX`] bytes, else by 0xFF and their SHA-256 (0xFF is never in
 //! UTF-8, so the two never meet): keys of any length a string holds.
 
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 use crate::window::MAX_SAFE;
 
 use super::config_error;
@@ -90,7 +90,7 @@ pub fn row_key(key: &str) -> Vec<u8> {
 }
 
 pub fn wrong_shape() -> Error {
-    Error::Mysql {
+    Error::Sql { store: Backend::Mysql,
         code: "ERR_MYSQL",
         text: "a procedure of the store answered in the wrong shape (an older or foreign procedure of that name?)"
             .into(),

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::proto::{Conn, Failure, Reply};
 use super::{codes, schema, with_sent, MyStore};
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
 use crate::sqlite::apply::{self, Row, Write};
 
@@ -67,7 +67,7 @@ impl MyStore {
                 }
             }
             (
-                Err(Error::Mysql {
+                Err(Error::Sql { store: Backend::Mysql,
                     code: "ERR_MYSQL",
                     text: format!(
                         "MySQL answered 1213 (40001): the step's rows were contended {TRIES} times in a row; \

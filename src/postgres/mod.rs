@@ -26,7 +26,7 @@ use tokio::sync::Mutex;
 use tokio_postgres::types::{ToSql, Type};
 use tokio_postgres::{Client, NoTls, Row};
 
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 use crate::health::{Backoff, Gate, TIMEOUTS_BEFORE_REPLACING};
 use crate::ops::{Answer, Args, Op};
 use crate::window::MAX_SAFE;
@@ -92,7 +92,8 @@ pub struct Config {
 }
 
 fn config_error(text: impl Into<String>) -> Error {
-    Error::Postgres {
+    Error::Sql {
+        store: Backend::Postgres,
         code: "ERR_CONFIG",
         text: text.into(),
         sent: None,
@@ -784,7 +785,7 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
         }
         // statement_timeout (or a cancel): the statement was rolled back, so the call counted nothing.
         Some(db) if db.code().code() == codes::QUERY_CANCELED => {
-            return Error::Postgres {
+            return Error::Sql { store: Backend::Postgres,
                 code: "ERR_TIMEOUT",
                 text: format!(
                     "PostgreSQL cancelled the statement (57014: {}); it was rolled back: the call was sent, \
@@ -797,7 +798,7 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
         }
         // lock_timeout: another session held the key's row past the call's time.
         Some(db) if db.code().code() == codes::LOCK_NOT_AVAILABLE => {
-            return Error::Postgres {
+            return Error::Sql { store: Backend::Postgres,
                 code: "ERR_TIMEOUT",
                 text: format!(
                     "the key's row stayed locked by another session until the call's time ran out (55P03: {}); \
@@ -844,7 +845,8 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
             ("ERR_CONNECTION", text)
         }
     };
-    Error::Postgres {
+    Error::Sql {
+        store: Backend::Postgres,
         code,
         text,
         sent: None,
@@ -856,19 +858,27 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
 /// statements that prepare it): the call was not sent.
 fn unsent(e: Error) -> Error {
     match e {
-        Error::Postgres {
+        Error::Sql {
+            store: Backend::Postgres,
             code,
             text,
             sent: None,
         } if code == "ERR_TIMEOUT" || code == "ERR_CONNECTION" => queue::with_sent(
-            Error::Postgres {
+            Error::Sql {
+                store: Backend::Postgres,
                 code,
                 text,
                 sent: None,
             },
             false,
         ),
-        Error::Postgres { code, text, .. } => Error::Postgres {
+        Error::Sql {
+            store: Backend::Postgres,
+            code,
+            text,
+            ..
+        } => Error::Sql {
+            store: Backend::Postgres,
             code,
             text: format!("{text} (while connecting: the call was not sent)"),
             sent: Some(false),
@@ -1221,7 +1231,8 @@ impl PgStore {
         let setup = |e: tokio_postgres::Error| match e.as_db_error() {
             // A statement_timeout that cancelled the set-up: no call was sent.
             Some(db) if db.code().code() == codes::QUERY_CANCELED => queue::with_sent(
-                Error::Postgres {
+                Error::Sql {
+                    store: Backend::Postgres,
                     code: "ERR_TIMEOUT",
                     text: format!(
                         "PostgreSQL cancelled the set-up of a new connection (57014: {})",
@@ -1360,7 +1371,8 @@ impl PgStore {
     /// Runs one op within the store's timeout, in its place in the store's queue.
     pub async fn run(self: &Arc<Self>, op: Op, args: Args, key: String) -> Result<Answer> {
         if key.contains('\0') {
-            return Err(Error::Postgres {
+            return Err(Error::Sql {
+                store: Backend::Postgres,
                 code: "ERR_POSTGRES",
                 text: "the key holds a NUL character, which PostgreSQL's text can't hold (22021); \
                        the call was not sent"
@@ -1381,7 +1393,8 @@ impl PgStore {
     /// it found its row when not every take allowed).
     pub async fn step(self: &Arc<Self>, takes: Vec<(Op, Args, String)>) -> Result<Vec<Answer>> {
         if takes.iter().any(|(_, _, key)| key.contains('\0')) {
-            return Err(Error::Postgres {
+            return Err(Error::Sql {
+                store: Backend::Postgres,
                 code: "ERR_POSTGRES",
                 text: "a key holds a NUL character, which PostgreSQL's text can't hold (22021); \
                        the step was not sent"

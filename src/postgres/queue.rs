@@ -45,7 +45,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::{Conn, Failure, PgStore};
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
 
 /// Batches on the connection at once. One: a batch refused for one call's
@@ -183,7 +183,8 @@ impl<'k> Encoded<'k> {
 pub(super) fn with_sent(e: Error, sent: bool) -> Error {
     match e {
         // (A statement_timeout's error already says what happened to the call.)
-        Error::Postgres {
+        Error::Sql {
+            store: Backend::Postgres,
             code,
             text,
             sent: None,
@@ -193,7 +194,8 @@ pub(super) fn with_sent(e: Error, sent: bool) -> Error {
             } else {
                 " while connecting; the call was not sent"
             };
-            Error::Postgres {
+            Error::Sql {
+                store: Backend::Postgres,
                 code,
                 text: format!("{text}{tail}"),
                 sent: Some(sent),
@@ -205,7 +207,8 @@ pub(super) fn with_sent(e: Error, sent: bool) -> Error {
 
 /// No answer within `timeoutMs`; [`with_sent`] adds what became of the call.
 pub(super) fn timeout_error(ms: u64) -> Error {
-    Error::Postgres {
+    Error::Sql {
+        store: Backend::Postgres,
         code: "ERR_TIMEOUT",
         text: format!("no answer from PostgreSQL within {ms} ms"),
         sent: None,
@@ -271,7 +274,8 @@ impl PgStore {
         match outcome {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(with_sent(
-                Error::Postgres {
+                Error::Sql {
+                    store: Backend::Postgres,
                     code: "ERR_CONNECTION",
                     text: "the store was closed before PostgreSQL answered".into(),
                     sent: None,

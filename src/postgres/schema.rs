@@ -13,7 +13,7 @@
 //! the times they read; a first write that meets another instance's insert
 //! (`ON CONFLICT DO NOTHING` inserted nothing) starts over on that row.
 
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 
 /// PostgreSQL's longest identifier, in bytes (longer ones are cut).
 const MAX_IDENTIFIER: usize = 63;
@@ -34,7 +34,8 @@ const INDEX: &str = "_ix";
 pub const COUNT_RANGE_STATE: &str = "RS001";
 
 fn config_error(text: impl Into<String>) -> Error {
-    Error::Postgres {
+    Error::Sql {
+        store: Backend::Postgres,
         code: "ERR_CONFIG",
         text: text.into(),
         sent: None,
@@ -43,7 +44,8 @@ fn config_error(text: impl Into<String>) -> Error {
 
 /// A function's answer that is not what this release's functions answer.
 pub fn wrong_shape() -> Error {
-    Error::Postgres {
+    Error::Sql {
+        store: Backend::Postgres,
         code: "ERR_POSTGRES",
         sent: None,
         text: "a function of the store answered in the wrong shape (is it another release's?)"

@@ -29,11 +29,12 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 use crate::tls::{client_config, Check};
 
 fn config_error(text: impl Into<String>) -> Error {
-    Error::Postgres {
+    Error::Sql {
+        store: Backend::Postgres,
         code: "ERR_CONFIG",
         text: text.into(),
         sent: None,

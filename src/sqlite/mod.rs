@@ -17,7 +17,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension};
 
 use crate::delivery::{Completion, Delivery};
-use crate::errors::{Error, Result};
+use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
 
 pub mod apply;
@@ -65,7 +65,8 @@ pub struct Config {
 }
 
 fn config_error(text: &str) -> Error {
-    Error::Sqlite {
+    Error::Sql {
+        store: Backend::Sqlite,
         code: "ERR_CONFIG",
         text: text.into(),
         sent: Some(false),
@@ -298,7 +299,8 @@ fn sqlite_error(e: &rusqlite::Error, path: &str) -> Error {
         }
         other => ("ERR_SQLITE", format!("SQLite failed: {other}")),
     };
-    Error::Sqlite {
+    Error::Sql {
+        store: Backend::Sqlite,
         code,
         text,
         sent: Some(false),
@@ -307,7 +309,7 @@ fn sqlite_error(e: &rusqlite::Error, path: &str) -> Error {
 }
 
 fn foreign_table() -> Error {
-    Error::Sqlite {
+    Error::Sql { store: Backend::Sqlite,
         code: "ERR_SQLITE",
         text: format!(
             "the file at path has a table {TABLE} that is not ratestore's (its columns differ); use another path"
@@ -446,7 +448,8 @@ impl Worker {
     fn forget_if_broken(&mut self, e: &Error) {
         if matches!(
             e,
-            Error::Sqlite {
+            Error::Sql {
+                store: Backend::Sqlite,
                 code: "ERR_SQLITE",
                 ..
             }
@@ -525,7 +528,8 @@ impl Worker {
             let deadline = calls.iter().map(Item::deadline).min().expect("not empty");
             match self.begin(deadline) {
                 Ok(()) => {}
-                Err(Error::Sqlite {
+                Err(Error::Sql {
+                    store: Backend::Sqlite,
                     code: "ERR_TIMEOUT",
                     ..
                 }) if calls.iter().any(|c| c.deadline() > deadline) => {
@@ -558,7 +562,7 @@ impl Worker {
     }
 
     fn timed_out(&self) -> Error {
-        Error::Sqlite {
+        Error::Sql { store: Backend::Sqlite,
             code: "ERR_TIMEOUT",
             text: format!(
                 "another connection kept the database file locked for {} ms (timeoutMs) (SQLITE_BUSY); \
