@@ -237,10 +237,10 @@ impl Error {
 fn timeout_text(ms: u64, sent: bool) -> String {
     match sent {
         true => format!(
-            "no answer from Redis within {ms} ms; the hit was sent, is not sent again, and may or may not have counted"
+            "no answer from Redis within {ms} ms; the call was sent, is not sent again, and may or may not have counted"
         ),
         false => format!(
-            "no connection to Redis within {ms} ms; the hit was not sent, so it did not count"
+            "no connection to Redis within {ms} ms; the call was not sent, so it did not count"
         ),
     }
 }

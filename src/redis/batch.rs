@@ -156,7 +156,7 @@ impl Batched {
             Some(Err(e)) => return Err(e.clone()),
             None => {
                 return Err(Error::Internal(
-                    "a hit was sent before the store was opened",
+                    "a call was sent before the store was opened",
                 ))
             }
         };
@@ -191,7 +191,7 @@ impl Batched {
             Some(Err(e)) => return Err(e.clone()),
             None => {
                 return Err(Error::Internal(
-                    "a hit was sent before the store was opened",
+                    "a call was sent before the store was opened",
                 ))
             }
         };

@@ -332,7 +332,7 @@ impl<I: Io, T> Conn<I, T> {
     fn end(&mut self, why: &str) -> Error {
         let error = Error::Connection {
             text: format!(
-                "the connection to Redis failed ({why}); the hit was not sent again and may or may not have counted"
+                "the connection to Redis failed ({why}); the call was not sent again and may or may not have counted"
             ),
             sent: true,
         };

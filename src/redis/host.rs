@@ -203,7 +203,7 @@ impl Io for TokioIo {
 
     fn open(&mut self, socket: &Socket) -> Result<()> {
         self.watched = Some(Watched::new(socket).map_err(|e| Error::Connection {
-            text: format!("the I/O thread could not watch the socket ({e}); the hit was not sent"),
+            text: format!("the I/O thread could not watch the socket ({e}); the call was not sent"),
             sent: false,
         })?);
         self.writing = false;

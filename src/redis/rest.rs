@@ -403,7 +403,7 @@ impl Rest {
             Ok(Err(e)) if e.is_connect() || !sent() => {
                 return Err(Failure::Unsent(Error::Connection {
                     text: format!(
-                        "could not connect to the REST API: {}; the hit was not sent",
+                        "could not connect to the REST API: {}; the call was not sent",
                         chain(&e)
                     ),
                     sent: false,
@@ -565,7 +565,7 @@ fn parse(status: StatusCode, bytes: &[u8], expected: usize) -> Result<Vec<Item>>
             401 | 403 => Error::Auth(answered),
             500.. => Error::Connection {
                 text: format!(
-                    "{answered}; the hit was sent, is not sent again, and may or may not have counted"
+                    "{answered}; the call was sent, is not sent again, and may or may not have counted"
                 ),
                 sent: true,
             },
@@ -605,7 +605,7 @@ fn wrong_shape() -> Error {
 fn lost(e: &(dyn std::error::Error + 'static)) -> Error {
     Error::Connection {
         text: format!(
-            "the connection to the REST API failed ({}); the hit was sent, is not sent again, and may or may not \
+            "the connection to the REST API failed ({}); the call was sent, is not sent again, and may or may not \
              have counted",
             chain(e)
         ),
