@@ -1,11 +1,12 @@
 'use strict';
-// `npm test` after its set-up (scripts/setup-system.js, the release build, the runtimes), in three parts:
+// `npm test` after its set-up (scripts/setup-system.js, the release build), in three parts:
 //
 // 1. At once, in two groups:
 //    - the suites that share the machine (vitest.config.mjs's `shared` project: `__test__/`, three
 //      files at a time), some of whose tests check real-time bounds;
 //    - at nice 5, below them: the end-to-end suites (`e2e/`, their three files at a time: npm packs
-//      and installs, Next.js builds, the benchmark's smoke runs on Bun and Deno) and the `background`
+//      and installs, Next.js builds, the benchmark's smoke runs on Bun and Deno), after the runtimes
+//      they start (installed from `runtimes/` where missing), and the `background`
 //      project (the differential suite: a core's worth of model checking, with measured slack); and,
 //      at the lowest CPU priority (SCHED_IDLE: only what everything else leaves idle), the builds the
 //      later parts need: cargo's test binaries, then better-sqlite3 (the benchmark's SQLite peer).
@@ -60,6 +61,17 @@ async function builds() {
   return { cargo, sqlite };
 }
 
+/**
+ * The end-to-end suites, after the runtimes they start (Node.js 22/24/26, Bun and Deno from `runtimes/`),
+ * installed first where missing: only they need them, so the shared suites do not wait for that.
+ */
+async function endToEnd() {
+  const ensured = await run(process.execPath, [join(root, 'scripts', 'runtimes.js'), '--ensure']);
+  if (!ensured.ok) return ensured;
+  const e2e = await vitestRun(['--config', 'vitest.e2e.config.mjs'], { nice: 5 });
+  return { ...e2e, output: Buffer.concat([ensured.output, e2e.output]) };
+}
+
 async function main() {
   const started = Date.now();
   const seconds = () => `${Math.round((Date.now() - started) / 1000)} s`;
@@ -69,7 +81,7 @@ async function main() {
   const building = builds();
   const [shared, e2e, background] = await Promise.all([
     vitestRun(['--project', 'shared'], { live: true }),
-    vitestRun(['--config', 'vitest.e2e.config.mjs'], { nice: 5 }),
+    endToEnd(),
     vitestRun(['--project', 'background'], { nice: 5 }),
   ]);
   console.log(`\nnpm test: the end-to-end suites (e2e/), run beside the shared suites (${seconds()}):`);
