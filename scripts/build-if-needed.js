@@ -33,10 +33,11 @@ if (built < sources) {
   // (it would download): built here beside the addon when missing, on the core the addon's build leaves
   // idle in its last minute (the whole addon as one LTO unit), so that `npm test` finds it built.
   const betterSqlite = require.resolve('better-sqlite3/package.json', { paths: [root] });
-  // This process ends once both have. A failed peer build is not the addon's: the benchmark's smoke
-  // run builds it again, and says why.
+  // This process ends once both have. Its output is not shown, and a failed peer build (a machine
+  // without make or g++, which `npm run demo` does not need) is not the addon's: `npm test` builds it
+  // again, and says why.
   if (!existsSync(join(betterSqlite, '..', 'build', 'Release', 'better_sqlite3.node'))) {
-    spawn(process.execPath, [join(root, 'benchmark', 'sqlite.js'), '--build'], { cwd: root, stdio: 'inherit' });
+    spawn(process.execPath, [join(root, 'benchmark', 'sqlite.js'), '--build'], { cwd: root, stdio: 'ignore' });
   }
   console.error('ratestore: building the native addon (release)...');
   execSync('npm run build', { cwd: root, stdio: 'inherit' });
