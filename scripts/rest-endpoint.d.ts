@@ -20,6 +20,8 @@ export interface RestEndpoint {
   readonly pid: number;
   /** Sends a signal to the endpoint's process: SIGKILL, SIGSTOP, SIGCONT. */
   signal(signal: NodeJS.Signals): void;
+  /** Resolves once the endpoint's process has ended (after a SIGKILL, say). */
+  exited(): Promise<void>;
   /** Starts the endpoint again on the same port (after SIGKILL). */
   restart(): Promise<void>;
   stats(): Promise<RestStats>;

@@ -269,6 +269,7 @@ async function startRest({ redisPort, token, tls }) {
     signal(signal) {
       send(child, signal);
     },
+    exited: () => exited(child),
     async restart() {
       await exited(child);
       child = await launch(settings);
