@@ -5,15 +5,6 @@ import { defineConfig } from 'vitest/config';
 // of its own with its own servers on free ports.
 const SHARED_WORKERS = 3;
 
-// Suites that use the CPU much and check no real-time bound: `npm test` (scripts/test.js) runs them
-// beside the end-to-end suites at a lower CPU priority than the shared suites, some of whose tests
-// check real-time bounds.
-const BACKGROUND = [
-  // Checks every store against the model: the model's search of the states a call's slack allows keeps
-  // a core busy, and the slack is measured, so a slower machine widens it instead of failing.
-  '__test__/differential.spec.ts',
-];
-
 // Suites that cannot share the machine: they measure stalls or fill the CPU themselves. They run
 // after the others, one file at a time, with nothing of this run beside them.
 const ALONE = [
@@ -30,14 +21,8 @@ export default defineConfig({
     projects: [
       {
         extends: true,
-        test: {
-          name: 'shared',
-          include: ['__test__/**/*.spec.ts'],
-          exclude: [...BACKGROUND, ...ALONE],
-          maxWorkers: SHARED_WORKERS,
-        },
+        test: { name: 'shared', include: ['__test__/**/*.spec.ts'], exclude: ALONE, maxWorkers: SHARED_WORKERS },
       },
-      { extends: true, test: { name: 'background', include: BACKGROUND, maxWorkers: 1 } },
       { extends: true, test: { name: 'alone', include: ALONE, maxWorkers: 1 } },
     ],
   },

@@ -6,7 +6,7 @@
 // A run: the seeds of differential-seeds.json (every seed that ever diverged), then DIFF_SEEDS new
 // ones (default 12) from DIFF_SEED (default: the time), DIFF_STEPS steps each (default 40); with
 // DIFF_DURATION_S, new seeds until that many seconds have passed (`npm run soak`); DIFF_STORES (names, or
-// their beginnings, comma-separated) runs only those stores; DIFF_LANES (default 3) seeds run at once,
+// their beginnings, comma-separated) runs only those stores; DIFF_LANES (default 1) seeds run at once,
 // each lane on Redis servers of its own. Each step is one call, a parallel group of 2-4, a sleep or a
 // wait for a window edge; a run of the kept seeds and 12 new ones makes about 6,000 calls on the eight
 // stores (the closing line counts them) and takes about a minute with three lanes (two and a half with one). A divergence prints
@@ -65,7 +65,7 @@ interface Target {
 }
 
 /**
- * One lane of seeds: the lanes run their seeds at the same time (DIFF_LANES, default 3), since a
+ * One lane of seeds: the lanes run their seeds at the same time (DIFF_LANES, default 1), since a
  * sequence spends most of its time in its sleeps and waits for window edges. Each lane has Redis
  * servers of its own, and each Redis target of a lane a server of its own: the suite checks the order of
  * one store's calls, and another client loading a script between two of them after SCRIPT FLUSH would
@@ -82,7 +82,7 @@ interface Lane {
   targets: Target[];
 }
 
-const laneCount = Math.max(1, Math.floor(Number(process.env.DIFF_LANES ?? 3)) || 1);
+const laneCount = Math.max(1, Math.floor(Number(process.env.DIFF_LANES ?? 1)) || 1);
 let lanes: Lane[] = [];
 let postgres: Awaited<ReturnType<typeof plainPostgres>>;
 let mariadb: Awaited<ReturnType<typeof plainMariadb>>;
