@@ -87,8 +87,9 @@ describe('limiter.wait', () => {
       (e: Error & { code: string }) => e,
     );
     expect(error?.code).toBe('ERR_TIMEOUT');
-    // The refusal and the check at the deadline: one lease each.
-    expect(store.stats().calls - calls).toBeLessThanOrEqual(2);
+    // The refusal and the check at the deadline, one lease each (and, on a loaded machine, one more
+    // check where the timer fired a little before it): no loop, which would make dozens in 300 ms.
+    expect(store.stats().calls - calls).toBeLessThanOrEqual(3);
   });
 
   it('resolves at once when allowed, and checks its arguments', async () => {
