@@ -595,14 +595,16 @@ impl MyStore {
     /// A statement's failure, as its call rejects.
     pub(super) fn call_error(&self, f: Failure) -> Error {
         match f {
-            Failure::Server { code: codes::LOCK_WAIT_TIMEOUT, .. } => Error::Sql { store: Backend::Mysql,
+            Failure::Server { code: codes::LOCK_WAIT_TIMEOUT, .. } => Error::Sql {
+                store: Backend::Mysql,
                 code: "ERR_TIMEOUT",
                 text: "the key's row stayed locked by another session for the store's lock wait (MySQL 1205); the \
                        call was rolled back: it was sent, counted nothing, and is not sent again"
                     .into(),
                 sent: Some(true),
             },
-            Failure::Server { code: codes::QUERY_INTERRUPTED, .. } => Error::Sql { store: Backend::Mysql,
+            Failure::Server { code: codes::QUERY_INTERRUPTED, .. } => Error::Sql {
+                store: Backend::Mysql,
                 code: "ERR_TIMEOUT",
                 text: "MySQL interrupted the statement (1317: KILL QUERY, or max_statement_time); it was rolled back: \
                        the call was sent, counted nothing, and is not sent again"
@@ -612,7 +614,17 @@ impl MyStore {
             f => {
                 let e = self.error(f);
                 match e {
-                    Error::Sql { store: Backend::Mysql, code, text, sent: None } => Error::Sql { store: Backend::Mysql, code, text, sent: Some(true) },
+                    Error::Sql {
+                        store: Backend::Mysql,
+                        code,
+                        text,
+                        sent: None,
+                    } => Error::Sql {
+                        store: Backend::Mysql,
+                        code,
+                        text,
+                        sent: Some(true),
+                    },
                     other => other,
                 }
             }

@@ -90,7 +90,8 @@ pub fn row_key(key: &str) -> Vec<u8> {
 }
 
 pub fn wrong_shape() -> Error {
-    Error::Sql { store: Backend::Mysql,
+    Error::Sql {
+        store: Backend::Mysql,
         code: "ERR_MYSQL",
         text: "a procedure of the store answered in the wrong shape (an older or foreign procedure of that name?)"
             .into(),

@@ -67,7 +67,8 @@ impl MyStore {
                 }
             }
             (
-                Err(Error::Sql { store: Backend::Mysql,
+                Err(Error::Sql {
+                    store: Backend::Mysql,
                     code: "ERR_MYSQL",
                     text: format!(
                         "MySQL answered 1213 (40001): the step's rows were contended {TRIES} times in a row; \

@@ -780,12 +780,16 @@ fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
 fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     let (code, text) = match e.as_db_error() {
         Some(db) if db.code().code() == schema::COUNT_RANGE_STATE => return Error::CountOutOfRange,
-        Some(db) if db.code().code() == codes::INVALID_TEXT_REPRESENTATION && db.message().contains(COUNT_RANGE_MARK) => {
+        Some(db)
+            if db.code().code() == codes::INVALID_TEXT_REPRESENTATION
+                && db.message().contains(COUNT_RANGE_MARK) =>
+        {
             return Error::CountOutOfRange
         }
         // statement_timeout (or a cancel): the statement was rolled back, so the call counted nothing.
         Some(db) if db.code().code() == codes::QUERY_CANCELED => {
-            return Error::Sql { store: Backend::Postgres,
+            return Error::Sql {
+                store: Backend::Postgres,
                 code: "ERR_TIMEOUT",
                 text: format!(
                     "PostgreSQL cancelled the statement (57014: {}); it was rolled back: the call was sent, \
@@ -798,7 +802,8 @@ fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
         }
         // lock_timeout: another session held the key's row past the call's time.
         Some(db) if db.code().code() == codes::LOCK_NOT_AVAILABLE => {
-            return Error::Sql { store: Backend::Postgres,
+            return Error::Sql {
+                store: Backend::Postgres,
                 code: "ERR_TIMEOUT",
                 text: format!(
                     "the key's row stayed locked by another session until the call's time ran out (55P03: {}); \

@@ -309,7 +309,8 @@ fn sqlite_error(e: &rusqlite::Error, path: &str) -> Error {
 }
 
 fn foreign_table() -> Error {
-    Error::Sql { store: Backend::Sqlite,
+    Error::Sql {
+        store: Backend::Sqlite,
         code: "ERR_SQLITE",
         text: format!(
             "the file at path has a table {TABLE} that is not ratestore's (its columns differ); use another path"
@@ -562,7 +563,8 @@ impl Worker {
     }
 
     fn timed_out(&self) -> Error {
-        Error::Sql { store: Backend::Sqlite,
+        Error::Sql {
+            store: Backend::Sqlite,
             code: "ERR_TIMEOUT",
             text: format!(
                 "another connection kept the database file locked for {} ms (timeoutMs) (SQLITE_BUSY); \
