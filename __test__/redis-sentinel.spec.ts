@@ -255,11 +255,6 @@ async function countsOnTheMaster(topology: Topology, s: RedisStore, prefix: stri
   expect(onReplica).toBe(onMaster);
 }
 
-/**
- * `SENTINEL FAILOVER` under a loop of hits on `s` (made with timeoutMs 1000 and `prefix`): none counted
- * twice, each counted once on the new master, and hits succeed again within a few seconds. `fenced`
- * (`waitForReplicas: 1`): none lost either, every count a hit answered is on the new master.
- */
 /** redisStore's rejection of a call that ran on the master but too few replicas confirmed. */
 const UNCONFIRMED = /replicas that waitForReplicas asks for confirmed it/;
 
@@ -282,6 +277,11 @@ async function readCount(s: RedisStore, fenced: boolean): Promise<number> {
   }
 }
 
+/**
+ * `SENTINEL FAILOVER` under a loop of hits on `s` (made with timeoutMs 1000 and `prefix`): none counted
+ * twice, each counted once on the new master, and hits succeed again within a few seconds. `fenced`
+ * (`waitForReplicas: 1`): none lost either, every count a hit answered is on the new master.
+ */
 async function followsFailover(topology: Topology, s: RedisStore, prefix: string, fenced = false): Promise<void> {
   await topology.healthy();
   const old = await topology.master();

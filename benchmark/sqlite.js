@@ -48,8 +48,8 @@ function betterSqlite() {
 }
 
 /**
- * Builds better-sqlite3 where it is not built yet (`node benchmark/sqlite.js --build`: `npm test` runs it
- * beside its first suites, so that the benchmark's smoke run finds it built).
+ * Builds better-sqlite3 where it is not built yet (`node benchmark/sqlite.js --build`: build-if-needed.js
+ * and .ci/run run it beside the addon's release build).
  */
 function buildBetterSqlite() {
   const dir = dirname(require.resolve('better-sqlite3/package.json'));
@@ -160,6 +160,6 @@ async function sqlite(size, { keys, gc, notes }) {
   }
 }
 
-module.exports = { sqlite, sqliteStores, buildBetterSqlite };
+module.exports = { sqlite, sqliteStores };
 
 if (require.main === module && process.argv.includes('--build')) buildBetterSqlite();

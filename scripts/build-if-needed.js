@@ -30,15 +30,12 @@ const sources = Math.max(
 
 if (built < sources) {
   // better-sqlite3, the benchmark's SQLite peer, is a dev dependency whose own install step is denied
-  // (it would download): built here beside the addon when missing, on the core the addon's build leaves
-  // idle in its last minute (the whole addon as one LTO unit), so that `npm test` finds it built.
-  const betterSqlite = require.resolve('better-sqlite3/package.json', { paths: [root] });
-  // This process ends once both have. Its output is not shown, and a failed peer build (a machine
-  // without make or g++, which `npm run demo` does not need) is not the addon's: `npm test` builds it
-  // again, and says why.
-  if (!existsSync(join(betterSqlite, '..', 'build', 'Release', 'better_sqlite3.node'))) {
-    spawn(process.execPath, [join(root, 'benchmark', 'sqlite.js'), '--build'], { cwd: root, stdio: 'ignore' });
-  }
+  // (it would download): built here beside the addon where it is not built yet (`sqlite.js --build`
+  // does nothing then), on the core the addon's build leaves idle in its last minute (the whole addon as
+  // one LTO unit), so that the benchmark's smoke run in `npm test` finds it built. This process ends
+  // once both have. Its output is not shown, and a failed peer build (a machine without make or g++,
+  // which `npm run demo` does not need) is not the addon's: the smoke run builds it again, and says why.
+  spawn(process.execPath, [join(root, 'benchmark', 'sqlite.js'), '--build'], { cwd: root, stdio: 'ignore' });
   console.error('ratestore: building the native addon (release)...');
   execSync('npm run build', { cwd: root, stdio: 'inherit' });
 }

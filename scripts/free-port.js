@@ -47,4 +47,19 @@ async function freePort() {
   return probe(0);
 }
 
-module.exports = { freePort };
+/**
+ * `start()` (a server started on ports from freePort), again when one of its servers lost its port to
+ * another process between the probe and its bind ("Address already in use": the suites start their
+ * servers at once), up to `tries` times; any other failure at once.
+ */
+async function retryPortTaken(start, tries = 3) {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await start();
+    } catch (error) {
+      if (attempt >= tries || !/Address already in use/.test(String(error?.message))) throw error;
+    }
+  }
+}
+
+module.exports = { freePort, retryPortTaken };

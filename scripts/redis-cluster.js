@@ -10,7 +10,7 @@ const { mkdtempSync, rmSync } = require('node:fs');
 const { tmpdir } = require('node:os');
 const { join } = require('node:path');
 const { setTimeout: sleep } = require('node:timers/promises');
-const { freePort } = require('./free-port.js');
+const { freePort, retryPortTaken } = require('./free-port.js');
 
 const INSTALL =
   'redis-server and redis-cli were not found on PATH. The cluster tests run a real Redis Cluster: install Redis 7 ' +
@@ -83,19 +83,9 @@ function fields(text) {
   );
 }
 
-/**
- * Starts a cluster as `startOnce` does, on new ports when a node lost its port to another process
- * between the free-port probe and its bind (the suites start servers at once, three files and several
- * clusters at a time), up to three times.
- */
-async function startCluster(options = {}) {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      return await startOnce(options);
-    } catch (error) {
-      if (attempt >= 3 || !/Address already in use/.test(String(error?.message))) throw error;
-    }
-  }
+/** Starts a cluster as `startOnce` does, on new ports when a node lost its port before its bind. */
+function startCluster(options = {}) {
+  return retryPortTaken(() => startOnce(options));
 }
 
 /**

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { randomUUID } from 'node:crypto';
 import { afterEach, expect } from 'vitest';
 import { redisStore, type RedisStore } from '../../index.js';
-import { freePort } from '../../scripts/free-port.js';
+import { freePort, retryPortTaken } from '../../scripts/free-port.js';
 
 const INSTALL =
   'redis-server was not found on PATH. The redisStore tests run against a real Redis: install it with ' +
@@ -83,19 +83,13 @@ function exited(child: ChildProcess): Promise<void> {
 }
 
 export async function startRedis(options: ServerOptions = {}): Promise<RedisServer> {
-  // On a new port when another process took this one between the free-port probe and the bind (the
-  // suites start their servers at once), up to three times.
-  let port = await freePort();
-  let child: ChildProcess;
-  for (let attempt = 1; ; attempt++) {
-    try {
-      child = await launch(port, options);
-      break;
-    } catch (error) {
-      if (attempt >= 3 || !/Address already in use/.test(String((error as Error)?.message))) throw error;
-      port = await freePort();
-    }
-  }
+  // On a new port when another process took this one before the bind.
+  const started = await retryPortTaken(async () => {
+    const free = await freePort();
+    return { free, child: await launch(free, options) };
+  });
+  const port = started.free;
+  let child = started.child;
   const auth = options.password ? `:${encodeURIComponent(options.password)}@` : '';
   const url = `${options.tls ? 'rediss' : 'redis'}://${auth}127.0.0.1:${port}`;
   const tlsArgs = options.tls ? ['--tls', '--cacert', options.tls.ca] : [];
