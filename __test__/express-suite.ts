@@ -80,9 +80,19 @@ export function expressSuite(name: string, create: () => RatestoreStore): void {
 
       for (const draft of ['draft-6', 'draft-7', 'draft-8'] as const) {
         it(`writes the ${draft} headers, and Retry-After once limited`, async () => {
-          const { url } = await app({ standardHeaders: draft, legacyHeaders: false });
-          const first = await send(url + '/ok');
-          const [headers] = [first.headers];
+          let { url } = await app({ standardHeaders: draft, legacyHeaders: false });
+          let { headers } = await send(url + '/ok');
+          // A sliding window's reset is its aligned edge. Within 3 s of it, the requests below could
+          // straddle it, and one after it is weighed against the whole window before: wait past the
+          // edge and begin again on a fresh store, so the answers checked here are one window's.
+          const secondsToEdge = (h: typeof headers) =>
+            Number(h['ratelimit-reset'] ?? /(?:reset|t)=(\d+)$/.exec(String(h['ratelimit']))?.[1]);
+          const edge = secondsToEdge(headers);
+          if (algorithm === 'sliding-window' && edge < 3) {
+            await sleep(edge * 1000 + 200);
+            ({ url } = await app({ standardHeaders: draft, legacyHeaders: false }));
+            ({ headers } = await send(url + '/ok'));
+          }
           let reset: number;
           if (draft === 'draft-6') {
             expect(headers['ratelimit-policy']).toBe('3;w=60');
