@@ -91,8 +91,10 @@ function childrenCpuUs() {
   return (Number(f[13]) + Number(f[14])) * TICK_US;
 }
 
-function pgbenchArgs(server, file, clients, seconds) {
-  return ['-n', '-M', 'prepared', '-f', file, '-c', String(clients), '-j', '1', '-T', String(seconds)].concat([
+/** pgbench's arguments: `-T seconds`, or with `transactions` (a smoke run's) `-t`, that many per client. */
+function pgbenchArgs(server, file, clients, seconds, transactions) {
+  const length = transactions ? ['-t', String(transactions)] : ['-T', String(seconds)];
+  return ['-n', '-M', 'prepared', '-f', file, '-c', String(clients), '-j', '1', ...length].concat([
     '-h',
     '127.0.0.1',
     '-p',
@@ -104,21 +106,21 @@ function pgbenchArgs(server, file, clients, seconds) {
 }
 
 /** One pgbench run on one row: its tps, latency average and failures, and what it and the server spent. */
-async function pgbenchRound(entry, row, server, files, seconds, postmaster) {
+async function pgbenchRound(entry, row, server, files, length, postmaster) {
   // pgbench's -T counts its clients' connecting too: on a loaded machine 64 connections can take a whole
-  // short round (the smoke run's 1 s) and leave no transaction, so such a round is run again, longer.
-  for (let tries = 1; ; tries++, seconds *= 2) {
-    const ran = await pgbenchOnce(entry, row, server, files, seconds, postmaster, tries === 3);
+  // short round and leave no transaction, so such a round is run again, longer. (-t always runs its.)
+  for (let tries = 1, { seconds } = length; ; tries++, seconds *= 2) {
+    const ran = await pgbenchOnce(entry, row, server, files, { ...length, seconds }, postmaster, tries === 3);
     if (ran) return;
   }
 }
 
-async function pgbenchOnce(entry, row, server, files, seconds, postmaster, last) {
+async function pgbenchOnce(entry, row, server, files, { seconds, transactions }, postmaster, last) {
   const before = [clusterCpuUs(postmaster), childrenCpuUs()];
   const stdout = await new Promise((resolve, reject) => {
     execFile(
       join(server.bin, 'pgbench'),
-      pgbenchArgs(server, files[row.hot ? 'hot' : 'keys'], row.clients, seconds),
+      pgbenchArgs(server, files[row.hot ? 'hot' : 'keys'], row.clients, seconds, transactions),
       { env: { ...process.env, PGPASSWORD: PASSWORD }, timeout: (seconds + 60) * 1000 },
       (error, out, stderr) => (error ? reject(new Error(`pgbench failed: ${stderr || error.message}`)) : resolve(out)),
     );
@@ -144,7 +146,8 @@ async function pgbenchOnce(entry, row, server, files, seconds, postmaster, last)
 }
 
 /**
- * The scenario. `size`: { rounds, seconds (per store, row and round), warmSeconds, pacedSeconds };
+ * The scenario. `size`: { rounds, seconds (per store, row and round), warmSeconds, pacedSeconds, and in a
+ * smoke run pgbenchTransactions (per client, for pgbench's whole-second -T) };
  * `keys`: the benchmark's 10,000 keys. Answers the tables: one per row, then the paced run.
  */
 async function postgres(size, { keys, gc, notes }) {
@@ -190,7 +193,7 @@ async function postgres(size, { keys, gc, notes }) {
     const all = [...entries, pgbench];
     await runRounds('postgres', size.rounds, ROWS, all, (entry, row) =>
       entry.pgbench
-        ? pgbenchRound(entry, row, server, files, seconds, postmaster)
+        ? pgbenchRound(entry, row, server, files, { seconds, transactions: size.pgbenchTransactions }, postmaster)
         : storeRound('postgres', entry, row, keys, size.seconds * 1000, gc, {
             serverCpuUs: () => clusterCpuUs(postmaster),
             mean: true,

@@ -41,7 +41,7 @@ describe.each([
         /^Consume in memory/,
         /^Consume on Redis/,
         /^Flood, 1 key:/,
-        /^Flood, 10,000 keys:/,
+        /^Flood, 1,000 keys:/,
         /^REST, 1 in flight/,
         /^REST, 256 in flight/,
         /^CPU per hit/,
