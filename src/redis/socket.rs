@@ -4,16 +4,17 @@
 //! the I/O thread), where every read and write is a single non-blocking call
 //! made when the host says the socket is ready.
 
+mod sentinel;
+
 use std::io::{self, Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection};
 
-use super::config::{Addr, Config, SENTINEL_PASSWORD};
+use super::config::{Addr, Config};
 use super::resp::{self, Parser, Reply};
 use crate::errors::{Error, Result};
 
@@ -82,17 +83,7 @@ pub struct Target {
     /// sentinels and of the master they name, each checked by its own name.
     sentinel_tls: Option<Arc<ClientConfig>>,
     /// Sentinel: the `+switch-master` announcements heard for the master.
-    switches: Arc<Switches>,
-}
-
-/// Counts the failovers the sentinels announce (`+switch-master` for the
-/// URL's master), heard by a thread that runs while the target lives.
-#[derive(Default)]
-struct Switches {
-    count: AtomicU64,
-    watching: OnceLock<()>,
-    /// The connection ended for good: the thread stops.
-    stopped: AtomicBool,
+    switches: Arc<sentinel::Switches>,
 }
 
 impl Target {
@@ -122,7 +113,7 @@ impl Target {
             } => {
                 // Every sentinel's name is checked now, not at its turn.
                 for (host, _) in nodes {
-                    sentinel_name(host)?;
+                    sentinel::sentinel_name(host)?;
                 }
                 sentinel_tls = Some(tls_config(config.tls_ca.as_deref())?);
                 None
@@ -146,62 +137,6 @@ impl Target {
             sentinel_tls: None,
             switches: Arc::default(),
         }
-    }
-
-    /// Sentinel: how many failovers the sentinels have announced so far
-    /// (0 for any other target). The first call starts listening for them.
-    /// A connection opened at one epoch is replaced once the epoch moves.
-    pub fn epoch(&self) -> u64 {
-        if let Addr::Sentinel { nodes, name, .. } = &self.config.addr {
-            self.switches.watching.get_or_init(|| {
-                let sentinels = nodes
-                    .iter()
-                    .filter_map(|node| self.sentinel(node).ok())
-                    .collect();
-                watch(
-                    Arc::downgrade(&self.switches),
-                    sentinels,
-                    name.clone(),
-                    Duration::from_millis(self.config.timeout_ms),
-                );
-            });
-        }
-        self.switches.count.load(Ordering::SeqCst)
-    }
-
-    /// The connection that uses this target ended for good: no more
-    /// listening for failovers (the thread ends within a second).
-    pub fn stop_watching(&self) {
-        self.switches.stopped.store(true, Ordering::SeqCst);
-    }
-
-    /// The target of one sentinel, with the sentinels' password, over TLS
-    /// (checked against the sentinel's host in the URL) for `rediss+sentinel://`.
-    fn sentinel(&self, (host, port): &(String, u16)) -> Result<Target> {
-        let tls = match &self.sentinel_tls {
-            Some(config) => Some((Arc::clone(config), sentinel_name(host)?)),
-            None => None,
-        };
-        let secure = tls.is_some();
-        Ok(Target::found(
-            Config {
-                addr: Addr::Tcp {
-                    host: host.clone(),
-                    port: *port,
-                    tls: secure,
-                },
-                db: 0,
-                username: self.config.sentinel_username.clone(),
-                password: self.config.sentinel_password.clone(),
-                timeout_ms: self.config.timeout_ms,
-                tls_ca: None,
-                cluster: None,
-                sentinel_password: None,
-                sentinel_username: None,
-                wait_replicas: 0,
-            },
-            tls,
-        ))
     }
 
     pub fn config(&self) -> &Config {
@@ -297,252 +232,6 @@ impl Target {
         socket.stream.set_timeouts(Some(timeout)).map_err(failed)?;
         Ok(socket)
     }
-}
-
-impl Target {
-    /// Sentinel: asks the sentinels where the master is, connects there and
-    /// greets it, and checks that `ROLE` says master; a server that is not
-    /// (yet, or any more) the master, or one that can't be reached, makes
-    /// the sentinels be asked again, until `timeout`. Answers the socket
-    /// and the master's address as the sentinel gave it. Over TLS the
-    /// master's certificate is checked against that address (usually an IP).
-    fn connect_master(
-        &self,
-        nodes: &[(String, u16)],
-        name: &str,
-        timeout: Duration,
-    ) -> Result<(Socket, String, u16)> {
-        let deadline = Instant::now() + timeout;
-        let ms = timeout.as_millis() as u64;
-        let left = || {
-            deadline
-                .checked_duration_since(Instant::now())
-                .filter(|d| !d.is_zero())
-        };
-        let mut last = None;
-        while let Some(budget) = left() {
-            let tried = self.ask_sentinels(nodes, name, deadline).and_then(|(host, port)| {
-                let tls = match &self.sentinel_tls {
-                    Some(config) => Some((Arc::clone(config), master_name(&host)?)),
-                    None => None,
-                };
-                let master = Target::found(
-                    Config {
-                        addr: Addr::Tcp {
-                            host: host.clone(),
-                            port,
-                            tls: tls.is_some(),
-                        },
-                        sentinel_password: None,
-                        sentinel_username: None,
-                        ..self.config.clone()
-                    },
-                    tls,
-                );
-                let mut socket = master.connect_blocking(budget).map_err(|e| match e {
-                    Error::Connection { text, sent } if text.starts_with(HANDSHAKE_FAILED) => {
-                        Error::Connection {
-                            text: format!(
-                                "{text} (with the master, whose certificate must name the address \
-                                 the sentinels give for it)"
-                            ),
-                            sent,
-                        }
-                    }
-                    e => e,
-                })?;
-                match socket.command(&[b"ROLE".to_vec()], ms)? {
-                    Reply::Array(Some(parts))
-                        if matches!(parts.first(), Some(Reply::Bulk(Some(role))) if role == b"master") =>
-                    {
-                        socket.stream.set_timeouts(Some(timeout)).map_err(|e| {
-                            unsent(format!("could not connect to Redis: {e}"))
-                        })?;
-                        Ok((socket, host, port))
-                    }
-                    _ => Err(unsent(
-                        "the server the sentinels named as the master is not a master (a failover is under way)"
-                            .into(),
-                    )),
-                }
-            });
-            match tried {
-                Ok(socket) => return Ok(socket),
-                // Reachable but wrong: the settings, the name, a password.
-                Err(e @ (Error::Config(_) | Error::Auth(_))) => return Err(e),
-                // A certificate not trusted, or not for the name: asking again won't change it.
-                Err(Error::Connection { text, sent }) if text.contains(HANDSHAKE_FAILED) => {
-                    return Err(Error::Connection { text, sent })
-                }
-                Err(e) => last = Some(e),
-            }
-            if let Some(wait) = left() {
-                std::thread::sleep(wait.min(Duration::from_millis(100)));
-            }
-        }
-        Err(match last {
-            Some(Error::Connection { text, .. }) => unsent(format!("{text} (within {ms} ms)")),
-            _ => Error::Timeout { ms, sent: false },
-        })
-    }
-
-    /// The master's address, from the first sentinel (in the URL's order)
-    /// that knows it; each sentinel gets a share of the time left.
-    fn ask_sentinels(
-        &self,
-        nodes: &[(String, u16)],
-        name: &str,
-        deadline: Instant,
-    ) -> Result<(String, u16)> {
-        let ask = [
-            b"SENTINEL".to_vec(),
-            b"get-master-addr-by-name".to_vec(),
-            name.as_bytes().to_vec(),
-        ];
-        let mut unknown = false;
-        let mut last = None;
-        for (i, node) in nodes.iter().enumerate() {
-            let Some(left) = deadline
-                .checked_duration_since(Instant::now())
-                .filter(|d| !d.is_zero())
-            else {
-                break;
-            };
-            let budget = left / (nodes.len() - i) as u32;
-            let answer = self
-                .sentinel(node)
-                .and_then(|sentinel| sentinel.connect_blocking(budget))
-                .and_then(|mut socket| socket.command(&ask, budget.as_millis().max(1) as u64));
-            match answer {
-                Ok(Reply::Array(Some(parts))) => match parts.as_slice() {
-                    [Reply::Bulk(Some(host)), Reply::Bulk(Some(port))] => {
-                        let host = String::from_utf8(host.clone()).ok();
-                        let port = std::str::from_utf8(port).ok().and_then(|p| p.parse().ok());
-                        if let (Some(host), Some(port)) = (host, port) {
-                            return Ok((host, port));
-                        }
-                        last = Some(unsent("a sentinel answered an address of the wrong shape".into()));
-                    }
-                    _ => last = Some(unsent("a sentinel answered an address of the wrong shape".into())),
-                },
-                Ok(Reply::Array(None) | Reply::Bulk(None)) => unknown = true,
-                Ok(_) => last = Some(unsent("a sentinel answered an address of the wrong shape".into())),
-                Err(Error::Auth(text)) => {
-                    return Err(Error::Auth(format!(
-                        "a sentinel refused them, {text}; the sentinels take the {SENTINEL_PASSWORD} query parameter"
-                    )))
-                }
-                Err(e) => last = Some(e),
-            }
-        }
-        match (unknown, last) {
-            (true, None) => Err(Error::Config(
-                "the sentinels know no master of the name in the URL (SENTINEL get-master-addr-by-name \
-                 answered nil): check the name after the last /"
-                    .into(),
-            )),
-            (_, Some(Error::Timeout { .. })) | (_, None) => Err(unsent(
-                "could not reach any sentinel: each timed out".into(),
-            )),
-            (_, Some(Error::Connection { text, .. })) => {
-                Err(unsent(format!("could not reach any sentinel: {text}")))
-            }
-            (_, Some(e)) => Err(e),
-        }
-    }
-}
-
-/// Listens for `+switch-master` on one sentinel after another (the first
-/// that takes the subscription), counting each announcement for `name` in
-/// `switches`, until nobody holds them. A subscription lost and made again
-/// counts as a switch too: one may have been missed meanwhile.
-fn watch(switches: Weak<Switches>, sentinels: Vec<Target>, name: String, timeout: Duration) {
-    let bump = |switches: &Weak<Switches>| {
-        if let Some(switches) = switches.upgrade() {
-            switches.count.fetch_add(1, Ordering::SeqCst);
-        }
-    };
-    let alive = |switches: &Weak<Switches>| {
-        switches
-            .upgrade()
-            .is_some_and(|s| !s.stopped.load(Ordering::SeqCst))
-    };
-    let prefix = format!("{name} ").into_bytes();
-    let spawned = std::thread::Builder::new()
-        .name("ratestore-sentinel-watch".into())
-        .spawn(move || {
-            let mut subscribed_before = false;
-            while alive(&switches) {
-                for sentinel in &sentinels {
-                    let Ok(mut socket) = sentinel.connect_blocking(timeout) else {
-                        continue;
-                    };
-                    let mut out = Vec::new();
-                    resp::encode(&mut out, &[b"SUBSCRIBE", b"+switch-master"]);
-                    // Woken each second to see whether the target still lives.
-                    let ready = socket
-                        .write_all_blocking(&out)
-                        .and_then(|()| socket.stream.set_timeouts(Some(Duration::from_secs(1))));
-                    if ready.is_err() {
-                        continue;
-                    }
-                    if std::mem::replace(&mut subscribed_before, true) {
-                        bump(&switches);
-                    }
-                    let mut parser = Parser::default();
-                    let mut buf = [0u8; 4096];
-                    while alive(&switches) {
-                        match parser.next() {
-                            Ok(Some(Reply::Array(Some(parts)))) => {
-                                if let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(text))] =
-                                    parts.as_slice()
-                                {
-                                    if kind == b"message" && text.starts_with(&prefix) {
-                                        bump(&switches);
-                                    }
-                                }
-                            }
-                            Ok(Some(_)) => {}
-                            Ok(None) => match socket.read_blocking(&mut buf) {
-                                Ok(0) => break,
-                                Ok(n) => parser.feed(&buf[..n]),
-                                Err(e)
-                                    if matches!(
-                                        e.kind(),
-                                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-                                    ) => {}
-                                Err(_) => break,
-                            },
-                            Err(_) => break,
-                        }
-                    }
-                    if !alive(&switches) {
-                        return;
-                    }
-                }
-                if alive(&switches) {
-                    std::thread::sleep(Duration::from_secs(1));
-                }
-            }
-        });
-    // Without the thread, a failover is still followed once the old
-    // master's connection is lost or answers READONLY.
-    drop(spawned);
-}
-
-/// A sentinel's TLS server name: its host in the URL.
-fn sentinel_name(host: &str) -> Result<ServerName<'static>> {
-    server_name(host)
-        .map_err(|_| Error::Config("a sentinel's host is not a valid TLS server name".into()))
-}
-
-fn master_name(host: &str) -> Result<ServerName<'static>> {
-    ServerName::try_from(host.to_string()).map_err(|_| {
-        Error::Config(
-            "the sentinels named the master by an address that is not a valid TLS server name"
-                .into(),
-        )
-    })
 }
 
 /// How the message of a failed TLS handshake starts (the peer's certificate
