@@ -3,7 +3,7 @@
 //! clock: the caller passes `now`): [`Backoff`] spaces out connects after
 //! failures, and [`Stall`] says when a connection that stopped answering
 //! must be replaced. Which Redis answers demote a server is
-//! `redis::reply::demotion`.
+//! `redis::reply::Code::demotion`.
 
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -9,7 +9,7 @@
 
 use std::time::Instant;
 
-use super::reply::Reply;
+use super::reply::{Code, Reply};
 use crate::errors::Error;
 
 /// How late a `WAIT` may answer after its time: an idle server checks
@@ -67,12 +67,13 @@ impl Fence {
                     Some(detail) => format!("{code} {detail}"),
                     None => code.to_string(),
                 };
-                let demoted = super::reply::demotion(code)
-                    || detail.is_some_and(|d| d.contains("used with replica"));
+                let code = Code::of(code);
+                let demoted =
+                    code.demotion() || detail.is_some_and(|d| d.contains("used with replica"));
                 Verdict::Rejected {
                     error: Error::WaitRefused {
                         text,
-                        noperm: code == "NOPERM",
+                        noperm: code == Code::NoPerm,
                     },
                     demoted,
                 }

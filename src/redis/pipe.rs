@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use super::calls::{Loaded, Query};
 use super::fence::{Fence, Verdict};
-use super::reply::{self, Answers};
+use super::reply::{self, Answers, Code};
 use super::resp::{self, Malformed, Parser, Reply};
 use super::stats::Tally;
 use super::step;
@@ -337,14 +337,14 @@ impl Pipe {
                     }
                     continue;
                 }
-                if code == "NOSCRIPT" && !sent.eval {
+                if Code::of(code) == Code::NoScript && !sent.eval {
                     // The script did not run: it goes again as EVAL, in
                     // turn, once what was written before it has answered.
                     self.loaded.forget();
                     self.retry.push_back(sent);
                     continue;
                 }
-                if reply::demotion(code) {
+                if Code::of(code).demotion() {
                     health.unusable = true;
                 }
             }
@@ -521,9 +521,9 @@ impl Request {
 
 /// A MOVED or ASK reply, as the error that names the node to go to.
 fn redirection(code: &str, detail: &str) -> Option<Error> {
-    let asking = match code {
-        "MOVED" => false,
-        "ASK" => true,
+    let asking = match Code::of(code) {
+        Code::Moved => false,
+        Code::Ask => true,
         _ => return None,
     };
     let mut words = detail.split(' ');

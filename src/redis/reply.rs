@@ -59,36 +59,89 @@ pub fn outcomes(op: Op, key: &[u8], reply: Reply<'_>) -> Result<Answers> {
     }
 }
 
+/// A server error's code (its first word), read once: each transport and
+/// rule asks this, never the code's text.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Code {
+    /// `NOSCRIPT`: an EVALSHA named a script the server does not hold.
+    NoScript,
+    /// `MOVED`: a cluster node serves the key's slot no longer.
+    Moved,
+    /// `ASK`: the key's slot is moving; this call goes to the node named.
+    Ask,
+    /// `READONLY`: the server was demoted to a replica.
+    ReadOnly,
+    /// `MASTERDOWN`: a replica lost its master.
+    MasterDown,
+    /// `LOADING`: the server is loading its data.
+    Loading,
+    /// `CLUSTERDOWN`: the cluster can't serve the slot now.
+    ClusterDown,
+    /// `TRYAGAIN`: a multi-key call during a slot's move.
+    TryAgain,
+    /// `COUNTRANGE`: ratestore's scripts refuse a count past 2^53.
+    CountRange,
+    /// `NOAUTH`, `WRONGPASS`: no or wrong credentials.
+    Auth,
+    /// `NOPERM`: the user may not run the command.
+    NoPerm,
+    /// Any other (`ERR`, `OOM`, `BUSY`, ...).
+    Other,
+}
+
+impl Code {
+    pub fn of(code: &str) -> Code {
+        match code {
+            "NOSCRIPT" => Code::NoScript,
+            "MOVED" => Code::Moved,
+            "ASK" => Code::Ask,
+            "READONLY" => Code::ReadOnly,
+            "MASTERDOWN" => Code::MasterDown,
+            "LOADING" => Code::Loading,
+            "CLUSTERDOWN" => Code::ClusterDown,
+            "TRYAGAIN" => Code::TryAgain,
+            "COUNTRANGE" => Code::CountRange,
+            "NOAUTH" | "WRONGPASS" => Code::Auth,
+            "NOPERM" => Code::NoPerm,
+            _ => Code::Other,
+        }
+    }
+
+    /// Answers after which the connection is dropped: the server was
+    /// demoted to a replica, lost its master or is loading its data. A
+    /// managed primary that fails over moves its DNS name, so the next
+    /// connect, which resolves the name again, finds the new one.
+    pub fn demotion(self) -> bool {
+        matches!(self, Code::ReadOnly | Code::MasterDown | Code::Loading)
+    }
+
+    /// Answers that, in a cluster, say the node is in trouble (a demotion,
+    /// or the cluster can't serve the slot now): the slot map is asked for
+    /// again.
+    pub fn node_trouble(self) -> bool {
+        self.demotion() || matches!(self, Code::ClusterDown | Code::TryAgain)
+    }
+}
+
 /// An error answered by the server, by its code.
 pub fn server_error(code: &str, detail: Option<&str>, stage: Stage) -> Error {
     let text = || match detail {
         Some(detail) => format!("{code} {detail}"),
         None => code.to_string(),
     };
-    match code {
-        "COUNTRANGE" => Error::CountOutOfRange,
-        "NOAUTH" | "WRONGPASS" | "NOPERM" => Error::Auth(text()),
+    match Code::of(code) {
+        Code::CountRange => Error::CountOutOfRange,
+        Code::Auth | Code::NoPerm => Error::Auth(text()),
         // AUTH with a password to a server that has none answers a plain ERR.
-        "ERR" if stage == Stage::Connect && detail.is_some_and(|d| d.contains("AUTH")) => {
+        Code::Other
+            if code == "ERR"
+                && stage == Stage::Connect
+                && detail.is_some_and(|d| d.contains("AUTH")) =>
+        {
             Error::Auth(text())
         }
         _ => Error::Redis(text()),
     }
-}
-
-/// Answers after which the connection is dropped: the server was demoted
-/// to a replica (`READONLY`), lost its master (`MASTERDOWN`) or is loading
-/// its data (`LOADING`). A managed primary that fails over moves its DNS
-/// name, so the next connect, which resolves the name again, finds the new
-/// one.
-pub fn demotion(code: &str) -> bool {
-    matches!(code, "READONLY" | "MASTERDOWN" | "LOADING")
-}
-
-/// Answers that, in a cluster, say the node is in trouble (a demotion, or
-/// the cluster can't serve the slot now): the slot map is asked for again.
-pub fn node_trouble(code: &str) -> bool {
-    demotion(code) || matches!(code, "CLUSTERDOWN" | "TRYAGAIN")
 }
 
 #[cfg(test)]
@@ -98,10 +151,59 @@ mod tests {
     #[test]
     fn demotions_by_code() {
         for code in ["READONLY", "MASTERDOWN", "LOADING"] {
-            assert!(demotion(code));
+            assert!(Code::of(code).demotion());
+            assert!(Code::of(code).node_trouble());
         }
-        for code in ["ERR", "NOSCRIPT", "MOVED", "CLUSTERDOWN", "OOM"] {
-            assert!(!demotion(code));
+        for code in [
+            "ERR",
+            "NOSCRIPT",
+            "MOVED",
+            "ASK",
+            "CLUSTERDOWN",
+            "TRYAGAIN",
+            "OOM",
+        ] {
+            assert!(!Code::of(code).demotion());
+        }
+        for code in ["CLUSTERDOWN", "TRYAGAIN"] {
+            assert!(Code::of(code).node_trouble());
+        }
+        for code in [
+            "ERR",
+            "NOSCRIPT",
+            "MOVED",
+            "ASK",
+            "COUNTRANGE",
+            "NOPERM",
+            "OOM",
+        ] {
+            assert!(!Code::of(code).node_trouble());
+        }
+    }
+
+    #[test]
+    fn reads_each_code_once() {
+        let codes = [
+            ("NOSCRIPT", Code::NoScript),
+            ("MOVED", Code::Moved),
+            ("ASK", Code::Ask),
+            ("READONLY", Code::ReadOnly),
+            ("MASTERDOWN", Code::MasterDown),
+            ("LOADING", Code::Loading),
+            ("CLUSTERDOWN", Code::ClusterDown),
+            ("TRYAGAIN", Code::TryAgain),
+            ("COUNTRANGE", Code::CountRange),
+            ("NOAUTH", Code::Auth),
+            ("WRONGPASS", Code::Auth),
+            ("NOPERM", Code::NoPerm),
+            ("ERR", Code::Other),
+            ("BUSY", Code::Other),
+            // Codes are case-sensitive, as the server writes them.
+            ("noscript", Code::Other),
+            ("", Code::Other),
+        ];
+        for (text, code) in codes {
+            assert_eq!(Code::of(text), code, "{text}");
         }
     }
 

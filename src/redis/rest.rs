@@ -44,7 +44,7 @@ use super::calls::Loaded;
 use super::calls::{overtaken, part_end, Query};
 use super::config::{Addr, Config};
 use super::order::KeyOrder;
-use super::reply::{self, server_error, Answers, Reply, Stage};
+use super::reply::{self, server_error, Answers, Code, Reply, Stage};
 use super::reset::{Command, ResetAll};
 use super::socket::tls_config;
 use super::stats::Monitor;
@@ -246,7 +246,8 @@ impl Rest {
                         .iter()
                         .zip(items.iter().zip(&evals))
                         .map(|(&i, (item, &eval))| {
-                            let noscript = matches!(item, Err((code, _)) if code == "NOSCRIPT");
+                            let noscript =
+                                matches!(item, Err((code, _)) if Code::of(code) == Code::NoScript);
                             (queries[i], noscript && !eval && !retry)
                         })
                         .collect();

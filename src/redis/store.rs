@@ -21,7 +21,7 @@ use super::calls::Query;
 use super::cluster::Cluster;
 use super::config::Config;
 use super::host::Node;
-use super::reply::{self, Answers};
+use super::reply::{Answers, Code};
 use super::rest::Rest;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
@@ -188,7 +188,10 @@ impl Store {
 fn node_trouble(result: &Result<Answers>) -> bool {
     match result {
         Ok(_) => false,
-        Err(Error::Redis(text)) => text.split(' ').next().is_some_and(reply::node_trouble),
+        Err(Error::Redis(text)) => text
+            .split(' ')
+            .next()
+            .is_some_and(|code| Code::of(code).node_trouble()),
         Err(Error::Timeout { .. } | Error::Connection { .. } | Error::BackingOff { .. }) => true,
         Err(_) => false,
     }
