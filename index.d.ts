@@ -207,7 +207,7 @@ export interface TokenBucketResult {
   readonly resetMs: number;
 }
 
-/** A sliding window over one store (seed 004's): the previous window weighted by its share still inside. */
+/** A sliding window over one store (universal-rate-limit's): the previous window weighted by its share still inside. */
 export interface SlidingWindow {
   /** Adds `amount` (default 1; 0 reads) with no limit; `count` is the estimate including it. */
   increment(key: string, windowMs: number, amount?: number): Promise<SlidingHit>;
@@ -402,7 +402,7 @@ export interface PostgresStoreOptions {
   /** `ca`: PEM certificates to trust instead of the public roots (a private CA). */
   tls?: { ca?: string };
   /**
-   * The fixed window's table, in seed 000's layout (`key text PRIMARY KEY, total bigint, reset_at
+   * The fixed window's table, in the layout of askdare's custom-store guide (`key text PRIMARY KEY, total bigint, reset_at
    * timestamptz`). Default `'askdare_counters'`. The sliding window's and the token bucket's states are
    * kept in `TABLE_sw` and `TABLE_tb`; the algorithms run as the functions `TABLE_fw_v1`, `TABLE_sw_v1`
    * and `TABLE_tb_v1` (at most 57 bytes, so that no name made from it is cut).
@@ -456,7 +456,7 @@ export interface PostgresStore extends RatestoreStore {
 }
 
 /**
- * Counters in PostgreSQL, on the database's clock: the fixed window in seed 000's table, the sliding
+ * Counters in PostgreSQL, on the database's clock: the fixed window in askdare's custom-store table, the sliding
  * window and the token bucket in two more tables, each call one statement on one pipelined connection,
  * answering as memoryStore and redisStore do. Rejects with `ERR_CONFIG`, `ERR_CONNECTION`, `ERR_TIMEOUT`,
  * `ERR_AUTH`, `ERR_POSTGRES` (another server error, with its SQLSTATE) or `ERR_CLOSED`, and a count past
@@ -851,7 +851,7 @@ export interface LimitState {
 }
 
 /**
- * The answer of `check`: seed 001's `consume()` shape (`allowed`, `limit`, `remaining`, `retryAfter`,
+ * The answer of `check`: YATTA's `consume()` shape (`allowed`, `limit`, `remaining`, `retryAfter`,
  * `resetAt`), describing the limit that refused (the one that lasts longest) or, when allowed, the one
  * closest to refusing; every limit's own part is in `limits`.
  */

@@ -25,7 +25,7 @@ pub mod schema;
 mod step;
 mod tls;
 
-use proto::{Conn, Failure, Target, TlsUse};
+use proto::{Conn, Failure, Login, TlsUse};
 use schema::Names;
 use tls::SslMode;
 
@@ -79,7 +79,7 @@ pub(crate) fn config_error(text: impl Into<String>) -> Error {
 /// The settings, resolved against the environment.
 #[derive(Clone)]
 pub struct Config {
-    target: Target,
+    target: Login,
     tls: TlsUse,
     url: String,
     names: Names,
@@ -195,7 +195,7 @@ impl Config {
         let names = Names::new(options.table.as_deref().unwrap_or(DEFAULT_TABLE))?;
         let timeout_ms = options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
         Ok(Config {
-            target: Target {
+            target: Login {
                 host,
                 port: parsed.port().unwrap_or(3306),
                 user,
@@ -491,7 +491,7 @@ impl MyStore {
                 .await;
                 let n = match run {
                     Ok(Ok((replies, None))) => match replies.first() {
-                        Some(proto::Reply::Done { affected }) => *affected,
+                        Some(proto::StatementResult::Done { affected }) => *affected,
                         _ => 0,
                     },
                     Ok(Ok((

@@ -105,7 +105,7 @@ impl AsyncWrite for Stream {
 
 /// Where and as whom to connect.
 #[derive(Clone, Debug)]
-pub struct Target {
+pub struct Login {
     pub host: String,
     pub port: u16,
     pub user: String,
@@ -126,7 +126,7 @@ pub enum TlsUse {
 
 /// One result of a query's statements, in order.
 #[derive(Debug, PartialEq)]
-pub enum Reply {
+pub enum StatementResult {
     /// An OK packet: the rows a statement changed.
     Done { affected: u64 },
     /// A result set: its rows, each column as text (None: NULL).
@@ -264,7 +264,7 @@ impl Conn {
     }
 
     /// Connects and logs in.
-    pub async fn connect(target: &Target, tls: &TlsUse) -> Res<Conn> {
+    pub async fn connect(target: &Login, tls: &TlsUse) -> Res<Conn> {
         let tcp = TcpStream::connect((target.host.as_str(), target.port)).await?;
         let _ = tcp.set_nodelay(true);
         let mut conn = Conn {
@@ -461,7 +461,7 @@ impl Conn {
     /// Runs `sql` (one or more statements, `;` between them) and reads
     /// every result: the replies of the statements that ran, in order, and
     /// the error that stopped the rest, if one did.
-    pub async fn query(&mut self, sql: &str) -> Res<(Vec<Reply>, Option<Failure>)> {
+    pub async fn query(&mut self, sql: &str) -> Res<(Vec<StatementResult>, Option<Failure>)> {
         self.seq = 0;
         let mut packet = std::mem::take(&mut self.buf);
         packet.clear();
@@ -474,7 +474,7 @@ impl Conn {
         self.read_replies().await
     }
 
-    async fn read_replies(&mut self) -> Res<(Vec<Reply>, Option<Failure>)> {
+    async fn read_replies(&mut self) -> Res<(Vec<StatementResult>, Option<Failure>)> {
         let mut replies = Vec::new();
         loop {
             let first = self.read_packet().await?;
@@ -487,7 +487,7 @@ impl Conn {
                         .get(at..at + 2)
                         .map(|b| u16::from_le_bytes([b[0], b[1]]))
                         .unwrap_or(0);
-                    replies.push(Reply::Done { affected });
+                    replies.push(StatementResult::Done { affected });
                     if status & SERVER_MORE_RESULTS_EXISTS == 0 {
                         return Ok((replies, None));
                     }
@@ -533,7 +533,7 @@ impl Conn {
                         }
                         rows.push(values);
                     };
-                    replies.push(Reply::Rows(rows));
+                    replies.push(StatementResult::Rows(rows));
                     if status & SERVER_MORE_RESULTS_EXISTS == 0 {
                         return Ok((replies, None));
                     }

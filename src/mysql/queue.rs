@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::proto::{Failure, Reply};
+use super::proto::{Failure, StatementResult};
 use super::step::StepWork;
 use super::{codes, schema, timeout_error, with_sent, MyStore};
 use crate::errors::{Backend, Error, Result};
@@ -216,9 +216,9 @@ fn statement(
 }
 
 /// A procedure's answer: its first `len` columns, safe integers.
-fn answer(reply: Option<Reply>, op: Op) -> Result<Answer> {
+fn answer(reply: Option<StatementResult>, op: Op) -> Result<Answer> {
     let len = op.answer_len();
-    let Some(Reply::Rows(rows)) = reply else {
+    let Some(StatementResult::Rows(rows)) = reply else {
         return Err(schema::wrong_shape());
     };
     let Some(row) = rows.first() else {
@@ -529,11 +529,13 @@ impl MyStore {
             if replies.len() >= need {
                 let result = match op {
                     Op::Unlink | Op::Ping => match replies.pop_front() {
-                        Some(Reply::Done { affected }) => Ok(Answer::new(&[if op == Op::Ping {
-                            1
-                        } else {
-                            affected as i64
-                        }])),
+                        Some(StatementResult::Done { affected }) => {
+                            Ok(Answer::new(&[if op == Op::Ping {
+                                1
+                            } else {
+                                affected as i64
+                            }]))
+                        }
                         _ => Err(schema::wrong_shape()),
                     },
                     _ => {

@@ -15,7 +15,7 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::proto::{Conn, Failure, Reply};
+use super::proto::{Conn, Failure, StatementResult};
 use super::{codes, schema, with_sent, MyStore};
 use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
@@ -152,8 +152,8 @@ impl MyStore {
         }
         // Four statements set the transaction up; then a result per row, then the clock.
         let mut results = replies.into_iter().filter_map(|r| match r {
-            Reply::Rows(rows) => Some(rows),
-            Reply::Done { .. } => None,
+            StatementResult::Rows(rows) => Some(rows),
+            StatementResult::Done { .. } => None,
         });
         let number = |v: &Option<String>| v.as_deref().and_then(|t| t.parse::<i64>().ok());
         for s in slots.iter_mut() {

@@ -14,7 +14,7 @@ use tokio::time::Instant;
 use super::config::{Addr, Config};
 use super::host::Node;
 use super::order::KeyOrder;
-use super::resp::Reply;
+use super::resp::Value;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
 
@@ -290,33 +290,33 @@ impl Cluster {
 
 /// CLUSTER SLOTS: `[start, end, [host, port, …], replicas…]` per range; an
 /// empty host is the node that answered.
-fn parse_slots(answer: &Reply, asked: &str) -> Result<Vec<(usize, usize, String, u16)>> {
+fn parse_slots(answer: &Value, asked: &str) -> Result<Vec<(usize, usize, String, u16)>> {
     let bad = || Error::Redis("CLUSTER SLOTS gave an answer of an unknown shape".into());
-    let Reply::Array(Some(ranges)) = answer else {
+    let Value::Array(Some(ranges)) = answer else {
         return Err(match answer {
-            Reply::Error(code, detail) => {
+            Value::Error(code, detail) => {
                 Error::Redis(format!("{code} {detail} (is this a Redis Cluster node?)"))
             }
             _ => bad(),
         });
     };
-    let text = |v: &Reply| match v {
-        Reply::Bulk(Some(b)) => String::from_utf8(b.clone()).ok(),
-        Reply::Status(s) => Some(s.clone()),
+    let text = |v: &Value| match v {
+        Value::Bulk(Some(b)) => String::from_utf8(b.clone()).ok(),
+        Value::Status(s) => Some(s.clone()),
         _ => None,
     };
     ranges
         .iter()
         .map(|range| {
-            let Reply::Array(Some(items)) = range else {
+            let Value::Array(Some(items)) = range else {
                 return Err(bad());
             };
             match items.as_slice() {
-                [Reply::Int(start), Reply::Int(end), Reply::Array(Some(master)), ..]
+                [Value::Int(start), Value::Int(end), Value::Array(Some(master)), ..]
                     if 0 <= *start && start <= end && (*end as usize) < SLOTS =>
                 {
                     let (host, port) = match master.as_slice() {
-                        [host, Reply::Int(port), ..] => (text(host).ok_or_else(bad)?, *port),
+                        [host, Value::Int(port), ..] => (text(host).ok_or_else(bad)?, *port),
                         _ => return Err(bad()),
                     };
                     let host = match host.as_str() {
@@ -369,22 +369,22 @@ mod tests {
     #[test]
     fn slots_answer() {
         let node = |host: &str, port| {
-            Reply::Array(Some(vec![
-                Reply::Bulk(Some(host.into())),
-                Reply::Int(port),
-                Reply::Bulk(Some(b"id".to_vec())),
+            Value::Array(Some(vec![
+                Value::Bulk(Some(host.into())),
+                Value::Int(port),
+                Value::Bulk(Some(b"id".to_vec())),
             ]))
         };
-        let answer = Reply::Array(Some(vec![
-            Reply::Array(Some(vec![
-                Reply::Int(0),
-                Reply::Int(5460),
+        let answer = Value::Array(Some(vec![
+            Value::Array(Some(vec![
+                Value::Int(0),
+                Value::Int(5460),
                 node("10.0.0.1", 7000),
                 node("10.0.0.2", 7003),
             ])),
-            Reply::Array(Some(vec![
-                Reply::Int(5461),
-                Reply::Int(16383),
+            Value::Array(Some(vec![
+                Value::Int(5461),
+                Value::Int(16383),
                 node("", 7001),
             ])),
         ]));
@@ -395,14 +395,14 @@ mod tests {
                 (5461, 16383, "seed".into(), 7001)
             ]
         );
-        let out_of_range = Reply::Array(Some(vec![Reply::Array(Some(vec![
-            Reply::Int(0),
-            Reply::Int(16384),
+        let out_of_range = Value::Array(Some(vec![Value::Array(Some(vec![
+            Value::Int(0),
+            Value::Int(16384),
             node("h", 1),
         ]))]));
         assert!(parse_slots(&out_of_range, "seed").is_err());
-        assert!(parse_slots(&Reply::Bulk(None), "seed").is_err());
-        let refused = Reply::Error("ERR".into(), "cluster support disabled".into());
+        assert!(parse_slots(&Value::Bulk(None), "seed").is_err());
+        let refused = Value::Error("ERR".into(), "cluster support disabled".into());
         let refused = parse_slots(&refused, "seed").unwrap_err().to_string();
         assert!(
             refused.contains("is this a Redis Cluster node?"),

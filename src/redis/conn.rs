@@ -43,7 +43,8 @@ pub trait Io {
     fn teardown(&mut self);
 }
 
-enum Link {
+/// Where the connection is: no socket, one being opened, or one open.
+enum Phase {
     Down,
     Connecting,
     Up {
@@ -72,7 +73,7 @@ pub struct Conn<I: Io, T> {
     /// What stores must match to share this connection.
     pub key: Config,
     connect_timeout: Duration,
-    link: Link,
+    phase: Phase,
     pub pipe: Pipe,
     /// Hits waiting for the connection.
     waiting: VecDeque<Request>,
@@ -98,7 +99,7 @@ impl<I: Io, T> Conn<I, T> {
             target: Arc::new(Target::new(config)?),
             key,
             connect_timeout: Duration::from_millis(config.timeout_ms),
-            link: Link::Down,
+            phase: Phase::Down,
             pipe: Pipe::new(config.secrets(), config.fence()),
             waiting: VecDeque::new(),
             backoff: Backoff::new(rand::random()),
@@ -156,16 +157,16 @@ impl<I: Io, T> Conn<I, T> {
             Some(s) if !s.closed && !self.torn_down => {}
             _ => return Err(Error::Closed),
         }
-        if matches!(self.link, Link::Up { .. }) && self.target.epoch() != self.epoch {
+        if matches!(self.phase, Phase::Up { .. }) && self.target.epoch() != self.epoch {
             // The sentinels announced a new master: this hit and the next
             // go to it. Hits still on the old connection reject.
             self.end("the sentinels announced a failover to a new master");
         }
         let idle = self.in_flight() == 0;
-        match self.link {
-            Link::Up { .. } => self.pipe.send(request),
-            Link::Connecting => self.waiting.push_back(request),
-            Link::Down => match self.backoff.gate(request.sent_at) {
+        match self.phase {
+            Phase::Up { .. } => self.pipe.send(request),
+            Phase::Connecting => self.waiting.push_back(request),
+            Phase::Down => match self.backoff.gate(request.sent_at) {
                 // Refused at once, unsent, while connects back off.
                 Gate::Refuse(error) => return Err(error),
                 Gate::Open | Gate::Probe => {
@@ -189,7 +190,7 @@ impl<I: Io, T> Conn<I, T> {
     }
 
     fn connect(&mut self) {
-        self.link = Link::Connecting;
+        self.phase = Phase::Connecting;
         self.epoch = self.target.epoch();
         if let Err(error) = self
             .io
@@ -219,7 +220,7 @@ impl<I: Io, T> Conn<I, T> {
                 // The backoff ends with the first answer, not the connect: an
                 // endpoint that accepts and closes must not be hammered.
                 self.answered = false;
-                self.link = Link::Up {
+                self.phase = Phase::Up {
                     socket: Box::new(socket),
                     writing: None,
                 };
@@ -230,7 +231,7 @@ impl<I: Io, T> Conn<I, T> {
                 self.flush();
             }
             Err(error) => {
-                self.link = Link::Down;
+                self.phase = Phase::Down;
                 self.pipe.tally.connect_failures += 1;
                 self.backoff.failed(Instant::now(), error.clone());
                 // Never sent, so never counted.
@@ -246,7 +247,7 @@ impl<I: Io, T> Conn<I, T> {
 
     /// Writes what is queued, as far as the socket takes it now.
     pub fn flush(&mut self) {
-        let Link::Up { socket, .. } = &mut self.link else {
+        let Phase::Up { socket, .. } = &mut self.phase else {
             return;
         };
         self.pipe.seal();
@@ -262,7 +263,7 @@ impl<I: Io, T> Conn<I, T> {
     /// Watches for answers, and for room to write if `writing`; only a
     /// change goes to the host (restarting a watch costs system calls).
     fn watch(&mut self, writing: bool) {
-        let Link::Up { writing: was, .. } = &mut self.link else {
+        let Phase::Up { writing: was, .. } = &mut self.phase else {
             return;
         };
         if *was == Some(writing) {
@@ -282,7 +283,7 @@ impl<I: Io, T> Conn<I, T> {
         if !readable {
             return;
         }
-        let Link::Up { socket, .. } = &mut self.link else {
+        let Phase::Up { socket, .. } = &mut self.phase else {
             return;
         };
         let open = socket.read(self.pipe.parser());
@@ -337,7 +338,7 @@ impl<I: Io, T> Conn<I, T> {
             sent: true,
         };
         self.pipe.fail(&error, &mut self.done);
-        self.drop_link();
+        self.drop_socket();
         self.pipe.tally.losses += 1;
         self.tell(Event::Lost(error.code()));
         error
@@ -350,9 +351,9 @@ impl<I: Io, T> Conn<I, T> {
         }
     }
 
-    fn drop_link(&mut self) {
-        if let Link::Up { .. } = std::mem::replace(&mut self.link, Link::Down) {
-            // The host stops watching; the socket closes with the old link.
+    fn drop_socket(&mut self) {
+        if let Phase::Up { .. } = std::mem::replace(&mut self.phase, Phase::Down) {
+            // The host stops watching; the socket closes with the old phase.
             self.io.close();
         }
     }
@@ -443,7 +444,7 @@ impl<I: Io, T> Conn<I, T> {
         let mut done = Vec::new();
         self.pipe.fail(&Error::Closed, &mut done);
         self.waiting.clear();
-        self.drop_link();
+        self.drop_socket();
         self.target.stop_watching();
         self.io.teardown();
     }
@@ -461,7 +462,7 @@ mod tests {
     use crate::ops::{Answer, Op};
     use crate::redis::config::Options;
     use crate::redis::pipe::Route;
-    use crate::redis::resp::{Parser, Reply};
+    use crate::redis::resp::{Parser, Value};
     use std::io::{Read, Write};
     use std::net::TcpListener;
 
@@ -588,13 +589,13 @@ mod tests {
             let mut buf = [0u8; 4096];
             for _ in 0..2 {
                 let parts = loop {
-                    if let Some(Reply::Array(Some(parts))) = parser.next().unwrap() {
+                    if let Some(Value::Array(Some(parts))) = parser.next().unwrap() {
                         break parts;
                     }
                     let n = stream.read(&mut buf).unwrap();
                     parser.feed(&buf[..n]);
                 };
-                let ping = matches!(parts.first(), Some(Reply::Bulk(Some(w))) if w == b"PING");
+                let ping = matches!(parts.first(), Some(Value::Bulk(Some(w))) if w == b"PING");
                 let reply: &[u8] = if ping {
                     b"+PONG\r\n"
                 } else {

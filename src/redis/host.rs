@@ -27,7 +27,7 @@ use super::config::{Addr, Config};
 use super::conn::{Conn, Io};
 use super::pipe::{Request, Route};
 use super::reply::Answers;
-use super::resp::Reply;
+use super::resp::Value;
 use super::socket::{Socket, Target};
 use super::stats::{Event, Monitor};
 use crate::delivery::Completion;
@@ -55,13 +55,13 @@ struct Pipeline {
 #[derive(Default)]
 struct Settled {
     results: Vec<Result<Answers>>,
-    slots: Option<Reply>,
+    slots: Option<Value>,
 }
 
 /// A pipeline's results as they come in (a sink of the engine's).
 struct Gathered {
     results: Vec<Option<Result<Answers>>>,
-    slots: Option<Reply>,
+    slots: Option<Value>,
     left: usize,
     reply: Option<oneshot::Sender<Settled>>,
 }
@@ -145,7 +145,7 @@ impl Node {
 
     /// Asks the node for its cluster's slot map (`CLUSTER SLOTS`) by
     /// `deadline`: its reply, an error reply included.
-    pub async fn slots(&self, deadline: Instant) -> Result<Reply> {
+    pub async fn slots(&self, deadline: Instant) -> Result<Value> {
         let now = Instant::now();
         let request = Request {
             id: 0,

@@ -30,7 +30,7 @@ use std::time::Instant;
 use super::calls::{Loaded, Query};
 use super::fence::{Fence, Verdict};
 use super::reply::{self, Answers, Code};
-use super::resp::{self, Malformed, Parser, Reply};
+use super::resp::{self, Malformed, Parser, Value};
 use super::stats::Tally;
 use super::step;
 use crate::errors::{Error, Result};
@@ -126,7 +126,7 @@ pub struct Pipe {
     /// Answered ops (and their results) waiting for the next `WAIT`'s reply.
     confirming: VecDeque<(Sent, Result<Answers>)>,
     /// The replies of [`Route::Slots`] requests, by id, for the host to take.
-    pub replies: Vec<(u64, Reply)>,
+    pub replies: Vec<(u64, Value)>,
 }
 
 impl Pipe {
@@ -328,7 +328,7 @@ impl Pipe {
                 }
                 continue;
             }
-            if let Reply::Error(code, detail) = &reply {
+            if let Value::Error(code, detail) = &reply {
                 if let Some(error) = redirection(code, detail) {
                     // The script did not run: the cluster sends it on.
                     if !sent.settled {
@@ -377,7 +377,7 @@ impl Pipe {
     /// A `WAIT` that waited up to `ms` answered: the ops answered before it
     /// are given if enough replicas confirmed them, else they reject (they
     /// ran on the master). Answers whether the server was demoted.
-    fn confirmed(&mut self, reply: Reply, ms: u64, done: &mut Vec<Done>) -> bool {
+    fn confirmed(&mut self, reply: Value, ms: u64, done: &mut Vec<Done>) -> bool {
         let Some(fence) = self.fence else {
             return false;
         };
@@ -558,24 +558,24 @@ fn push(done: &mut Vec<Done>, id: u64, result: Result<Answers>) {
 }
 
 /// The op's answers, or the error its script raised.
-fn outcomes(request: &Request, reply: Reply) -> Result<Answers> {
+fn outcomes(request: &Request, reply: Value) -> Result<Answers> {
     reply::outcomes(request.op, &request.key, read(&reply))
 }
 
 /// A RESP reply as every transport reads it.
-fn read(reply: &Reply) -> reply::Reply<'_> {
+fn read(reply: &Value) -> reply::Reply<'_> {
     match reply {
-        Reply::Array(Some(items)) => reply::Reply::Array(
+        Value::Array(Some(items)) => reply::Reply::Array(
             items
                 .iter()
                 .map(|r| match r {
-                    Reply::Int(n) => Some(*n),
+                    Value::Int(n) => Some(*n),
                     _ => None,
                 })
                 .collect(),
         ),
-        Reply::Int(n) => reply::Reply::Int(*n),
-        Reply::Error(code, detail) => {
+        Value::Int(n) => reply::Reply::Int(*n),
+        Value::Error(code, detail) => {
             reply::Reply::Error(code, (!detail.is_empty()).then_some(detail.as_str()))
         }
         _ => reply::Reply::Other,
@@ -609,9 +609,9 @@ mod tests {
         let mut parser = Parser::default();
         parser.feed(&std::mem::take(&mut p.out));
         let mut all = Vec::new();
-        while let Some(Reply::Array(Some(parts))) = parser.next().unwrap() {
+        while let Some(Value::Array(Some(parts))) = parser.next().unwrap() {
             let word = |i: usize| match parts.get(i) {
-                Some(Reply::Bulk(Some(b))) => String::from_utf8_lossy(b).into_owned(),
+                Some(Value::Bulk(Some(b))) => String::from_utf8_lossy(b).into_owned(),
                 _ => String::new(),
             };
             // A command and its key; a WAIT and its time.
@@ -774,7 +774,7 @@ mod tests {
         assert!(health.answered && done.is_empty());
         let (id, reply) = p.replies.pop().unwrap();
         assert_eq!(id, 7);
-        let Reply::Array(Some(ranges)) = reply else {
+        let Value::Array(Some(ranges)) = reply else {
             panic!("{reply:?}")
         };
         assert_eq!(ranges.len(), 1);

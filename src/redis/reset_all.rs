@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::cluster::slot;
 use super::config::{Addr, Config};
 use super::reset::ResetAll;
-use super::resp::Reply;
+use super::resp::Value;
 use super::socket::Target;
 use crate::errors::{Error, Result};
 
@@ -50,12 +50,12 @@ fn on_node(node: &Config, prefix: &[u8], timeout: Duration) -> Result<()> {
 }
 
 /// A SCAN reply: the next cursor and the page's keys.
-fn scan_page(reply: Reply) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
+fn scan_page(reply: Value) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
     let wrong = || Error::Redis("SCAN gave an answer of the wrong shape".into());
-    let Reply::Array(Some(mut parts)) = reply else {
+    let Value::Array(Some(mut parts)) = reply else {
         return Err(wrong());
     };
-    let (Some(Reply::Array(Some(keys))), Some(Reply::Bulk(Some(cursor)))) =
+    let (Some(Value::Array(Some(keys))), Some(Value::Bulk(Some(cursor)))) =
         (parts.pop(), parts.pop())
     else {
         return Err(wrong());
@@ -63,7 +63,7 @@ fn scan_page(reply: Reply) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
     let keys = keys
         .into_iter()
         .map(|k| match k {
-            Reply::Bulk(Some(k)) => Ok(k),
+            Value::Bulk(Some(k)) => Ok(k),
             _ => Err(wrong()),
         })
         .collect::<Result<_>>()?;
@@ -93,21 +93,21 @@ fn masters(config: &Config, timeout: Duration) -> Result<Vec<Config>> {
     Err(last)
 }
 
-fn masters_of(config: &Config, seed: &Addr, reply: Reply) -> Result<Vec<Config>> {
+fn masters_of(config: &Config, seed: &Addr, reply: Value) -> Result<Vec<Config>> {
     let wrong = || Error::Redis("CLUSTER SLOTS gave an answer of the wrong shape".into());
-    let Reply::Array(Some(ranges)) = reply else {
+    let Value::Array(Some(ranges)) = reply else {
         return Err(wrong());
     };
     let tls = matches!(seed, Addr::Tcp { tls: true, .. });
     let mut found: Vec<(String, u16)> = Vec::new();
     for range in ranges {
-        let Reply::Array(Some(parts)) = range else {
+        let Value::Array(Some(parts)) = range else {
             return Err(wrong());
         };
-        let Some(Reply::Array(Some(master))) = parts.get(2) else {
+        let Some(Value::Array(Some(master))) = parts.get(2) else {
             return Err(wrong());
         };
-        let (Some(Reply::Bulk(Some(host))), Some(Reply::Int(port))) =
+        let (Some(Value::Bulk(Some(host))), Some(Value::Int(port))) =
             (master.first(), master.get(1))
         else {
             return Err(wrong());

@@ -4,15 +4,15 @@
 
 use std::io::Write;
 
-/// One reply from the server.
+/// One RESP value: a reply from the server, or an item of one.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
+pub enum Value {
     Status(String),
     /// An error reply: its code (the first word) and the rest.
     Error(String, String),
     Int(i64),
     Bulk(Option<Vec<u8>>),
-    Array(Option<Vec<Reply>>),
+    Array(Option<Vec<Value>>),
 }
 
 /// Appends a command to `out`.
@@ -66,7 +66,7 @@ impl Parser {
 
     /// The next whole reply, if it has arrived.
     #[allow(clippy::should_implement_trait)]
-    pub fn next(&mut self) -> Result<Option<Reply>, Malformed> {
+    pub fn next(&mut self) -> Result<Option<Value>, Malformed> {
         let mut at = self.at;
         match parse(&self.buffer, &mut at, 0)? {
             Some(reply) => {
@@ -97,7 +97,7 @@ fn number(text: &[u8]) -> Result<i64, Malformed> {
         .ok_or(Malformed)
 }
 
-fn parse(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Reply>, Malformed> {
+fn parse(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, Malformed> {
     if depth > MAX_DEPTH {
         return Err(Malformed);
     }
@@ -109,17 +109,17 @@ fn parse(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Reply>, M
         return Ok(None);
     };
     let reply = match kind {
-        b'+' => Reply::Status(String::from_utf8_lossy(text).into_owned()),
+        b'+' => Value::Status(String::from_utf8_lossy(text).into_owned()),
         b'-' => {
             let text = String::from_utf8_lossy(text);
             let (code, detail) = text.split_once(' ').unwrap_or((&text, ""));
-            Reply::Error(code.to_string(), detail.to_string())
+            Value::Error(code.to_string(), detail.to_string())
         }
-        b':' => Reply::Int(number(text)?),
+        b':' => Value::Int(number(text)?),
         b'$' => {
             let len = number(text)?;
             if len < 0 {
-                Reply::Bulk(None)
+                Value::Bulk(None)
             } else if len > MAX_LEN {
                 return Err(Malformed);
             } else {
@@ -132,13 +132,13 @@ fn parse(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Reply>, M
                 }
                 let bytes = buffer[cursor..end].to_vec();
                 cursor = end + 2;
-                Reply::Bulk(Some(bytes))
+                Value::Bulk(Some(bytes))
             }
         }
         b'*' => {
             let len = number(text)?;
             if len < 0 {
-                Reply::Array(None)
+                Value::Array(None)
             } else if len > MAX_LEN {
                 return Err(Malformed);
             } else {
@@ -149,7 +149,7 @@ fn parse(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Reply>, M
                         None => return Ok(None),
                     }
                 }
-                Reply::Array(Some(items))
+                Value::Array(Some(items))
             }
         }
         _ => return Err(Malformed),
@@ -176,13 +176,13 @@ mod tests {
     fn replies_split_anywhere_come_out_whole() {
         let stream = b"+OK\r\n-NOSCRIPT No matching script\r\n*2\r\n:5\r\n:-60000\r\n$3\r\na\r\n\r\n$-1\r\n*-1\r\n-ERR\r\n";
         let want = vec![
-            Reply::Status("OK".into()),
-            Reply::Error("NOSCRIPT".into(), "No matching script".into()),
-            Reply::Array(Some(vec![Reply::Int(5), Reply::Int(-60000)])),
-            Reply::Bulk(Some(b"a\r\n".to_vec())),
-            Reply::Bulk(None),
-            Reply::Array(None),
-            Reply::Error("ERR".into(), String::new()),
+            Value::Status("OK".into()),
+            Value::Error("NOSCRIPT".into(), "No matching script".into()),
+            Value::Array(Some(vec![Value::Int(5), Value::Int(-60000)])),
+            Value::Bulk(Some(b"a\r\n".to_vec())),
+            Value::Bulk(None),
+            Value::Array(None),
+            Value::Error("ERR".into(), String::new()),
         ];
         for split in 0..stream.len() {
             let mut parser = Parser::default();

@@ -15,7 +15,7 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection};
 
 use super::config::{Addr, Config};
-use super::resp::{self, Parser, Reply};
+use super::resp::{self, Parser, Value};
 use crate::errors::{Error, Result};
 
 /// A TLS client configuration that trusts `ca` if given, else the public roots.
@@ -284,7 +284,7 @@ impl Socket {
                 .next()
                 .map_err(|_| GreetError::Refused(unsent("Redis answered out of protocol".into())))?
             {
-                Some(Reply::Error(code, detail)) => {
+                Some(Value::Error(code, detail)) => {
                     return Err(GreetError::Refused(super::reply::server_error(
                         &code,
                         Some(&detail),
@@ -306,7 +306,7 @@ impl Socket {
 
     /// Sends one command on a blocking socket and answers its reply (an
     /// error reply as the error it names).
-    pub fn command(&mut self, args: &[Vec<u8>], timeout_ms: u64) -> Result<Reply> {
+    pub fn command(&mut self, args: &[Vec<u8>], timeout_ms: u64) -> Result<Value> {
         let parts: Vec<&[u8]> = args.iter().map(Vec::as_slice).collect();
         let mut out = Vec::new();
         resp::encode(&mut out, &parts);
@@ -328,7 +328,7 @@ impl Socket {
         loop {
             match parser.next() {
                 Err(_) => return Err(failed(io::ErrorKind::InvalidData.into())),
-                Ok(Some(Reply::Error(code, detail))) => {
+                Ok(Some(Value::Error(code, detail))) => {
                     return Err(super::reply::server_error(
                         &code,
                         Some(&detail),

@@ -36,7 +36,7 @@ enum Nodes {
 }
 
 /// The nodes of a store that may still be alive, held weakly.
-enum Held {
+enum WeakNodes {
     Single(Weak<Node>),
     Cluster(Weak<Cluster>),
     Rest(Weak<Rest>),
@@ -55,7 +55,7 @@ impl Nodes {
     /// several stores are pipelined on it as one store's are, and its
     /// health (timeouts, backoff) is the server's, the same for all.
     fn shared(config: &Config) -> Result<Nodes> {
-        static SHARED: Mutex<Vec<(Config, Held)>> = Mutex::new(Vec::new());
+        static SHARED: Mutex<Vec<(Config, WeakNodes)>> = Mutex::new(Vec::new());
         // Every change leaves the list whole, so a poisoned lock is still usable.
         let mut shared = SHARED.lock().unwrap_or_else(|e| e.into_inner());
         shared.retain(|(_, held)| held.upgrade().is_some());
@@ -73,9 +73,9 @@ impl Nodes {
             None => Nodes::Single(Arc::new(Node::start(config, monitor.clone())?)),
         };
         let held = match &nodes {
-            Nodes::Single(link) => Held::Single(Arc::downgrade(link)),
-            Nodes::Cluster(cluster) => Held::Cluster(Arc::downgrade(cluster)),
-            Nodes::Rest(rest) => Held::Rest(Arc::downgrade(rest)),
+            Nodes::Single(node) => WeakNodes::Single(Arc::downgrade(node)),
+            Nodes::Cluster(cluster) => WeakNodes::Cluster(Arc::downgrade(cluster)),
+            Nodes::Rest(rest) => WeakNodes::Rest(Arc::downgrade(rest)),
         };
         shared.push((config.clone(), held));
         Ok(nodes)
@@ -91,12 +91,12 @@ impl Nodes {
     }
 }
 
-impl Held {
+impl WeakNodes {
     fn upgrade(&self) -> Option<Nodes> {
         match self {
-            Held::Single(link) => link.upgrade().map(Nodes::Single),
-            Held::Cluster(cluster) => cluster.upgrade().map(Nodes::Cluster),
-            Held::Rest(rest) => rest.upgrade().map(Nodes::Rest),
+            WeakNodes::Single(node) => node.upgrade().map(Nodes::Single),
+            WeakNodes::Cluster(cluster) => cluster.upgrade().map(Nodes::Cluster),
+            WeakNodes::Rest(rest) => rest.upgrade().map(Nodes::Rest),
         }
     }
 }

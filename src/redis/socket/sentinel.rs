@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::ServerName;
 
 use super::super::config::{Addr, Config, SENTINEL_PASSWORD};
-use super::super::resp::{self, Parser, Reply};
+use super::super::resp::{self, Parser, Value};
 use super::{server_name, unsent, Socket, Target, HANDSHAKE_FAILED};
 use crate::errors::{Error, Result};
 
@@ -310,11 +310,11 @@ enum MasterAddress {
     Malformed,
 }
 
-fn master_address(reply: Reply) -> MasterAddress {
+fn master_address(reply: Value) -> MasterAddress {
     match reply {
-        Reply::Array(None) | Reply::Bulk(None) => MasterAddress::Unknown,
-        Reply::Array(Some(parts)) => match parts.as_slice() {
-            [Reply::Bulk(Some(host)), Reply::Bulk(Some(port))] => {
+        Value::Array(None) | Value::Bulk(None) => MasterAddress::Unknown,
+        Value::Array(Some(parts)) => match parts.as_slice() {
+            [Value::Bulk(Some(host)), Value::Bulk(Some(port))] => {
                 let host = String::from_utf8(host.clone()).ok();
                 let port = std::str::from_utf8(port).ok().and_then(|p| p.parse().ok());
                 match (host, port) {
@@ -329,19 +329,19 @@ fn master_address(reply: Reply) -> MasterAddress {
 }
 
 /// Whether a `ROLE` reply says master (its first element).
-fn is_master(reply: &Reply) -> bool {
-    matches!(reply, Reply::Array(Some(parts))
-        if matches!(parts.first(), Some(Reply::Bulk(Some(role))) if role == b"master"))
+fn is_master(reply: &Value) -> bool {
+    matches!(reply, Value::Array(Some(parts))
+        if matches!(parts.first(), Some(Value::Bulk(Some(role))) if role == b"master"))
 }
 
 /// Whether a message on the `+switch-master` subscription announces a
 /// failover of the master `name` (its text: `<name> <old ip> <old port>
 /// <new ip> <new port>`).
-fn announces_switch(reply: &Reply, name: &str) -> bool {
-    let Reply::Array(Some(parts)) = reply else {
+fn announces_switch(reply: &Value, name: &str) -> bool {
+    let Value::Array(Some(parts)) = reply else {
         return false;
     };
-    let [Reply::Bulk(Some(kind)), _, Reply::Bulk(Some(text))] = parts.as_slice() else {
+    let [Value::Bulk(Some(kind)), _, Value::Bulk(Some(text))] = parts.as_slice() else {
         return false;
     };
     kind == b"message"
@@ -373,16 +373,16 @@ fn no_master(unknown: bool, last: Option<Error>) -> Error {
 mod tests {
     use super::*;
 
-    fn bulk(s: &str) -> Reply {
-        Reply::Bulk(Some(s.as_bytes().to_vec()))
+    fn bulk(s: &str) -> Value {
+        Value::Bulk(Some(s.as_bytes().to_vec()))
     }
 
-    fn array(parts: Vec<Reply>) -> Reply {
-        Reply::Array(Some(parts))
+    fn array(parts: Vec<Value>) -> Value {
+        Value::Array(Some(parts))
     }
 
     /// A reply as the server writes it, read by the RESP parser.
-    fn parsed(wire: &[u8]) -> Reply {
+    fn parsed(wire: &[u8]) -> Value {
         let mut parser = Parser::default();
         parser.feed(wire);
         parser.next().unwrap().unwrap()
@@ -412,9 +412,9 @@ mod tests {
             array(vec![bulk("127.0.0.1"), bulk("6380"), bulk("extra")]),
             array(vec![bulk("127.0.0.1"), bulk("port")]),
             array(vec![bulk("127.0.0.1"), bulk("70000")]),
-            array(vec![bulk("127.0.0.1"), Reply::Int(6380)]),
-            array(vec![Reply::Bulk(Some(vec![0xff, 0xfe])), bulk("6380")]),
-            Reply::Int(1),
+            array(vec![bulk("127.0.0.1"), Value::Int(6380)]),
+            array(vec![Value::Bulk(Some(vec![0xff, 0xfe])), bulk("6380")]),
+            Value::Int(1),
             parsed(b"-ERR unknown command\r\n"),
         ] {
             assert_eq!(master_address(reply), MasterAddress::Malformed);
@@ -425,7 +425,7 @@ mod tests {
     fn reads_role_master_only_from_a_master() {
         let master = parsed(b"*3\r\n$6\r\nmaster\r\n:3129659\r\n*0\r\n");
         assert!(is_master(&master));
-        let replica = array(vec![bulk("slave"), bulk("127.0.0.1"), Reply::Int(6380)]);
+        let replica = array(vec![bulk("slave"), bulk("127.0.0.1"), Value::Int(6380)]);
         assert!(!is_master(&replica));
         assert!(!is_master(&array(vec![bulk("sentinel"), array(vec![])])));
         assert!(!is_master(&array(vec![])));
@@ -453,7 +453,7 @@ mod tests {
         let subscribed = array(vec![
             bulk("subscribe"),
             bulk("+switch-master"),
-            Reply::Int(1),
+            Value::Int(1),
         ]);
         assert!(!announces_switch(&subscribed, "mymaster"));
         let wire = b"*3\r\n$7\r\nmessage\r\n$14\r\n+switch-master\r\n$38\r\nmymaster 127.0.0.1 6379 127.0.0.1 6380\r\n";
