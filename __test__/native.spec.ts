@@ -2,6 +2,7 @@
 // detach, strings no UTF-8 holds, Node-API calls that fail mid-delivery, and
 // Redis data that is not a counter.
 import { randomUUID } from 'node:crypto';
+import { createRequire } from 'node:module';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { memoryStore, redisStore, type RateLimitStore } from '../index.js';
@@ -124,4 +125,53 @@ describe('redisStore never answers 0 for data that is not its counter', () => {
       expect(await server.cli('DUMP', prefix + key)).toBe(before);
     });
   }
+});
+
+describe('op numbers', () => {
+  it('are the native side’s, in one list: each op the JS face sends is the op the addon runs', async () => {
+    const require = createRequire(__filename);
+    const native = require('../lib/native.js') as { opNames(): string[] };
+    const { OP } = require('../lib/ops.js') as { OP: Record<string, number> };
+    const names = native.opNames();
+    expect(names).toEqual([
+      'hit',
+      'consume',
+      'refund',
+      'slidingIncrement',
+      'slidingDecrement',
+      'slidingConsume',
+      'tokenBucket',
+      'unlink',
+      'ping',
+      'takes',
+    ]);
+    expect(OP).toEqual(Object.fromEntries(names.map((name, code) => [name, code])));
+    expect(Object.isFrozen(OP)).toBe(true);
+    // Each number reaches the op of its name: a refund is no consume, a sliding consume no increment.
+    const store = memoryStore();
+    const key = `ops:${randomUUID()}`;
+    expect(await store.hit(key, 60_000, 5)).toMatchObject({ count: 5 });
+    expect(await store.refund(key, 2)).toMatchObject({ count: 3 });
+    expect(await store.consume(key, { limit: 4, windowMs: 60_000, cost: 2 })).toMatchObject({
+      allowed: false,
+      count: 3,
+    });
+    expect(await store.slidingWindow.increment(key, 60_000, 2)).toMatchObject({ count: 2 });
+    expect(await store.slidingWindow.decrement(key, 60_000, 1)).toMatchObject({ count: 1 });
+    expect(await store.slidingWindow.consume(key, { limit: 2, windowMs: 60_000 })).toMatchObject({
+      allowed: true,
+      count: 2,
+    });
+    expect(await store.tokenBucket(key, { capacity: 3, refill: 1, intervalMs: 60_000, cost: 2 })).toMatchObject({
+      allowed: true,
+      remaining: 1,
+    });
+    await store.reset(key);
+    expect(await store.hit(key, 60_000, 0)).toMatchObject({ count: 0 });
+    await store.close();
+    // ping is a server store's: one PING through redisStore.
+    const server = redis();
+    await expect(server.ping()).resolves.toBeUndefined();
+    await server.close();
+  });
 });

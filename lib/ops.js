@@ -6,20 +6,14 @@
 
 const { typeError, rangeError, typeName, rejection, invalidHit, MAX_KEY_LENGTH, MAX_SPAN_MS } = require('./check.js');
 const { WATCHERS, told } = require('./watch.js');
+const native = require('./native.js');
 
-const OP = {
-  hit: 0,
-  consume: 1,
-  refund: 2,
-  slidingIncrement: 3,
-  slidingDecrement: 4,
-  slidingConsume: 5,
-  tokenBucket: 6,
-  unlink: 7,
-  ping: 8,
-  /** Several takes as one step (redisStore's `[TAKES]`): answers each take's answer under one call. */
-  takes: 9,
-};
+/**
+ * Each op's number, as the native side numbers them (its `Op::ALL`, read through `opNames()`): hit,
+ * consume, refund, slidingIncrement, slidingDecrement, slidingConsume, tokenBucket, unlink, ping, and
+ * takes (several takes as one step, redisStore's `[TAKES]`: answers each take's answer under one call).
+ */
+const OP = Object.freeze(Object.fromEntries(native.opNames().map((name, code) => [name, code])));
 
 /** Which state `unlink` removes: every algorithm's, for reset(key). */
 const STATES = [0, 1, 2];

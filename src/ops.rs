@@ -92,21 +92,47 @@ impl Op {
         matches!(self, Op::Consume | Op::SlidingConsume | Op::Bucket)
     }
 
+    /// Every op, in the order of its number: the one list that numbers ops,
+    /// for the native side and (through the binding's `opNames()`) the JS face.
+    pub const ALL: [Op; 10] = [
+        Op::Hit,
+        Op::Consume,
+        Op::Refund,
+        Op::SlidingIncrement,
+        Op::SlidingDecrement,
+        Op::SlidingConsume,
+        Op::Bucket,
+        Op::Unlink,
+        Op::Ping,
+        Op::Takes,
+    ];
+
+    /// The op's name on the JS side (`lib/ops.js`'s `OP`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Hit => "hit",
+            Op::Consume => "consume",
+            Op::Refund => "refund",
+            Op::SlidingIncrement => "slidingIncrement",
+            Op::SlidingDecrement => "slidingDecrement",
+            Op::SlidingConsume => "slidingConsume",
+            Op::Bucket => "tokenBucket",
+            Op::Unlink => "unlink",
+            Op::Ping => "ping",
+            Op::Takes => "takes",
+        }
+    }
+
+    /// The op's number: its place in [`Op::ALL`].
+    pub fn code(self) -> u8 {
+        Op::ALL.iter().position(|&op| op == self).unwrap_or(0) as u8
+    }
+
     pub fn from_code(code: f64) -> Option<Op> {
-        Some(match code as i64 {
-            _ if code.fract() != 0.0 => return None,
-            0 => Op::Hit,
-            1 => Op::Consume,
-            2 => Op::Refund,
-            3 => Op::SlidingIncrement,
-            4 => Op::SlidingDecrement,
-            5 => Op::SlidingConsume,
-            6 => Op::Bucket,
-            7 => Op::Unlink,
-            8 => Op::Ping,
-            9 => Op::Takes,
-            _ => return None,
-        })
+        if code.fract() != 0.0 || code < 0.0 {
+            return None;
+        }
+        Op::ALL.get(code as usize).copied()
     }
 
     /// Checks the op's numbers as JavaScript gave them (the JS face checks
@@ -201,6 +227,20 @@ mod tests {
         assert_eq!(Op::from_code(9.0), Some(Op::Takes));
         assert_eq!(Op::from_code(10.0), None);
         assert_eq!(Op::from_code(1.5), None);
+        for bad in [
+            -1.0,
+            -0.5,
+            f64::NAN,
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            1e300,
+        ] {
+            assert_eq!(Op::from_code(bad), None, "{bad}");
+        }
+        for (i, op) in Op::ALL.into_iter().enumerate() {
+            assert_eq!(usize::from(op.code()), i);
+            assert_eq!(Op::from_code(i as f64), Some(op));
+        }
         assert_eq!(
             Op::Hit.check([60_000.0, -3.0, 0.0, 0.0]),
             Ok([60_000, -3, 0, 0])

@@ -26,6 +26,13 @@ pub fn version() -> &'static str {
     env!("CARGO_PKG_VERSION")
 }
 
+/// The ops' names in the order of their numbers (`Op::ALL`): `lib/ops.js`
+/// numbers its `OP` by this list, so an op's number is defined once.
+#[napi]
+pub fn op_names() -> Vec<&'static str> {
+    crate::ops::Op::ALL.iter().map(|op| op.name()).collect()
+}
+
 /// Throws the JS error for a core error from inside a `#[napi]` function,
 /// and returns what tells napi-rs the exception is already pending. (If the
 /// throw failed, napi-rs throws a plain Error with the same message.)

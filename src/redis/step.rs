@@ -21,7 +21,7 @@ const HEAD: usize = 1 + 4 * 8 + 4;
 /// Adds one take (its key already prefixed; the op's suffix is added here) to `blob`.
 pub fn push(blob: &mut Vec<u8>, op: Op, args: &Args, key: impl FnOnce(&mut Vec<u8>)) {
     let at = blob.len();
-    blob.push(code(op));
+    blob.push(op.code());
     for a in args {
         blob.extend_from_slice(&a.to_le_bytes());
     }
@@ -33,14 +33,6 @@ pub fn push(blob: &mut Vec<u8>, op: Op, args: &Args, key: impl FnOnce(&mut Vec<u
     blob[at + HEAD - 4..at + HEAD].copy_from_slice(&len.to_le_bytes());
 }
 
-fn code(op: Op) -> u8 {
-    match op {
-        Op::Consume => 1,
-        Op::SlidingConsume => 5,
-        _ => 6,
-    }
-}
-
 /// The takes a blob holds, in order: each op, its numbers and its key.
 pub fn takes(blob: &[u8]) -> impl Iterator<Item = (Op, Args, &[u8])> {
     let mut rest = blob;
@@ -48,11 +40,10 @@ pub fn takes(blob: &[u8]) -> impl Iterator<Item = (Op, Args, &[u8])> {
         if rest.len() < HEAD {
             return None;
         }
-        let op = match rest[0] {
-            1 => Op::Consume,
-            5 => Op::SlidingConsume,
-            _ => Op::Bucket,
-        };
+        // Only takes are pushed: a consume, a sliding consume or a bucket.
+        let op = Op::from_code(f64::from(rest[0]))
+            .filter(|op| op.is_take())
+            .unwrap_or(Op::Bucket);
         let mut args = [0i64; 4];
         for (i, a) in args.iter_mut().enumerate() {
             let mut b = [0u8; 8];
@@ -79,7 +70,7 @@ pub fn command<R>(blob: &[u8], f: impl FnOnce(&[u8], &[&[u8]], &[&[u8]]) -> R) -
     let all: Vec<(Op, Args, &[u8])> = takes(blob).collect();
     let mut argv: Vec<Vec<u8>> = Vec::with_capacity(5 * all.len());
     for (op, args, _) in &all {
-        argv.push(vec![b'0' + code(*op)]);
+        argv.push(vec![b'0' + op.code()]);
         op.argv(args, |a| {
             for part in a.iter().take(4) {
                 argv.push(part.to_vec());
