@@ -212,12 +212,13 @@ const EXPRESS_OPTIONS = ['store', 'algorithm', 'prefix'];
 const claims = new WeakMap();
 
 function notInitialized() {
-  const error = new Error(
-    "ratestore: expressStore: init() was not called; pass the store to express-rate-limit's rateLimit({ store }), " +
-      'which calls init() with its windowMs',
+  return Object.assign(
+    new Error(
+      "ratestore: expressStore: init() was not called; pass the store to express-rate-limit's rateLimit({ store }), " +
+        'which calls init() with its windowMs',
+    ),
+    { code: 'ERR_NOT_INITIALIZED' },
   );
-  error.code = 'ERR_NOT_INITIALIZED';
-  return error;
 }
 
 /** express-rate-limit's Store (v7 and v8) over a ratestore store. */

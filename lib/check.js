@@ -17,15 +17,11 @@ function typeName(value) {
 }
 
 function typeError(message) {
-  const error = new TypeError(`ratestore: ${message}`);
-  error.code = 'ERR_INVALID_ARG_TYPE';
-  return error;
+  return Object.assign(new TypeError(`ratestore: ${message}`), { code: 'ERR_INVALID_ARG_TYPE' });
 }
 
 function rangeError(message) {
-  const error = new RangeError(`ratestore: ${message}`);
-  error.code = 'ERR_OUT_OF_RANGE';
-  return error;
+  return Object.assign(new RangeError(`ratestore: ${message}`), { code: 'ERR_OUT_OF_RANGE' });
 }
 
 /** The error a hit with these arguments must reject with, or undefined when they are fine. */
@@ -97,9 +93,8 @@ function checkWellFormed(factory, name, value) {
 function storeFull(message) {
   const limit = Error.stackTraceLimit;
   Error.stackTraceLimit = 0;
-  const error = new Error(message);
+  const error = Object.assign(new Error(message), { code: 'ERR_STORE_FULL' });
   Error.stackTraceLimit = limit;
-  error.code = 'ERR_STORE_FULL';
   return error;
 }
 
@@ -119,9 +114,10 @@ function rejection(error) {
 
 /** The error of a native call that failed without being able to throw (its environment is ending). */
 function notAnswered() {
-  const error = new Error('ratestore: the store could not answer this hit (is the Node.js environment shutting down?)');
-  error.code = 'ERR_INTERNAL';
-  return error;
+  return Object.assign(
+    new Error('ratestore: the store could not answer this hit (is the Node.js environment shutting down?)'),
+    { code: 'ERR_INTERNAL' },
+  );
 }
 
 /** Checks an option that must be a positive safe integer (a count or a number of ms); undefined is a TypeError. */
@@ -135,9 +131,9 @@ function checkPositiveInteger(factory, name, value) {
 
 /** The error of a call on a store after its close(). */
 function closedError(factory) {
-  const error = new Error(`ratestore: ${factory}: the store is closed; calls after close() are refused`);
-  error.code = 'ERR_CLOSED';
-  return error;
+  return Object.assign(new Error(`ratestore: ${factory}: the store is closed; calls after close() are refused`), {
+    code: 'ERR_CLOSED',
+  });
 }
 
 /** Every code a ratestore error carries. */
@@ -164,7 +160,11 @@ const ERROR_CODES = new Set([
 
 /** Whether `e` is an error ratestore made: an Error with a ratestore message and one of its codes. */
 function isRatestoreError(e) {
-  return e instanceof Error && ERROR_CODES.has(e.code) && e.message.startsWith('ratestore: ');
+  return (
+    e instanceof Error &&
+    ERROR_CODES.has(/** @type {{ code?: string }} */ (e).code) &&
+    e.message.startsWith('ratestore: ')
+  );
 }
 
 module.exports = {

@@ -60,10 +60,7 @@ function checkVersion(binary, candidate, triple) {
       `Fix: install the matching binary with \`npm install ratestore-${triple}@${expected}\`, ` +
       'or rebuild it: `npm run build` in a ratestore checkout.',
   );
-  error.code = 'ERR_RATESTORE_BINARY_VERSION';
-  error.expected = expected;
-  error.found = found;
-  throw error;
+  throw Object.assign(error, { code: 'ERR_RATESTORE_BINARY_VERSION', expected, found });
 }
 
 function load() {
@@ -81,9 +78,7 @@ function load() {
     return checkVersion(binary, candidate, triple);
   }
   const error = new Error(noBinaryMessage(triple));
-  error.code = 'ERR_RATESTORE_NO_BINARY';
-  error.tried = tried;
-  throw error;
+  throw Object.assign(error, { code: 'ERR_RATESTORE_NO_BINARY', tried });
 }
 
 module.exports = load();

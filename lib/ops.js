@@ -212,6 +212,18 @@ function decode(op, v, at) {
  * promise of the op's result object (rejecting if the store cannot do it).
  */
 class Operations {
+  /**
+   * Runs one op whose arguments were checked, answering a promise of its result object: each store
+   * defines its own (memory.js, redis.js, threaded.js).
+   * @param {number} op @param {string} key @param {number} a @param {number} b @param {number} c
+   * @param {number} d @returns {Promise<any>}
+   */
+  _call(op, key, a, b, c, d) {
+    return rejection(
+      Object.assign(new Error('ratestore: internal: a store without its _call'), { code: 'ERR_INTERNAL' }),
+    );
+  }
+
   consume(key, options) {
     const [error, a, b, c, d] = consumeArgs('consume(key, options)', key, options);
     return error ? rejection(error) : this._call(OP.consume, key, a, b, c, d);

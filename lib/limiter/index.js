@@ -340,18 +340,20 @@ function createLimiter(options) {
 
   /** Sleeps `ms`, or until a lease of `key` is given back in this process, whichever comes first. */
   function sleepOrWake(key, ms) {
-    return new Promise((resolve) => {
-      let sleeping = waiters.get(key);
-      if (sleeping === undefined) waiters.set(key, (sleeping = new Set()));
-      const done = () => {
-        clearTimeout(timer);
-        sleeping.delete(done);
-        if (sleeping.size === 0 && waiters.get(key) === sleeping) waiters.delete(key);
-        resolve();
-      };
-      const timer = setTimeout(done, Math.max(1, ms));
-      sleeping.add(done);
-    });
+    return new Promise(
+      /** @param {(value?: unknown) => void} resolve */ (resolve) => {
+        let sleeping = waiters.get(key);
+        if (sleeping === undefined) waiters.set(key, (sleeping = new Set()));
+        const done = () => {
+          clearTimeout(timer);
+          sleeping.delete(done);
+          if (sleeping.size === 0 && waiters.get(key) === sleeping) waiters.delete(key);
+          resolve();
+        };
+        const timer = setTimeout(done, Math.max(1, ms));
+        sleeping.add(done);
+      },
+    );
   }
 
   /**
@@ -417,8 +419,7 @@ function createLimiter(options) {
           'clear a counter: a negative hit cannot say which window it lands in), so nothing was reset; ' +
           "use one of ratestore's stores, or let the window end",
       );
-      error.code = 'ERR_UNSUPPORTED';
-      throw error;
+      throw Object.assign(error, { code: 'ERR_UNSUPPORTED' });
     }
     const keys = storeKeys(storeKeyOf(key));
     const stores = backup === undefined ? [store] : [store, backup.store];
@@ -491,9 +492,7 @@ function createLimiter(options) {
         const error = new Error(
           `ratestore: limiter.wait(key, options): the request was not allowed within timeoutMs (${timeoutMs} ms)`,
         );
-        error.code = 'ERR_TIMEOUT';
-        error.sent = false;
-        throw error;
+        throw Object.assign(error, { code: 'ERR_TIMEOUT', sent: false });
       }
       await sleepOrWake(storeKeyOf(key), Math.min(RETRY_MS.get(answer) ?? 1_000, Math.ceil(left)));
     }

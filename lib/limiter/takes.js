@@ -183,12 +183,13 @@ const TAKES_BY_ALGORITHM = {
 
 /** The error of a check whose store answered a hit that is not a CounterHit (a count and a resetMs). */
 function malformed() {
-  const error = new Error(
-    'ratestore: check(key): the store answered a hit without a safe-integer count and a resetMs of 0 or more; ' +
-      'a RateLimitStore must answer { count, resetMs }',
+  return Object.assign(
+    new Error(
+      'ratestore: check(key): the store answered a hit without a safe-integer count and a resetMs of 0 or more; ' +
+        'a RateLimitStore must answer { count, resetMs }',
+    ),
+    { code: 'ERR_STORE_ANSWER' },
   );
-  error.code = 'ERR_STORE_ANSWER';
-  return error;
 }
 
 function remainingOf(rule, count) {
