@@ -6,7 +6,7 @@
 // temp dir.
 
 const { execFile, spawn } = require('node:child_process');
-const { existsSync, mkdtempSync, readFileSync, rmSync } = require('node:fs');
+const { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync } = require('node:fs');
 const { tmpdir } = require('node:os');
 const { delimiter, join } = require('node:path');
 const { freePort } = require('./free-port.js');
@@ -44,10 +44,15 @@ async function startMariadb(options = {}) {
   const dir = mkdtempSync(join(tmpdir(), 'ratestore-mariadb-'));
   const data = join(dir, 'data');
   const socket = join(dir, 'sock');
+  // A temp dir of its own: a server starting removes the `#sql` files it finds in its tmpdir, so with
+  // the machine's /tmp shared, one server's start could delete another's temp table mid-install.
+  const tmp = join(dir, 'tmp');
+  mkdirSync(tmp);
   const root = process.getuid?.() === 0;
   await run('mariadb-install-db', [
     '--no-defaults',
     `--datadir=${data}`,
+    `--tmpdir=${tmp}`,
     ...(root ? ['--user=root'] : []),
     '--auth-root-authentication-method=normal',
     '--skip-test-db',
@@ -57,6 +62,7 @@ async function startMariadb(options = {}) {
   const args = [
     '--no-defaults',
     `--datadir=${data}`,
+    `--tmpdir=${tmp}`,
     ...(root ? ['--user=root'] : []),
     `--port=${port}`,
     '--bind-address=127.0.0.1',
