@@ -71,7 +71,7 @@ impl StoreData {
         }
         let mode = match resolved {
             Err(e) => Mode::Failed(e),
-            Ok(config) if config.cluster.is_some() || config.is_rest() || !self.event_loop => {
+            Ok(config) if config.is_cluster() || config.is_rest() || !self.event_loop => {
                 // SAFETY: on the JS thread inside `open`'s callback; the
                 // reference is handed to the threadsafe function's context.
                 let (delivery, tsfn) = unsafe {

@@ -137,7 +137,7 @@ impl Batched {
             Ok(Open {
                 outbox,
                 json_keys: config.is_rest(),
-                cluster: config.cluster.is_some(),
+                cluster: config.is_cluster(),
                 monitor,
             })
         });

@@ -80,8 +80,11 @@ struct State {
 }
 
 pub struct Cluster {
+    /// The cluster's settings, each node's made from them.
     config: Config,
     seeds: Vec<(String, u16)>,
+    /// Every node is reached over TLS (`rediss://`), or none is.
+    tls: bool,
     state: Mutex<State>,
     /// Serializes refreshes; a hit that finds no map waits on it.
     refresh: tokio::sync::Mutex<()>,
@@ -92,20 +95,16 @@ pub struct Cluster {
 }
 
 impl Cluster {
-    pub fn new(config: &Config, seeds: &[Addr], monitor: Arc<Monitor>) -> Result<Cluster> {
-        let seeds = seeds
-            .iter()
-            .filter_map(|addr| match addr {
-                Addr::Tcp { host, port, .. } => Some((host.clone(), *port)),
-                Addr::Unix(_) | Addr::Rest { .. } | Addr::Sentinel { .. } => None,
-            })
-            .collect();
+    pub fn new(
+        config: &Config,
+        seeds: &[(String, u16)],
+        tls: bool,
+        monitor: Arc<Monitor>,
+    ) -> Result<Cluster> {
         let cluster = Cluster {
-            config: Config {
-                cluster: None,
-                ..config.clone()
-            },
-            seeds,
+            config: config.clone(),
+            seeds: seeds.to_vec(),
+            tls,
             state: Mutex::new(State {
                 map: None,
                 nodes: HashMap::new(),
@@ -150,15 +149,11 @@ impl Cluster {
         if let Some(node) = state.nodes.get(&(host.to_string(), port)) {
             return Ok(Arc::clone(node));
         }
-        let tls = matches!(self.config.addr, Addr::Tcp { tls: true, .. });
-        let config = Config {
-            addr: Addr::Tcp {
-                host: host.to_string(),
-                port,
-                tls,
-            },
-            ..self.config.clone()
-        };
+        let config = self.config.server(Addr::Tcp {
+            host: host.to_string(),
+            port,
+            tls: self.tls,
+        });
         let node = Arc::new(Node::start(&config, Arc::clone(&self.monitor))?);
         state
             .nodes
@@ -335,6 +330,7 @@ fn parse_slots(answer: &Value, asked: &str) -> Result<Vec<(usize, usize, String,
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::redis::config::Deployment;
 
     #[test]
     fn slots_match_redis() {
@@ -356,8 +352,10 @@ mod tests {
             ..Default::default()
         };
         let config = Config::resolve(&options, |_| None).unwrap();
-        let seeds = config.cluster.as_deref().unwrap();
-        let cluster = Cluster::new(&config, seeds, Arc::default()).unwrap();
+        let Deployment::Cluster { seeds, tls } = &config.deployment else {
+            panic!("a cluster's settings");
+        };
+        let cluster = Cluster::new(&config, seeds, *tls, Arc::default()).unwrap();
         let a = cluster.redirected("::1:7001").unwrap();
         assert_eq!(a.host(), "::1");
         assert!(Arc::ptr_eq(&a, &cluster.node("::1", 7001).unwrap()));

@@ -63,47 +63,71 @@ impl Options {
     }
 }
 
+/// One server's address: TCP (with TLS for `rediss://`) or a Unix socket.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Addr {
-    Tcp {
-        host: String,
-        port: u16,
+    Tcp { host: String, port: u16, tls: bool },
+    Unix(PathBuf),
+}
+
+/// What the URL names: where a store's connections go. Each kind holds only
+/// what applies to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Deployment {
+    /// One server (`redis://`, `rediss://`, `redis+unix://`).
+    Server(Addr),
+    /// A Redis Cluster: its seed nodes, where the slot map is first asked
+    /// for, all reached with TLS (`rediss://`) or none.
+    Cluster {
+        seeds: Vec<(String, u16)>,
         tls: bool,
     },
-    Unix(PathBuf),
+    /// A master that Redis Sentinel watches.
+    Sentinel(Sentinels),
     /// Upstash's REST API: `https://host[:port][/path]` (or `http://` on a
     /// loopback address), with no user, password, query or trailing slash.
-    Rest {
-        base: String,
-    },
-    /// Redis Sentinel: the sentinels to ask, in turn, where the master of
-    /// `name` is (`redis+sentinel://host:port[,host:port...]/name`); with
-    /// `tls` (`rediss+sentinel://`), the sentinels and the master alike are
-    /// reached over TLS.
-    Sentinel {
-        nodes: Vec<(String, u16)>,
-        name: String,
-        tls: bool,
-    },
+    Rest { base: String },
+}
+
+/// A Sentinel URL: the sentinels to ask, in turn, where the master of `name`
+/// is (`redis+sentinel://host:port[,host:port...]/name`); with `tls`
+/// (`rediss+sentinel://`), the sentinels and the master alike are reached
+/// over TLS. The URL's own credentials are the master's; these are the
+/// sentinels'.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Sentinels {
+    pub nodes: Vec<(String, u16)>,
+    pub name: String,
+    pub tls: bool,
+    /// The sentinels' ACL user, if not `default`.
+    pub username: Option<String>,
+    /// The sentinels' password.
+    pub password: Option<String>,
+}
+
+// Written by hand so that no debug print shows the password.
+impl std::fmt::Debug for Sentinels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sentinels")
+            .field("nodes", &self.nodes)
+            .field("name", &self.name)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "[redacted]"))
+            .finish()
+    }
 }
 
 /// Everything needed to connect, checked.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Config {
-    pub addr: Addr,
+    pub deployment: Deployment,
     pub db: i64,
     pub username: Option<String>,
     pub password: Option<String>,
     pub timeout_ms: u64,
     /// Certificates to trust instead of the public roots (TLS URLs only).
     pub tls_ca: Option<Vec<CertificateDer<'static>>>,
-    /// For a Redis Cluster, the seed nodes (`addr` is the first): where the
-    /// slot map is first asked for.
-    pub cluster: Option<Vec<Addr>>,
-    /// The sentinels' password (Sentinel only; the URL's credentials are the master's).
-    pub sentinel_password: Option<String>,
-    /// The sentinels' ACL user, if not `default` (Sentinel only).
-    pub sentinel_username: Option<String>,
     /// How many replicas must confirm each call (see [`Fence`]); 0: none.
     pub wait_replicas: u32,
 }
@@ -112,18 +136,12 @@ pub struct Config {
 impl std::fmt::Debug for Config {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Config")
-            .field("addr", &self.addr)
+            .field("deployment", &self.deployment)
             .field("db", &self.db)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "[redacted]"))
             .field("timeout_ms", &self.timeout_ms)
             .field("tls_ca", &self.tls_ca.is_some())
-            .field("cluster", &self.cluster)
-            .field(
-                "sentinel_password",
-                &self.sentinel_password.as_ref().map(|_| "[redacted]"),
-            )
-            .field("sentinel_username", &self.sentinel_username)
             .field("wait_replicas", &self.wait_replicas)
             .finish()
     }
@@ -174,7 +192,7 @@ impl Config {
         };
         config.timeout_ms = timeout_ms;
         config.wait_replicas = options.wait_replicas.unwrap_or(0);
-        if config.wait_replicas > 0 && (config.cluster.is_some() || config.is_rest()) {
+        if config.wait_replicas > 0 && (config.is_cluster() || config.is_rest()) {
             return Err(Error::Config(
                 "waitForReplicas is for one server or a Sentinel-watched master (redis://, rediss://, redis+unix://, \
                  redis[s]+sentinel://), not a Redis Cluster nor Upstash's REST API"
@@ -203,11 +221,12 @@ impl Config {
             )));
         }
         if let Some(ca) = &options.tls_ca {
-            let tls = match &config.addr {
-                Addr::Tcp { tls, .. } => *tls,
-                Addr::Rest { base } => base.starts_with("https:"),
-                Addr::Sentinel { tls, .. } => *tls,
-                Addr::Unix(_) => false,
+            let tls = match &config.deployment {
+                Deployment::Server(Addr::Tcp { tls, .. }) => *tls,
+                Deployment::Server(Addr::Unix(_)) => false,
+                Deployment::Cluster { tls, .. } => *tls,
+                Deployment::Sentinel(sentinels) => sentinels.tls,
+                Deployment::Rest { base } => base.starts_with("https:"),
             };
             if !tls {
                 return Err(Error::Config(format!(
@@ -222,7 +241,21 @@ impl Config {
 
     /// The target is Upstash's REST API rather than a Redis server.
     pub fn is_rest(&self) -> bool {
-        matches!(self.addr, Addr::Rest { .. })
+        matches!(self.deployment, Deployment::Rest { .. })
+    }
+
+    /// The URL names Redis Cluster nodes.
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.deployment, Deployment::Cluster { .. })
+    }
+
+    /// The settings of one server of this deployment (a cluster's node, a
+    /// Sentinel-named master): the same credentials, database and timeouts.
+    pub fn server(&self, addr: Addr) -> Config {
+        Config {
+            deployment: Deployment::Server(addr),
+            ..self.clone()
+        }
     }
 
     /// The `WAIT` that follows each pipeline, if `waitForReplicas` asks for one.
@@ -235,9 +268,13 @@ impl Config {
 
     /// The texts no message may show.
     pub fn secrets(&self) -> Vec<Vec<u8>> {
+        let sentinels = match &self.deployment {
+            Deployment::Sentinel(sentinels) => sentinels.password.as_ref(),
+            _ => None,
+        };
         self.password
             .iter()
-            .chain(&self.sentinel_password)
+            .chain(sentinels)
             .map(|p| p.as_bytes().to_vec())
             .collect()
     }
@@ -271,27 +308,25 @@ fn parse_single(text: &str, source: &str) -> Result<Config> {
 fn parse_cluster(text: &str, source: &str) -> Result<Config> {
     let bad = |what: &str| Error::Config(format!("{source}: {what}"));
     let mut seeds = Vec::new();
-    let mut first: Option<Config> = None;
+    let mut first: Option<(Config, bool)> = None;
     for part in text.split(',') {
         let node = parse_url(part, source)?;
-        let tls = match &node.addr {
-            Addr::Tcp { tls, .. } => *tls,
-            Addr::Unix(_) | Addr::Rest { .. } | Addr::Sentinel { .. } => {
-                return Err(bad(
-                    "a Redis Cluster is reached over TCP: use redis:// or rediss:// URLs",
-                ))
-            }
+        let Deployment::Server(Addr::Tcp { host, port, tls }) = &node.deployment else {
+            return Err(bad(
+                "a Redis Cluster is reached over TCP: use redis:// or rediss:// URLs",
+            ));
         };
+        let tls = *tls;
         if node.db != 0 {
             return Err(bad(
                 "a Redis Cluster has only database 0; drop the /db from the URLs",
             ));
         }
-        seeds.push(node.addr.clone());
+        seeds.push((host.clone(), *port));
         match &mut first {
-            None => first = Some(node),
-            Some(first) => {
-                if !matches!(first.addr, Addr::Tcp { tls: t, .. } if t == tls) {
+            None => first = Some((node, tls)),
+            Some((first, first_tls)) => {
+                if *first_tls != tls {
                     return Err(bad("the cluster URLs mix redis:// and rediss://"));
                 }
                 if node.password.is_some() || node.username.is_some() {
@@ -306,8 +341,8 @@ fn parse_cluster(text: &str, source: &str) -> Result<Config> {
             }
         }
     }
-    let mut config = first.ok_or_else(|| bad("no URL"))?;
-    config.cluster = Some(seeds);
+    let (mut config, tls) = first.ok_or_else(|| bad("no URL"))?;
+    config.deployment = Deployment::Cluster { seeds, tls };
     Ok(config)
 }
 
@@ -319,7 +354,7 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
     let url = url::Url::parse(text.trim())
         .map_err(|_| Error::Config(format!("{source} is not a valid URL; expected {FORMS}")))?;
     let bad = |what: &str| Error::Config(format!("{source}: {what}"));
-    let (addr, db) = match url.scheme() {
+    let (deployment, db) = match url.scheme() {
         "redis" | "rediss" => {
             let host = match url.host() {
                 Some(url::Host::Domain(name)) if !name.is_empty() => name.to_string(),
@@ -335,7 +370,7 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
             };
             let tls = url.scheme() == "rediss";
             let port = url.port().unwrap_or(DEFAULT_PORT);
-            (Addr::Tcp { host, port, tls }, db)
+            (Deployment::Server(Addr::Tcp { host, port, tls }), db)
         }
         "redis+unix" | "unix" => {
             let path = url
@@ -346,7 +381,7 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
                 Some((_, v)) => parse_db(&v)
                     .ok_or_else(|| bad("the db query parameter must be a non-negative integer"))?,
             };
-            (Addr::Unix(path), db)
+            (Deployment::Server(Addr::Unix(path)), db)
         }
         "https" | "http" => {
             let loopback = match url.host() {
@@ -368,7 +403,7 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
             base.set_query(None);
             base.set_fragment(None);
             let base = base.as_str().trim_end_matches('/').to_string();
-            (Addr::Rest { base }, 0)
+            (Deployment::Rest { base }, 0)
         }
         _ => return Err(bad(&format!("unsupported URL scheme; expected {FORMS}"))),
     };
@@ -379,15 +414,12 @@ fn parse_url(text: &str, source: &str) -> Result<Config> {
     };
     let password = url.password().map(|p| decode(p, "password")).transpose()?;
     Ok(Config {
-        addr,
+        deployment,
         db,
         username,
         password,
         timeout_ms: DEFAULT_TIMEOUT_MS,
         tls_ca: None,
-        cluster: None,
-        sentinel_password: None,
-        sentinel_username: None,
         wait_replicas: 0,
     })
 }
@@ -481,15 +513,18 @@ fn parse_sentinel(text: &str, source: &str) -> Result<Config> {
         )));
     }
     Ok(Config {
-        addr: Addr::Sentinel { nodes, name, tls },
+        deployment: Deployment::Sentinel(Sentinels {
+            nodes,
+            name,
+            tls,
+            username: sentinel_username,
+            password: sentinel_password,
+        }),
         db: 0,
         username,
         password,
         timeout_ms: DEFAULT_TIMEOUT_MS,
         tls_ca: None,
-        cluster: None,
-        sentinel_password,
-        sentinel_username,
         wait_replicas: 0,
     })
 }
@@ -529,6 +564,22 @@ mod tests {
         }
     }
 
+    /// The one server a config names.
+    fn server(c: &Config) -> Addr {
+        match &c.deployment {
+            Deployment::Server(addr) => addr.clone(),
+            other => panic!("expected one server, got {other:?}"),
+        }
+    }
+
+    /// The sentinels a config names.
+    fn sentinels(c: &Config) -> Sentinels {
+        match &c.deployment {
+            Deployment::Sentinel(sentinels) => sentinels.clone(),
+            other => panic!("expected sentinels, got {other:?}"),
+        }
+    }
+
     fn config_error(result: Result<Config>) -> String {
         match result {
             Err(Error::Config(message)) => message,
@@ -544,7 +595,7 @@ mod tests {
             port: 6380,
             tls: false,
         };
-        assert_eq!((c.addr, c.db, c.password), (tcp, 2, None));
+        assert_eq!((server(&c), c.db, c.password), (tcp, 2, None));
         assert_eq!(c.timeout_ms, DEFAULT_TIMEOUT_MS);
     }
 
@@ -556,7 +607,7 @@ mod tests {
             port: 6379,
             tls: true,
         };
-        assert_eq!(c.addr, tls);
+        assert_eq!(server(&c), tls);
         assert_eq!(c.username.as_deref(), Some("default"));
         assert_eq!(c.password.as_deref(), Some("p@ss"));
     }
@@ -564,19 +615,22 @@ mod tests {
     #[test]
     fn a_unix_socket() {
         let c = Config::resolve(&url("redis+unix:///tmp/redis.sock?db=3"), env(&[])).unwrap();
-        assert_eq!((c.addr, c.db), (Addr::Unix("/tmp/redis.sock".into()), 3));
+        assert_eq!(
+            (server(&c), c.db),
+            (Addr::Unix("/tmp/redis.sock".into()), 3)
+        );
     }
 
     #[test]
     fn the_environment_in_order_and_empty_is_unset() {
         let e = env(&[("REDIS_URL", ""), ("KV_URL", "redis://kv:1")]);
         let c = Config::resolve(&Options::default(), e).unwrap();
-        assert!(matches!(c.addr, Addr::Tcp { ref host, port: 1, .. } if host == "kv"));
+        assert!(matches!(server(&c), Addr::Tcp { ref host, port: 1, .. } if host == "kv"));
         let e = env(&[("REDIS_URL", "redis://first"), ("KV_URL", "redis://kv")]);
         let c = Config::resolve(&Options::default(), e).unwrap();
-        assert!(matches!(c.addr, Addr::Tcp { ref host, .. } if host == "first"));
+        assert!(matches!(server(&c), Addr::Tcp { ref host, .. } if host == "first"));
         let c = Config::resolve(&url("redis://option"), env(&[("REDIS_URL", "redis://env")]));
-        assert!(matches!(c.unwrap().addr, Addr::Tcp { ref host, .. } if host == "option"));
+        assert!(matches!(server(&c.unwrap()), Addr::Tcp { ref host, .. } if host == "option"));
     }
 
     #[test]
@@ -609,15 +663,15 @@ mod tests {
         assert_eq!(c.secrets(), vec![b"in-url".to_vec()]);
     }
 
-    fn rest(base: &str) -> Addr {
-        Addr::Rest { base: base.into() }
+    fn rest(base: &str) -> Deployment {
+        Deployment::Rest { base: base.into() }
     }
 
     #[test]
     fn an_https_url_is_the_rest_api_without_its_credentials() {
         let mut o = url("https://default:in-url@eu1-fine-cat-3.upstash.io/?x=1");
         let c = Config::resolve(&o, env(&[])).unwrap();
-        assert_eq!(c.addr, rest("https://eu1-fine-cat-3.upstash.io"));
+        assert_eq!(c.deployment, rest("https://eu1-fine-cat-3.upstash.io"));
         assert!(c.is_rest());
         assert_eq!(c.password.as_deref(), Some("in-url"));
         o.token = Some("from-option".into());
@@ -627,7 +681,7 @@ mod tests {
             &url("http://127.0.0.1:8079/base/"),
             env(&[("REDIS_TOKEN", "t")]),
         );
-        assert_eq!(c.unwrap().addr, rest("http://127.0.0.1:8079/base"));
+        assert_eq!(c.unwrap().deployment, rest("http://127.0.0.1:8079/base"));
         for loopback in ["http://localhost:1", "http://[::1]:1", "http://127.8.0.1"] {
             let c = Config::resolve(&url(loopback), env(&[("REDIS_TOKEN", "t")]));
             assert!(c.is_ok(), "{loopback}");
@@ -643,11 +697,11 @@ mod tests {
             ("KV_REST_API_TOKEN", "kv-token"),
         ];
         let c = Config::resolve(&Options::default(), env(&upstash)).unwrap();
-        assert_eq!(c.addr, rest("https://upstash.example"));
+        assert_eq!(c.deployment, rest("https://upstash.example"));
         assert_eq!(c.password.as_deref(), Some("upstash-token"));
         let c = Config::resolve(&Options::default(), env(&upstash[2..])).unwrap();
         assert_eq!(
-            (c.addr, c.password.as_deref()),
+            (c.deployment, c.password.as_deref()),
             (rest("https://kv.example"), Some("kv-token"))
         );
         // A URL of one pair with only the other's token, as askdare-upstash takes it.
@@ -657,7 +711,10 @@ mod tests {
         let mut tcp_too = upstash.to_vec();
         tcp_too.push(("KV_URL", "rediss://:pw@kv.example:6379"));
         let c = Config::resolve(&Options::default(), env(&tcp_too)).unwrap();
-        assert!(matches!(c.addr, Addr::Tcp { tls: true, .. }), "KV_URL wins");
+        assert!(
+            matches!(server(&c), Addr::Tcp { tls: true, .. }),
+            "KV_URL wins"
+        );
         assert_eq!(c.password.as_deref(), Some("pw"));
         // An https:// url option reads the REST tokens too.
         let c = Config::resolve(&url("https://upstash.example"), env(&upstash[1..2])).unwrap();
@@ -731,10 +788,9 @@ mod tests {
         }
     }
 
-    fn tcp(host: &str, port: u16) -> Addr {
-        Addr::Tcp {
-            host: host.into(),
-            port,
+    fn seeds(list: &[(&str, u16)]) -> Deployment {
+        Deployment::Cluster {
+            seeds: list.iter().map(|(h, p)| (h.to_string(), *p)).collect(),
             tls: false,
         }
     }
@@ -742,29 +798,23 @@ mod tests {
     #[test]
     fn cluster_seeds_from_the_option_or_the_environment() {
         let c = Config::resolve(&cluster("redis://:pw@a:7000, redis://b:7001"), env(&[])).unwrap();
-        assert_eq!(c.cluster, Some(vec![tcp("a", 7000), tcp("b", 7001)]));
-        assert_eq!(
-            (c.addr, c.password.as_deref()),
-            (tcp("a", 7000), Some("pw"))
-        );
+        assert_eq!(c.deployment, seeds(&[("a", 7000), ("b", 7001)]));
+        assert_eq!(c.password.as_deref(), Some("pw"));
         let e = env(&[
             ("REDIS_URL", "redis://a:1,redis://:pw@b:2"),
             ("REDIS_CLUSTER", "1"),
         ]);
         let c = Config::resolve(&Options::default(), e).unwrap();
-        assert_eq!(c.cluster.as_ref().map(Vec::len), Some(2));
+        assert!(matches!(c.deployment, Deployment::Cluster { ref seeds, .. } if seeds.len() == 2));
         assert_eq!(c.password.as_deref(), Some("pw"));
         // One URL is a cluster of one seed; the option wins over the variable.
         let c = Config::resolve(&cluster("redis://a"), env(&[])).unwrap();
-        assert_eq!(c.cluster, Some(vec![tcp("a", 6379)]));
+        assert_eq!(c.deployment, seeds(&[("a", 6379)]));
         let mut o = url("redis://a");
         o.cluster = Some(false);
-        assert_eq!(
-            Config::resolve(&o, env(&[("REDIS_CLUSTER", "1")]))
-                .unwrap()
-                .cluster,
-            None
-        );
+        assert!(!Config::resolve(&o, env(&[("REDIS_CLUSTER", "1")]))
+            .unwrap()
+            .is_cluster());
     }
 
     #[test]
@@ -820,47 +870,42 @@ mod tests {
             ("sentinel.example".to_string(), 26379),
             ("::1".to_string(), 5),
         ];
+        let s = sentinels(&c);
         assert_eq!(
-            c.addr,
-            Addr::Sentinel {
-                nodes,
-                name: "mymaster".into(),
-                tls: false,
-            }
+            (s.nodes, s.name, s.tls, s.username),
+            (nodes, "mymaster".into(), false, None)
         );
         assert_eq!(c.username.as_deref(), Some("app"));
         assert_eq!(c.password.as_deref(), Some("p@ss"));
-        assert_eq!(c.sentinel_password.as_deref(), Some("s&p"));
+        assert_eq!(s.password.as_deref(), Some("s&p"));
         assert_eq!(c.secrets(), vec![b"p@ss".to_vec(), b"s&p".to_vec()]);
         assert!(!format!("{c:?}").contains("s&p"));
         assert_eq!(c.db, 0);
         // From REDIS_URL too, with no credentials, and a name that needs decoding.
         let e = env(&[("REDIS_URL", "REDIS+SENTINEL://h/my%20master")]);
         let c = Config::resolve(&Options::default(), e).unwrap();
+        let s = sentinels(&c);
         assert_eq!(
-            c.addr,
-            Addr::Sentinel {
-                nodes: vec![("h".into(), 26379)],
-                name: "my master".into(),
-                tls: false,
-            }
+            (s.nodes, s.name, s.tls),
+            (vec![("h".into(), 26379)], "my master".into(), false)
         );
-        assert_eq!(
-            (c.username, c.password, c.sentinel_password),
-            (None, None, None)
-        );
+        assert_eq!((c.username, c.password, s.password), (None, None, None));
         // Only a password: the default user.
         let c = Config::resolve(&url("redis+sentinel://:pw@h/m/"), env(&[])).unwrap();
-        assert_eq!((c.username, c.password.as_deref()), (None, Some("pw")));
-        assert_eq!(c.sentinel_username, None);
+        assert_eq!(
+            (c.username.as_deref(), c.password.as_deref()),
+            (None, Some("pw"))
+        );
+        assert_eq!(sentinels(&c).username, None);
         // The sentinels' ACL user, beside its password.
         let c = Config::resolve(
             &url("redis+sentinel://h/m?sentinelUsername=watch%20er&sentinelPassword=s%26p"),
             env(&[]),
         )
         .unwrap();
-        assert_eq!(c.sentinel_username.as_deref(), Some("watch er"));
-        assert_eq!(c.sentinel_password.as_deref(), Some("s&p"));
+        let s = sentinels(&c);
+        assert_eq!(s.username.as_deref(), Some("watch er"));
+        assert_eq!(s.password.as_deref(), Some("s&p"));
         assert_eq!((&c.username, &c.password), (&None, &None));
         assert!(!format!("{c:?}").contains("s&p"));
     }
@@ -913,22 +958,19 @@ mod tests {
     fn a_tls_sentinel_url_takes_tls_ca_for_the_sentinels_and_the_master() {
         let mut o = url("rediss+sentinel://:pw@a:1,b/m?sentinelPassword=sp");
         let c = Config::resolve(&o, env(&[])).unwrap();
+        let s = sentinels(&c);
         assert_eq!(
-            c.addr,
-            Addr::Sentinel {
-                nodes: vec![("a".into(), 1), ("b".into(), 26379)],
-                name: "m".into(),
-                tls: true,
-            }
+            (s.nodes, s.name, s.tls),
+            (vec![("a".into(), 1), ("b".into(), 26379)], "m".into(), true)
         );
         assert_eq!(c.password.as_deref(), Some("pw"));
-        assert_eq!(c.sentinel_password.as_deref(), Some("sp"));
+        assert_eq!(s.password.as_deref(), Some("sp"));
         assert!(c.tls_ca.is_none());
         o.tls_ca = Some("x".into());
         assert!(config_error(Config::resolve(&o, env(&[]))).contains("PEM certificate"));
         let e = env(&[("REDIS_URL", "REDISS+SENTINEL://h/m")]);
         let c = Config::resolve(&Options::default(), e).unwrap();
-        assert!(matches!(c.addr, Addr::Sentinel { tls: true, .. }));
+        assert!(sentinels(&c).tls);
     }
 
     #[test]

@@ -23,7 +23,7 @@ use tokio::io::{Interest, Ready};
 use tokio::sync::{mpsc, oneshot};
 
 use super::calls::Query;
-use super::config::{Addr, Config};
+use super::config::{Addr, Config, Deployment};
 use super::conn::{Conn, Io};
 use super::pipe::{Request, Route};
 use super::reply::Answers;
@@ -82,8 +82,8 @@ impl Node {
         debug_assert_eq!(events, EVENTS);
         let (calls, queue) = mpsc::unbounded_channel();
         runtime::handle()?.spawn(run(conn, queue, Arc::clone(&monitor)));
-        let host = match &config.addr {
-            Addr::Tcp { host, .. } => host.clone(),
+        let host = match &config.deployment {
+            Deployment::Server(Addr::Tcp { host, .. }) => host.clone(),
             _ => String::new(),
         };
         Ok(Node {

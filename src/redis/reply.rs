@@ -149,35 +149,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn demotions_by_code() {
-        for code in ["READONLY", "MASTERDOWN", "LOADING"] {
-            assert!(Code::of(code).demotion());
-            assert!(Code::of(code).node_trouble());
-        }
-        for code in [
-            "ERR",
-            "NOSCRIPT",
-            "MOVED",
-            "ASK",
-            "CLUSTERDOWN",
-            "TRYAGAIN",
-            "OOM",
+    fn demotions_and_node_trouble_by_code() {
+        // (code, a demotion: the connection is dropped; node trouble: the slot map is asked again)
+        for (code, demotion, trouble) in [
+            ("READONLY", true, true),
+            ("MASTERDOWN", true, true),
+            ("LOADING", true, true),
+            ("CLUSTERDOWN", false, true),
+            ("TRYAGAIN", false, true),
+            ("ERR", false, false),
+            ("NOSCRIPT", false, false),
+            ("MOVED", false, false),
+            ("ASK", false, false),
+            ("COUNTRANGE", false, false),
+            ("NOPERM", false, false),
+            ("OOM", false, false),
         ] {
-            assert!(!Code::of(code).demotion());
-        }
-        for code in ["CLUSTERDOWN", "TRYAGAIN"] {
-            assert!(Code::of(code).node_trouble());
-        }
-        for code in [
-            "ERR",
-            "NOSCRIPT",
-            "MOVED",
-            "ASK",
-            "COUNTRANGE",
-            "NOPERM",
-            "OOM",
-        ] {
-            assert!(!Code::of(code).node_trouble());
+            assert_eq!(Code::of(code).demotion(), demotion, "{code}");
+            assert_eq!(Code::of(code).node_trouble(), trouble, "{code}");
         }
     }
 

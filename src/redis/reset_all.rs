@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use super::cluster::slot;
-use super::config::{Addr, Config};
+use super::config::{Addr, Config, Deployment};
 use super::reset::ResetAll;
 use super::resp::Value;
 use super::socket::Target;
@@ -22,26 +22,28 @@ pub fn reset_all(config: &Config, prefix: &[u8]) -> Result<()> {
         return super::rest::reset_all(config, prefix).map_err(|e| e.redacted(&secrets));
     }
     let timeout = Duration::from_millis(config.timeout_ms);
-    let nodes = match &config.cluster {
-        None => vec![config.clone()],
-        Some(_) => masters(config, timeout)?,
+    let nodes = match &config.deployment {
+        Deployment::Cluster { seeds, tls } => masters(config, seeds, *tls, timeout)?,
+        _ => vec![config.clone()],
     };
     let secrets = config.secrets();
     let secrets: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
     for node in nodes {
-        on_node(&node, prefix, timeout).map_err(|e| e.redacted(&secrets))?;
+        on_node(&node, prefix, timeout, config.is_cluster()).map_err(|e| e.redacted(&secrets))?;
     }
     Ok(())
 }
 
-fn on_node(node: &Config, prefix: &[u8], timeout: Duration) -> Result<()> {
+/// Unlinks the keys under `prefix` on one server; on a cluster's master
+/// (`by_slot`) each UNLINK names keys of one slot.
+fn on_node(node: &Config, prefix: &[u8], timeout: Duration, by_slot: bool) -> Result<()> {
     let ms = timeout.as_millis() as u64;
     let mut socket = Target::new(node)?.connect_blocking(timeout)?;
     let mut plan = ResetAll::new(prefix)?;
     while let Some(scan) = plan.next_scan() {
         let (cursor, keys) = scan_page(socket.command(&scan, ms)?)?;
         // On a cluster each UNLINK names keys of one slot; one server takes any.
-        let slot_of = |key: &[u8]| if node.cluster.is_some() { slot(key) } else { 0 };
+        let slot_of = |key: &[u8]| if by_slot { slot(key) } else { 0 };
         for unlink in plan.on_scan_reply(cursor, keys, slot_of) {
             socket.command(&unlink, ms)?;
         }
@@ -72,11 +74,19 @@ fn scan_page(reply: Value) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
 
 /// The cluster's masters, from CLUSTER SLOTS asked of the first seed that
 /// answers, each as the config of a single server.
-fn masters(config: &Config, timeout: Duration) -> Result<Vec<Config>> {
-    let seeds = config.cluster.clone().unwrap_or_default();
+fn masters(
+    config: &Config,
+    seeds: &[(String, u16)],
+    tls: bool,
+    timeout: Duration,
+) -> Result<Vec<Config>> {
     let mut last = Error::Config("no seed node to ask for the cluster's masters".into());
-    for seed in seeds {
-        let node = single(config, seed.clone());
+    for (host, port) in seeds {
+        let node = config.server(Addr::Tcp {
+            host: host.clone(),
+            port: *port,
+            tls,
+        });
         let asked = Target::new(&node)
             .and_then(|t| t.connect_blocking(timeout))
             .and_then(|mut s| {
@@ -86,19 +96,20 @@ fn masters(config: &Config, timeout: Duration) -> Result<Vec<Config>> {
                 )
             });
         match asked {
-            Ok(reply) => return masters_of(config, &seed, reply),
+            Ok(reply) => return masters_of(config, host, tls, reply),
             Err(e) => last = e,
         }
     }
     Err(last)
 }
 
-fn masters_of(config: &Config, seed: &Addr, reply: Value) -> Result<Vec<Config>> {
+/// The masters a CLUSTER SLOTS reply names; a node that does not know its
+/// own address is at `seed_host`, the seed that answered.
+fn masters_of(config: &Config, seed_host: &str, tls: bool, reply: Value) -> Result<Vec<Config>> {
     let wrong = || Error::Redis("CLUSTER SLOTS gave an answer of the wrong shape".into());
     let Value::Array(Some(ranges)) = reply else {
         return Err(wrong());
     };
-    let tls = matches!(seed, Addr::Tcp { tls: true, .. });
     let mut found: Vec<(String, u16)> = Vec::new();
     for range in ranges {
         let Value::Array(Some(parts)) = range else {
@@ -115,12 +126,7 @@ fn masters_of(config: &Config, seed: &Addr, reply: Value) -> Result<Vec<Config>>
         let mut host = String::from_utf8_lossy(host).into_owned();
         if host.is_empty() {
             // A node that does not know its own address: the seed's.
-            if let Addr::Tcp {
-                host: seed_host, ..
-            } = seed
-            {
-                host = seed_host.clone();
-            }
+            host = seed_host.to_string();
         }
         let port = u16::try_from(*port).map_err(|_| wrong())?;
         if !found.contains(&(host.clone(), port)) {
@@ -129,20 +135,6 @@ fn masters_of(config: &Config, seed: &Addr, reply: Value) -> Result<Vec<Config>>
     }
     Ok(found
         .into_iter()
-        .map(|(host, port)| {
-            let mut node = single(config, Addr::Tcp { host, port, tls });
-            // Kept so that UNLINKs are split by slot.
-            node.cluster = Some(Vec::new());
-            node
-        })
+        .map(|(host, port)| config.server(Addr::Tcp { host, port, tls }))
         .collect())
-}
-
-/// The config of one node of the cluster `config` names.
-fn single(config: &Config, addr: Addr) -> Config {
-    Config {
-        addr,
-        cluster: None,
-        ..config.clone()
-    }
 }

@@ -42,7 +42,7 @@ use tokio::time::{timeout_at, Duration, Instant};
 
 use super::calls::Loaded;
 use super::calls::{overtaken, part_end, Query};
-use super::config::{Addr, Config};
+use super::config::{Config, Deployment};
 use super::order::KeyOrder;
 use super::reply::{self, server_error, Answers, Code, Reply, Stage};
 use super::reset::{Command, ResetAll};
@@ -108,7 +108,7 @@ impl Failure {
 
 impl Rest {
     pub fn new(config: &Config, monitor: Arc<Monitor>) -> Result<Rest> {
-        let Addr::Rest { base } = &config.addr else {
+        let Deployment::Rest { base } = &config.deployment else {
             return Err(Error::Internal(
                 "a Redis URL was given to the REST transport",
             ));

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use rustls::pki_types::{CertificateDer, ServerName};
 use rustls::{ClientConfig, ClientConnection};
 
-use super::config::{Addr, Config};
+use super::config::{Addr, Config, Deployment};
 use super::resp::{self, Parser, Value};
 use crate::errors::{Error, Result};
 
@@ -89,36 +89,28 @@ pub struct Target {
 impl Target {
     pub fn new(config: &Config) -> Result<Target> {
         let mut sentinel_tls = None;
-        let tls = match &config.addr {
-            Addr::Tcp {
+        let tls = match &config.deployment {
+            Deployment::Server(Addr::Tcp {
                 host, tls: true, ..
-            } => Some((tls_config(config.tls_ca.as_deref())?, server_name(host)?)),
-            Addr::Unix(_) if !cfg!(unix) => {
+            }) => Some((tls_config(config.tls_ca.as_deref())?, server_name(host)?)),
+            Deployment::Server(Addr::Unix(_)) if !cfg!(unix) => {
                 return Err(Error::Config(
                     "redis+unix:// URLs need a Unix socket, which this platform lacks".into(),
                 ))
             }
-            Addr::Rest { .. } => {
-                return Err(Error::Internal(
-                    "a REST URL was given to the Redis protocol",
-                ))
-            }
-            Addr::Sentinel { tls: false, .. } if config.tls_ca.is_some() => {
-                return Err(Error::Config(
-                    "tls.ca is set but the Sentinel URL is not rediss+sentinel://".into(),
-                ))
-            }
-            Addr::Sentinel {
-                nodes, tls: true, ..
-            } => {
-                // Every sentinel's name is checked now, not at its turn.
-                for (host, _) in nodes {
-                    sentinel::sentinel_name(host)?;
+            Deployment::Server(_) => None,
+            Deployment::Sentinel(sentinels) => {
+                if sentinels.tls {
+                    // Every sentinel's name is checked now, not at its turn.
+                    for (host, _) in &sentinels.nodes {
+                        sentinel::sentinel_name(host)?;
+                    }
+                    sentinel_tls = Some(tls_config(config.tls_ca.as_deref())?);
                 }
-                sentinel_tls = Some(tls_config(config.tls_ca.as_deref())?);
                 None
             }
-            _ => None,
+            // A cluster's connections are to its nodes, each a server of its own.
+            Deployment::Cluster { .. } | Deployment::Rest { .. } => return Err(NOT_ONE_SERVER),
         };
         Ok(Target {
             config: config.clone(),
@@ -156,11 +148,15 @@ impl Target {
     /// Connects and greets the server within `timeout`; the socket it
     /// answers blocks, each read and write for at most `timeout`.
     pub fn connect_blocking(&self, timeout: Duration) -> Result<Socket> {
-        if let Addr::Sentinel { nodes, name, .. } = &self.config.addr {
-            return self
-                .connect_master(nodes, name, timeout)
-                .map(|(socket, _, _)| socket);
-        }
+        let addr = match &self.config.deployment {
+            Deployment::Server(addr) => addr,
+            Deployment::Sentinel(sentinels) => {
+                return self
+                    .connect_master(sentinels, timeout)
+                    .map(|(socket, _, _)| socket)
+            }
+            Deployment::Cluster { .. } | Deployment::Rest { .. } => return Err(NOT_ONE_SERVER),
+        };
         let deadline = Instant::now() + timeout;
         let left = || {
             deadline
@@ -178,7 +174,7 @@ impl Target {
             },
             _ => unsent(format!("could not connect to Redis: {e}")),
         };
-        let stream = match &self.config.addr {
+        let stream = match addr {
             Addr::Tcp { host, port, .. } => {
                 let addrs = (host.as_str(), *port).to_socket_addrs().map_err(failed)?;
                 let mut last = io::Error::new(io::ErrorKind::NotFound, "the host has no address");
@@ -201,9 +197,11 @@ impl Target {
                 Stream::Unix(std::os::unix::net::UnixStream::connect(path).map_err(failed)?)
             }
             #[cfg(not(unix))]
-            Addr::Unix(_) => unreachable!("refused by Target::new"),
-            Addr::Rest { .. } => unreachable!("refused by Target::new"),
-            Addr::Sentinel { .. } => unreachable!("answered above"),
+            Addr::Unix(_) => {
+                return Err(Error::Config(
+                    "redis+unix:// URLs need a Unix socket, which this platform lacks".into(),
+                ))
+            }
         };
         stream.set_timeouts(Some(left()?)).map_err(failed)?;
         let mut socket = Socket {
@@ -233,6 +231,11 @@ impl Target {
         Ok(socket)
     }
 }
+
+/// A connection is to one server (or the master Sentinel names): a cluster's
+/// and the REST API's are made above it, so this is never answered to a user.
+const NOT_ONE_SERVER: Error =
+    Error::Internal("a connection was asked of a cluster or the REST API");
 
 /// How the message of a failed TLS handshake starts (the peer's certificate
 /// not trusted, or not for its name).

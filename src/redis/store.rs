@@ -19,7 +19,7 @@ use tokio::time::timeout_at;
 
 use super::calls::Query;
 use super::cluster::Cluster;
-use super::config::Config;
+use super::config::{Config, Deployment};
 use super::host::Node;
 use super::reply::{Answers, Code};
 use super::rest::Rest;
@@ -67,10 +67,14 @@ impl Nodes {
             return Ok(nodes);
         }
         let monitor = Arc::new(Monitor::default());
-        let nodes = match &config.cluster {
-            Some(seeds) => Nodes::Cluster(Arc::new(Cluster::new(config, seeds, monitor)?)),
-            None if config.is_rest() => Nodes::Rest(Arc::new(Rest::new(config, monitor)?)),
-            None => Nodes::Single(Arc::new(Node::start(config, monitor.clone())?)),
+        let nodes = match &config.deployment {
+            Deployment::Cluster { seeds, tls } => {
+                Nodes::Cluster(Arc::new(Cluster::new(config, seeds, *tls, monitor)?))
+            }
+            Deployment::Rest { .. } => Nodes::Rest(Arc::new(Rest::new(config, monitor)?)),
+            Deployment::Server(_) | Deployment::Sentinel(_) => {
+                Nodes::Single(Arc::new(Node::start(config, monitor.clone())?))
+            }
         };
         let held = match &nodes {
             Nodes::Single(node) => WeakNodes::Single(Arc::downgrade(node)),

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rustls::pki_types::ServerName;
 
-use super::super::config::{Addr, Config, SENTINEL_PASSWORD};
+use super::super::config::{Addr, Config, Deployment, Sentinels, SENTINEL_PASSWORD};
 use super::super::resp::{self, Parser, Value};
 use super::{server_name, unsent, Socket, Target, HANDSHAKE_FAILED};
 use crate::errors::{Error, Result};
@@ -32,16 +32,17 @@ impl Target {
     /// (0 for any other target). The first call starts listening for them.
     /// A connection opened at one epoch is replaced once the epoch moves.
     pub fn epoch(&self) -> u64 {
-        if let Addr::Sentinel { nodes, name, .. } = &self.config.addr {
+        if let Deployment::Sentinel(sentinels) = &self.config.deployment {
             self.switches.watching.get_or_init(|| {
-                let sentinels = nodes
+                let targets = sentinels
+                    .nodes
                     .iter()
-                    .filter_map(|node| self.sentinel(node).ok())
+                    .filter_map(|node| self.sentinel(sentinels, node).ok())
                     .collect();
                 watch(
                     Arc::downgrade(&self.switches),
-                    sentinels,
-                    name.clone(),
+                    targets,
+                    sentinels.name.clone(),
                     Duration::from_millis(self.config.timeout_ms),
                 );
             });
@@ -57,7 +58,7 @@ impl Target {
 
     /// The target of one sentinel, with the sentinels' password, over TLS
     /// (checked against the sentinel's host in the URL) for `rediss+sentinel://`.
-    pub(super) fn sentinel(&self, (host, port): &(String, u16)) -> Result<Target> {
+    fn sentinel(&self, sentinels: &Sentinels, (host, port): &(String, u16)) -> Result<Target> {
         let tls = match &self.sentinel_tls {
             Some(config) => Some((Arc::clone(config), sentinel_name(host)?)),
             None => None,
@@ -65,19 +66,16 @@ impl Target {
         let secure = tls.is_some();
         Ok(Target::found(
             Config {
-                addr: Addr::Tcp {
+                deployment: Deployment::Server(Addr::Tcp {
                     host: host.clone(),
                     port: *port,
                     tls: secure,
-                },
+                }),
                 db: 0,
-                username: self.config.sentinel_username.clone(),
-                password: self.config.sentinel_password.clone(),
+                username: sentinels.username.clone(),
+                password: sentinels.password.clone(),
                 timeout_ms: self.config.timeout_ms,
                 tls_ca: None,
-                cluster: None,
-                sentinel_password: None,
-                sentinel_username: None,
                 wait_replicas: 0,
             },
             tls,
@@ -92,8 +90,7 @@ impl Target {
     /// master's certificate is checked against that address (usually an IP).
     pub(super) fn connect_master(
         &self,
-        nodes: &[(String, u16)],
-        name: &str,
+        sentinels: &Sentinels,
         timeout: Duration,
     ) -> Result<(Socket, String, u16)> {
         let deadline = Instant::now() + timeout;
@@ -105,22 +102,17 @@ impl Target {
         };
         let mut last = None;
         while let Some(budget) = left() {
-            let tried = self.ask_sentinels(nodes, name, deadline).and_then(|(host, port)| {
+            let tried = self.ask_sentinels(sentinels, deadline).and_then(|(host, port)| {
                 let tls = match &self.sentinel_tls {
                     Some(config) => Some((Arc::clone(config), master_name(&host)?)),
                     None => None,
                 };
                 let master = Target::found(
-                    Config {
-                        addr: Addr::Tcp {
-                            host: host.clone(),
-                            port,
-                            tls: tls.is_some(),
-                        },
-                        sentinel_password: None,
-                        sentinel_username: None,
-                        ..self.config.clone()
-                    },
+                    self.config.server(Addr::Tcp {
+                        host: host.clone(),
+                        port,
+                        tls: tls.is_some(),
+                    }),
                     tls,
                 );
                 let mut socket = master.connect_blocking(budget).map_err(|e| match e {
@@ -169,16 +161,12 @@ impl Target {
 
     /// The master's address, from the first sentinel (in the URL's order)
     /// that knows it; each sentinel gets a share of the time left.
-    fn ask_sentinels(
-        &self,
-        nodes: &[(String, u16)],
-        name: &str,
-        deadline: Instant,
-    ) -> Result<(String, u16)> {
+    fn ask_sentinels(&self, sentinels: &Sentinels, deadline: Instant) -> Result<(String, u16)> {
+        let nodes = &sentinels.nodes;
         let ask = [
             b"SENTINEL".to_vec(),
             b"get-master-addr-by-name".to_vec(),
-            name.as_bytes().to_vec(),
+            sentinels.name.as_bytes().to_vec(),
         ];
         let mut unknown = false;
         let mut last = None;
@@ -191,7 +179,7 @@ impl Target {
             };
             let budget = left / (nodes.len() - i) as u32;
             let answer = self
-                .sentinel(node)
+                .sentinel(sentinels, node)
                 .and_then(|sentinel| sentinel.connect_blocking(budget))
                 .and_then(|mut socket| socket.command(&ask, budget.as_millis().max(1) as u64));
             match answer.map(master_address) {
