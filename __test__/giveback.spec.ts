@@ -303,39 +303,52 @@ describe('over a hit-only store the limiter never lets more than limit through i
   it('holds under random delays on every call, with parallel checks crossing edges', async () => {
     const windowMs = 100;
     const limit = 1;
-    const inner = memoryStore();
-    // Every positive hit as the counters answered it: its count and its window's end (±1 ms).
-    const hits: { count: number; end: number }[] = [];
-    const store: RateLimitStore = {
-      shared: false,
-      async hit(key, ms, amount) {
-        await sleep(Math.random() * (amount < 0 ? 150 : 20));
-        const answer = await inner.hit(key, ms, amount);
-        if (amount > 0) hits.push({ count: answer.count, end: performance.now() + answer.resetMs });
-        await sleep(Math.random() * 20);
-        return answer;
-      },
-    };
-    const limiter = createLimiter({ store, limit, windowMs });
-    const key = randomUUID();
-    const answers = await Promise.all(
-      Array.from({ length: 80 }, async (_, i) => {
-        await sleep(Math.floor(i / 2) * 9);
-        return limiter.check(key);
-      }),
-    );
-    // The limiter allows a check exactly when its hit counted within the limit.
-    const within = hits.filter((h) => h.count <= limit);
-    expect(answers.filter((a) => a.allowed).length).toBe(within.length);
-    // Windows end at least windowMs apart: ends closer than windowMs / 2 are one window's.
-    const ends = within.map((h) => h.end).sort((a, b) => a - b);
-    let perWindow = 0;
-    let most = 0;
-    ends.forEach((end, i) => {
-      perWindow = i > 0 && end - ends[i - 1] < windowMs / 2 ? perWindow + 1 : 1;
-      most = Math.max(most, perWindow);
-    });
-    expect(ends.length).toBeGreaterThan(3);
-    expect(most).toBeLessThanOrEqual(limit);
+    /** One run of 80 checks over about 360 ms: the windows it allowed a hit in, and the most in one. */
+    async function run() {
+      const inner = memoryStore();
+      // Every positive hit as the counters answered it: its count and its window's end (±1 ms).
+      const hits: { count: number; end: number }[] = [];
+      const store: RateLimitStore = {
+        shared: false,
+        async hit(key, ms, amount) {
+          await sleep(Math.random() * (amount < 0 ? 150 : 20));
+          const answer = await inner.hit(key, ms, amount);
+          if (amount > 0) hits.push({ count: answer.count, end: performance.now() + answer.resetMs });
+          await sleep(Math.random() * 20);
+          return answer;
+        },
+      };
+      const limiter = createLimiter({ store, limit, windowMs });
+      const key = randomUUID();
+      const answers = await Promise.all(
+        Array.from({ length: 80 }, async (_, i) => {
+          await sleep(Math.floor(i / 2) * 9);
+          return limiter.check(key);
+        }),
+      );
+      // The limiter allows a check exactly when its hit counted within the limit.
+      const within = hits.filter((h) => h.count <= limit);
+      expect(answers.filter((a) => a.allowed).length).toBe(within.length);
+      // Windows end at least windowMs apart: ends closer than windowMs / 2 are one window's.
+      const ends = within.map((h) => h.end).sort((a, b) => a - b);
+      let perWindow = 0;
+      let most = 0;
+      ends.forEach((end, i) => {
+        perWindow = i > 0 && end - ends[i - 1] < windowMs / 2 ? perWindow + 1 : 1;
+        most = Math.max(most, perWindow);
+      });
+      await inner.close();
+      return { windows: ends.length, most };
+    }
+    // The rule holds in every run; a run counts once its checks crossed several edges. A stalled event
+    // loop (a loaded machine) fires the checks' timers together and squeezes a run into fewer windows:
+    // such a run is checked too, and another is made.
+    let windows = 0;
+    for (let tries = 0; tries < 5 && windows <= 3; tries++) {
+      const result = await run();
+      expect(result.most).toBeLessThanOrEqual(limit);
+      windows = result.windows;
+    }
+    expect(windows).toBeGreaterThan(3);
   });
 });
