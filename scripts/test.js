@@ -1,10 +1,14 @@
 'use strict';
-// The Vitest part of `npm test`, after its set-up and cargo's tests: the suites that can share the
-// machine (`__test__/`, three files at a time) and the end-to-end suites (`e2e/`, one file at a time) run
-// at once, since both spend their time waiting on servers, builds and timers more than on the CPU; then
-// the suites that must run alone (vitest.config.mjs's ALONE: they measure stalls or fill the CPU
-// themselves), with nothing beside them. The shared suites print as they run; the end-to-end suites'
-// output is printed whole once both are done, so that the two do not interleave. Exits 1 if any failed.
+// `npm test` after its set-up: the addon's build where it is missing or older than its sources
+// (build-if-needed.js), cargo's tests, and Vitest's suites. Cargo builds its tests from the start at the
+// lowest CPU priority (`nice -n 19`), on the CPU time the rest leaves idle: the core that the addon's
+// release build leaves idle in its last minute (the whole addon as one LTO unit), then what the suites
+// leave. The suites that can share the machine (`__test__/`, three files at a time) and the end-to-end
+// suites (`e2e/`, one file at a time) run at once, since both spend their time waiting on servers,
+// builds and timers more than on the CPU. Then the suites that must run alone (vitest.config.mjs's ALONE: they measure stalls or
+// fill the CPU themselves), with nothing beside them; then cargo's tests, already built. The shared
+// suites print as they run; the end-to-end suites' and cargo's build output is printed whole once they
+// are done, so that nothing interleaves. Exits 1 if anything failed.
 
 const { spawn } = require('node:child_process');
 const { join } = require('node:path');
@@ -12,10 +16,10 @@ const { join } = require('node:path');
 const root = join(__dirname, '..');
 const vitest = join(root, 'node_modules', 'vitest', 'vitest.mjs');
 
-/** Runs Vitest with `args`: its output to this process's as it comes (`live`), or kept and answered. */
-function run(args, live) {
+/** Runs `command` with `args`: its output to this process's as it comes (`live`), or kept and answered. */
+function run(command, args, live) {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [vitest, 'run', ...args], {
+    const child = spawn(command, args, {
       cwd: root,
       stdio: ['ignore', live ? 'inherit' : 'pipe', live ? 'inherit' : 'pipe'],
     });
@@ -24,26 +28,57 @@ function run(args, live) {
       child.stdout.on('data', (chunk) => chunks.push(chunk));
       child.stderr.on('data', (chunk) => chunks.push(chunk));
     }
-    child.on('close', (code, signal) => resolve({ ok: code === 0, code, signal, output: Buffer.concat(chunks) }));
+    const done = (ok, code, signal, error) =>
+      resolve({ ok, code, signal, output: Buffer.concat([...chunks, Buffer.from(error ? `${error.message}\n` : '')]) });
+    child.on('error', (error) => done(false, null, null, error));
+    child.on('close', (code, signal) => done(code === 0, code, signal));
   });
+}
+
+const vitestRun = (args, live) => run(process.execPath, [vitest, 'run', ...args], live);
+
+/** cargo with `args`, at the lowest CPU priority where `nice` exists (every Unix). */
+function lowCargo(args) {
+  if (process.platform === 'win32') return run('cargo', args, false);
+  return run('nice', ['-n', '19', 'cargo', ...args], false);
 }
 
 async function main() {
   const started = Date.now();
   const seconds = () => `${Math.round((Date.now() - started) / 1000)} s`;
-  console.log('npm test: the shared suites (__test__/) and the end-to-end suites (e2e/) at once');
-  const [shared, e2e] = await Promise.all([
-    run(['--project', 'shared'], true),
-    run(['--config', 'vitest.e2e.config.mjs'], false),
+  console.log("npm test: cargo's tests build from now on, beside the rest (nice -n 19)");
+  const building = lowCargo(['test', '--quiet', '--no-run']).then((result) => {
+    console.log(`\nnpm test: cargo's tests built (${seconds()})`);
+    return result;
+  });
+  const addon = await run(process.execPath, [join(__dirname, 'build-if-needed.js')], true);
+  if (!addon.ok) {
+    console.error('npm test: the addon did not build; no test ran');
+    return 1;
+  }
+  console.log(`npm test: the shared suites (__test__/) and the end-to-end suites (e2e/) at once (${seconds()})`);
+  const [shared, e2e, build] = await Promise.all([
+    vitestRun(['--project', 'shared'], true),
+    vitestRun(['--config', 'vitest.e2e.config.mjs'], false),
+    building,
   ]);
   console.log(`\nnpm test: the end-to-end suites (e2e/), run beside the shared suites (${seconds()}):`);
   process.stdout.write(e2e.output);
   console.log(`\nnpm test: the suites that run alone (${seconds()})`);
-  const alone = await run(['--project', 'alone'], true);
+  const alone = await vitestRun(['--project', 'alone'], true);
+  let cargo = build;
+  if (build.ok) {
+    console.log(`\nnpm test: cargo's tests (${seconds()})`);
+    cargo = await run('cargo', ['test', '--quiet'], true);
+  } else {
+    console.log(`\nnpm test: cargo's tests did not build:`);
+    process.stdout.write(build.output);
+  }
   const failed = [
     ['the shared suites', shared],
     ['the end-to-end suites', e2e],
     ['the suites that run alone', alone],
+    ["cargo's tests", cargo],
   ].filter(([, result]) => !result.ok);
   console.log(`\nnpm test: done in ${seconds()}`);
   for (const [name, result] of failed) {
