@@ -102,22 +102,31 @@ describe('memoryStore answers as Redis does', () => {
   });
 
   it('keeps or drops a sliding state whole when a full store makes room', async () => {
-    const store = memoryStore({ maxKeys: 3 });
-    try {
-      const k = key();
-      await phase(100, 700);
-      await store.slidingWindow.increment(k, 1000, 6);
-      await phase(10, 60);
-      await store.slidingWindow.increment(k, 1000, 1);
-      const whole = (await store.slidingWindow.increment(k, 1000, 0)).count;
-      expect(whole).toBeGreaterThanOrEqual(6);
-      // New keys take room: the state goes, or stays, as one.
-      await store.hit(key(), 60_000, 1);
-      await store.hit(key(), 60_000, 1);
-      const after = (await store.slidingWindow.increment(k, 1000, 0)).count;
-      expect([0, whole]).toContain(after);
-    } finally {
-      await store.close();
+    // 6 in one 1 s window, then 1 early in the next, where the last window still weighs over 5/6: a
+    // state of at least 6. A run whose timers a loaded machine held up past those phases (the 6 in
+    // another window, or the reads more than 150 ms into the next) is made again on a fresh store.
+    for (let attempt = 1; ; attempt++) {
+      const store = memoryStore({ maxKeys: 3 });
+      try {
+        const k = key();
+        await phase(100, 700);
+        const window = Math.floor(Date.now() / 1000);
+        await store.slidingWindow.increment(k, 1000, 6);
+        if (Math.floor(Date.now() / 1000) !== window && attempt < 5) continue;
+        await sleep((window + 1) * 1000 + 10 - Date.now());
+        await store.slidingWindow.increment(k, 1000, 1);
+        const whole = (await store.slidingWindow.increment(k, 1000, 0)).count;
+        if (Date.now() > (window + 1) * 1000 + 150 && attempt < 5) continue;
+        expect(whole).toBeGreaterThanOrEqual(6);
+        // New keys take room: the state goes, or stays, as one.
+        await store.hit(key(), 60_000, 1);
+        await store.hit(key(), 60_000, 1);
+        const after = (await store.slidingWindow.increment(k, 1000, 0)).count;
+        expect([0, whole]).toContain(after);
+        return;
+      } finally {
+        await store.close();
+      }
     }
   });
 
