@@ -266,7 +266,7 @@ impl LoopStore {
     }
 
     pub fn flush(&self) {
-        self.conn.borrow_mut().flush();
+        self.conn.borrow_mut().flush(Instant::now());
         deliver(&self.conn);
     }
 
@@ -360,7 +360,7 @@ unsafe fn with_conn(handle: *mut Handle, f: impl FnOnce(&mut Conn)) {
         };
         // No panic may cross into libuv.
         if std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(&mut conn))).is_err() {
-            conn.lost("a Rust panic was caught");
+            conn.lost("a Rust panic was caught", Instant::now());
         }
     }
     deliver(cell);
@@ -370,15 +370,19 @@ unsafe extern "C" fn on_ready(handle: *mut Handle, status: i32, events: i32) {
     // SAFETY: libuv passes the poll handle made in `UvIo::open`.
     unsafe {
         with_conn(handle, |c| match status < 0 {
-            true => c.lost(&format!("libuv error {status}")),
-            false => c.ready(events & uv::READABLE != 0, events & uv::WRITABLE != 0),
+            true => c.lost(&format!("libuv error {status}"), Instant::now()),
+            false => c.ready(
+                events & uv::READABLE != 0,
+                events & uv::WRITABLE != 0,
+                Instant::now(),
+            ),
         })
     }
 }
 
 unsafe extern "C" fn on_timer(handle: *mut Handle) {
     // SAFETY: libuv passes the timer made in `open_conn`.
-    unsafe { with_conn(handle, Conn::expired) }
+    unsafe { with_conn(handle, |c| c.handle_timeout(Instant::now())) }
 }
 
 unsafe extern "C" fn on_connected(handle: *mut Handle) {
@@ -392,7 +396,7 @@ unsafe extern "C" fn on_connected(handle: *mut Handle) {
                     .result
                     .take();
             if let Some(result) = result {
-                c.connected(result);
+                c.connected(result, Instant::now());
             }
         })
     }

@@ -6,7 +6,12 @@
 //! and keeps the timer: the binding does it with libuv's poll and timer
 //! handles on Node's event loop, `host` with a tokio task on the I/O
 //! thread, and each calls back into [`Conn::ready`], [`Conn::connected`]
-//! and [`Conn::expired`].
+//! and [`Conn::handle_timeout`].
+//!
+//! The connection and its pipeline read no clock: each call that acts on
+//! time takes `now` from its host (a hit its `sent_at`), and
+//! [`Conn::poll_timeout`] says when the host's timer is due, as in
+//! quinn-proto's `Connection`. Its tests run on time as a value.
 //!
 //! Stores of one JS thread with the same server and credentials share one
 //! connection: each has a [`Sink`] of its own (indexed by the high half of
@@ -36,7 +41,7 @@ pub trait Io {
     fn watch(&mut self, writing: bool) -> bool;
     /// Stops watching the socket (it is closed right after).
     fn close(&mut self);
-    /// Calls [`Conn::expired`] at `at`, or never (`None`): an armed timer
+    /// Calls [`Conn::handle_timeout`] at `at`, or never (`None`): an armed timer
     /// is what keeps the process alive while hits are in flight.
     fn arm(&mut self, at: Option<Instant>);
     /// The connection ends: no callback may come after this.
@@ -170,8 +175,9 @@ impl<I: Io, T> Conn<I, T> {
                 // Refused at once, unsent, while connects back off.
                 Gate::Refuse(error) => return Err(error),
                 Gate::Open | Gate::Probe => {
+                    let now = request.sent_at;
                     self.waiting.push_back(request);
-                    self.connect();
+                    self.connect(now);
                 }
             },
         }
@@ -189,19 +195,19 @@ impl<I: Io, T> Conn<I, T> {
         self.pipe.unsettled() + self.waiting.len()
     }
 
-    fn connect(&mut self) {
+    fn connect(&mut self, now: Instant) {
         self.phase = Phase::Connecting;
         self.epoch = self.target.epoch();
         if let Err(error) = self
             .io
             .connect(Arc::clone(&self.target), self.connect_timeout)
         {
-            self.connected(Err(error));
+            self.connected(Err(error), now);
         }
     }
 
-    /// A connect finished.
-    pub fn connected(&mut self, result: Result<Socket, Error>) {
+    /// A connect finished, at `now`.
+    pub fn connected(&mut self, result: Result<Socket, Error>, now: Instant) {
         if self.torn_down {
             return;
         }
@@ -227,13 +233,13 @@ impl<I: Io, T> Conn<I, T> {
                 while let Some(request) = self.waiting.pop_front() {
                     self.pipe.send(request);
                 }
-                self.watch(false);
-                self.flush();
+                self.watch(false, now);
+                self.flush(now);
             }
             Err(error) => {
                 self.phase = Phase::Down;
                 self.pipe.tally.connect_failures += 1;
-                self.backoff.failed(Instant::now(), error.clone());
+                self.backoff.failed(now, error.clone());
                 // Never sent, so never counted.
                 for request in self.waiting.drain(..) {
                     self.done.push(Done {
@@ -245,24 +251,24 @@ impl<I: Io, T> Conn<I, T> {
         }
     }
 
-    /// Writes what is queued, as far as the socket takes it now.
-    pub fn flush(&mut self) {
+    /// Writes what is queued, as far as the socket takes it at `now`.
+    pub fn flush(&mut self, now: Instant) {
         let Phase::Up { socket, .. } = &mut self.phase else {
             return;
         };
-        self.pipe.seal();
+        self.pipe.seal(now);
         if self.pipe.out.is_empty() {
             return;
         }
         match socket.write(&mut self.pipe.out) {
-            Ok(all) => self.watch(!all),
-            Err(e) => self.lost(&e.to_string()),
+            Ok(all) => self.watch(!all, now),
+            Err(e) => self.lost(&e.to_string(), now),
         }
     }
 
     /// Watches for answers, and for room to write if `writing`; only a
     /// change goes to the host (restarting a watch costs system calls).
-    fn watch(&mut self, writing: bool) {
+    fn watch(&mut self, writing: bool, now: Instant) {
         let Phase::Up { writing: was, .. } = &mut self.phase else {
             return;
         };
@@ -271,14 +277,14 @@ impl<I: Io, T> Conn<I, T> {
         }
         *was = Some(writing);
         if !self.io.watch(writing) {
-            self.lost("the event loop could not watch the socket");
+            self.lost("the event loop could not watch the socket", now);
         }
     }
 
-    /// The socket is ready to be read and/or written.
-    pub fn ready(&mut self, readable: bool, writable: bool) {
+    /// The socket is ready to be read and/or written, at `now`.
+    pub fn ready(&mut self, readable: bool, writable: bool, now: Instant) {
         if writable {
-            self.flush();
+            self.flush(now);
         }
         if !readable {
             return;
@@ -287,8 +293,8 @@ impl<I: Io, T> Conn<I, T> {
             return;
         };
         let open = socket.read(self.pipe.parser());
-        match self.pipe.answers(&mut self.done) {
-            Err(_) => return self.lost("Redis answered out of protocol"),
+        match self.pipe.answers(&mut self.done, now) {
+            Err(_) => return self.lost("Redis answered out of protocol", now),
             Ok(health) => {
                 if health.unusable {
                     // A demoted primary (or one still loading): a new
@@ -298,7 +304,7 @@ impl<I: Io, T> Conn<I, T> {
                         "the server can no longer take writes (READONLY, MASTERDOWN or LOADING)";
                     self.end(why);
                     self.backoff.failed(
-                        Instant::now(),
+                        now,
                         Error::Redis(format!("{why}: it was demoted or is loading")),
                     );
                     return;
@@ -311,20 +317,20 @@ impl<I: Io, T> Conn<I, T> {
         }
         match open {
             Ok(true) => {}
-            Ok(false) => return self.lost("the server closed the connection"),
-            Err(e) => return self.lost(&e.to_string()),
+            Ok(false) => return self.lost("the server closed the connection", now),
+            Err(e) => return self.lost(&e.to_string(), now),
         }
         // NOSCRIPT retries go out at once.
-        self.flush();
+        self.flush(now);
     }
 
     /// The connection failed: every hit on it rejects; the next hit connects
     /// anew. One that ends before it answered anything counts as a failed
     /// connect for the backoff.
-    pub fn lost(&mut self, why: &str) {
+    pub fn lost(&mut self, why: &str, now: Instant) {
         if !self.answered {
             let error = self.end(why);
-            self.backoff.failed(Instant::now(), error);
+            self.backoff.failed(now, error);
             return;
         }
         self.end(why);
@@ -358,27 +364,32 @@ impl<I: Io, T> Conn<I, T> {
         }
     }
 
-    /// Asks for [`Conn::expired`] at the earliest deadline, or for nothing
-    /// when idle (or when only hits settled by a timeout remain: a stuck
-    /// connection must not keep the process alive).
+    /// When [`Conn::handle_timeout`] is due: the earliest deadline, or
+    /// never when idle (or when only hits settled by a timeout remain: a
+    /// stuck connection must not keep the process alive).
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        // Hits wait in the order they were sent, and the stores sharing a
+        // connection share its timeoutMs, so the front is due first; the
+        // earliest is taken all the same, relying on no caller for it.
+        let waiting = self.waiting.iter().map(|r| r.deadline).min();
+        [self.pipe.next_deadline(), waiting]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// Asks the host for [`Conn::handle_timeout`] at [`Conn::poll_timeout`].
     pub fn arm(&mut self) {
         if self.torn_down {
             return;
         }
-        let next = [
-            self.pipe.next_deadline(),
-            self.waiting.front().map(|r| r.deadline),
-        ]
-        .into_iter()
-        .flatten()
-        .min();
+        let next = self.poll_timeout();
         self.io.arm(next);
     }
 
-    /// Deadlines passed: those hits reject.
-    pub fn expired(&mut self) {
-        let now = Instant::now();
-        // Hits wait in the order they were sent, but each store has its own timeout.
+    /// The time is `now`: the hits whose deadlines passed reject.
+    pub fn handle_timeout(&mut self, now: Instant) {
+        // Any waiting hit may be due (see `poll_timeout`).
         while let Some(i) = self.waiting.iter().position(|r| r.deadline <= now) {
             if let Some(request) = self.waiting.remove(i) {
                 self.pipe.tally.timeouts += 1;
@@ -397,7 +408,7 @@ impl<I: Io, T> Conn<I, T> {
         // A stuck connection (a paused server, a half-open socket, or one
         // whose hits time out in a row) is replaced.
         if self.pipe.expire(now, &mut self.done) {
-            self.lost("no answer within timeoutMs");
+            self.lost("no answer within timeoutMs", now);
         }
     }
 
@@ -540,7 +551,7 @@ mod tests {
             text: "refused".into(),
             sent: false,
         };
-        c.connected(Err(refused.clone()));
+        c.connected(Err(refused.clone()), Instant::now());
         let done = results(&mut c, sink);
         assert_eq!((done.len(), done[0].id), (1, 1));
         assert_eq!(done[0].result.as_ref().unwrap_err().sent(), Some(false));
@@ -556,10 +567,80 @@ mod tests {
         let mut c = conn("redis://127.0.0.1:1");
         let sink = c.join(());
         c.send(sink, request(7, Duration::ZERO)).unwrap();
-        c.expired();
+        c.handle_timeout(Instant::now());
         let done = results(&mut c, sink);
         assert_eq!(done[0].result, Err(Error::Timeout { ms: 0, sent: false }));
         assert_eq!(c.pipe.tally.timeouts, 1);
+    }
+
+    /// A hit sent at `at`, due `timeout` later.
+    fn request_at(id: u64, at: Instant, timeout: Duration) -> Request {
+        Request {
+            sent_at: at,
+            deadline: at + timeout,
+            ..request(id, timeout)
+        }
+    }
+
+    #[test]
+    fn time_is_a_value_the_host_passes_in_the_timer_is_the_earliest_deadline() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = conn("redis://127.0.0.1:1");
+        let sink = c.join(());
+        assert_eq!(c.poll_timeout(), None, "idle: no timer");
+        c.send(sink, request_at(1, t0, ms(1_000))).unwrap();
+        c.send(sink, request_at(2, t0 + ms(10), ms(300))).unwrap();
+        // Waiting for the connection: the earliest deadline, even where it is not the front's (the
+        // engine does not rely on one timeoutMs per connection). The first hit armed the timer; the
+        // host re-arms after each event.
+        assert_eq!(c.poll_timeout(), Some(t0 + ms(310)));
+        c.arm();
+        assert_eq!(c.io.armed, [Some(t0 + ms(1_000)), Some(t0 + ms(310))]);
+        // Nothing is due a microsecond early, whatever the wall clock says.
+        c.handle_timeout(t0 + ms(309));
+        assert!(results(&mut c, sink).is_empty());
+        c.handle_timeout(t0 + ms(310));
+        let done = results(&mut c, sink);
+        assert_eq!((done.len(), done[0].id), (1, 2));
+        assert_eq!(
+            done[0].result,
+            Err(Error::Timeout {
+                ms: 300,
+                sent: false
+            })
+        );
+        c.handle_timeout(t0 + ms(1_000));
+        let done = results(&mut c, sink);
+        assert_eq!((done.len(), done[0].id), (1, 1));
+        assert_eq!(c.poll_timeout(), None);
+        assert_eq!(c.pipe.tally.timeouts, 2);
+    }
+
+    #[test]
+    fn a_failed_connect_backs_off_from_the_time_it_failed_at() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = conn("redis://127.0.0.1:1");
+        let sink = c.join(());
+        c.send(sink, request_at(1, t0, ms(1_000))).unwrap();
+        let refused = Error::Connection {
+            text: "refused".into(),
+            sent: false,
+        };
+        c.connected(Err(refused), t0 + ms(5));
+        results(&mut c, sink);
+        // The first delay is drawn from [50, 100] ms after the failure: refused before, a probe after.
+        let early = c.send(sink, request_at(2, t0 + ms(54), ms(1_000)));
+        assert_eq!(early.unwrap_err().code(), "ERR_CONNECTION");
+        assert_eq!(c.io.connects.len(), 1);
+        c.send(sink, request_at(3, t0 + ms(105), ms(1_000)))
+            .unwrap();
+        assert_eq!(
+            c.io.connects.len(),
+            2,
+            "a probe connects once the delay has passed"
+        );
     }
 
     #[test]
@@ -608,12 +689,12 @@ mod tests {
         let sink = c.join(());
         c.send(sink, request(3, Duration::from_secs(5))).unwrap();
         let (target, timeout) = c.io.connects.pop().unwrap();
-        c.connected(target.connect(timeout));
+        c.connected(target.connect(timeout), Instant::now());
         assert_eq!((c.io.opened, c.io.watching[0]), (1, false));
         assert_eq!(c.pipe.tally.connects, 1);
         let mut done = Vec::new();
         for _ in 0..500 {
-            c.ready(true, false);
+            c.ready(true, false, Instant::now());
             done = results(&mut c, sink);
             if !done.is_empty() {
                 break;
@@ -625,7 +706,7 @@ mod tests {
         assert_eq!(c.sinks[sink].as_ref().unwrap().events, [Event::Connected]);
         server.join().unwrap();
         // The server closes: the connection is lost, and the next hit connects anew.
-        c.ready(true, false);
+        c.ready(true, false, Instant::now());
         assert_eq!((c.io.closed, c.pipe.tally.losses), (1, 1));
         c.send(sink, request(4, Duration::from_secs(5))).unwrap();
         assert_eq!(c.io.connects.len(), 1);

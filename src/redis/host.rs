@@ -275,31 +275,32 @@ async fn run(
                 while let Ok(pipeline) = calls.try_recv() {
                     take(&mut conn, pipeline);
                 }
-                conn.flush();
+                conn.flush(Instant::now());
                 true
             }
             Woke::Connected(result) => {
-                conn.connected(result.map(|socket| *socket));
+                conn.connected(result.map(|socket| *socket), Instant::now());
                 true
             }
             Woke::Ready(Ok(ready)) => {
                 let readable = ready.is_readable() || ready.is_read_closed();
-                conn.ready(readable, ready.is_writable() || ready.is_write_closed());
+                let writable = ready.is_writable() || ready.is_write_closed();
+                conn.ready(readable, writable, Instant::now());
                 true
             }
             Woke::Ready(Err(e)) => {
-                conn.lost(&e.to_string());
+                conn.lost(&e.to_string(), Instant::now());
                 true
             }
             Woke::Timer => {
-                conn.expired();
+                conn.handle_timeout(Instant::now());
                 true
             }
         }));
         match step {
             Ok(true) => {}
             Ok(false) => break,
-            Err(_) => conn.lost("a Rust panic was caught"),
+            Err(_) => conn.lost("a Rust panic was caught", Instant::now()),
         }
         deliver(&mut conn, &monitor);
     }

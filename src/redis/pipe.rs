@@ -261,7 +261,7 @@ impl Pipe {
     /// out, and an op was written since the last one: called right before
     /// `out` is written. It waits no longer than the earliest deadline of
     /// the ops it covers allows.
-    pub fn seal(&mut self) {
+    pub fn seal(&mut self, now: Instant) {
         let Some(fence) = self.fence else {
             return;
         };
@@ -274,7 +274,7 @@ impl Pipe {
             .filter(|s| !s.settled)
             .map(|s| s.request.deadline)
             .min();
-        let ms = fence.wait_ms(Instant::now(), earliest);
+        let ms = fence.wait_ms(now, earliest);
         let replicas = fence.replicas.to_string();
         let timeout = ms.to_string();
         resp::encode(
@@ -294,17 +294,19 @@ impl Pipe {
         &mut self.parser
     }
 
-    /// Matches every whole reply read so far to its hit.
-    pub fn answers(&mut self, done: &mut Vec<Done>) -> std::result::Result<Health, Malformed> {
+    /// Matches every whole reply read so far to its hit, at `now`.
+    pub fn answers(
+        &mut self,
+        done: &mut Vec<Done>,
+        now: Instant,
+    ) -> std::result::Result<Health, Malformed> {
         let mut health = Health::default();
-        // One clock read per batch of replies read together.
-        let mut now = None;
         let mut in_time = false;
         while let Some(reply) = self.parser.next()? {
             if let Some((_, ms)) = self.wait.filter(|(at, _)| *at == self.read) {
                 self.wait = None;
                 health.answered = true;
-                if self.confirmed(reply, ms, done) {
+                if self.confirmed(reply, ms, done, now) {
                     health.unusable = true;
                 }
                 continue;
@@ -361,7 +363,6 @@ impl Pipe {
                     continue;
                 }
                 self.unsettled -= 1;
-                let now = *now.get_or_insert_with(Instant::now);
                 self.tally
                     .answered(now.saturating_duration_since(sent.request.sent_at));
                 push(done, sent.request.id, result);
@@ -377,12 +378,11 @@ impl Pipe {
     /// A `WAIT` that waited up to `ms` answered: the ops answered before it
     /// are given if enough replicas confirmed them, else they reject (they
     /// ran on the master). Answers whether the server was demoted.
-    fn confirmed(&mut self, reply: Value, ms: u64, done: &mut Vec<Done>) -> bool {
+    fn confirmed(&mut self, reply: Value, ms: u64, done: &mut Vec<Done>, now: Instant) -> bool {
         let Some(fence) = self.fence else {
             return false;
         };
         let verdict = fence.verdict(read(&reply), ms);
-        let now = Instant::now();
         for (sent, result) in std::mem::take(&mut self.confirming) {
             if sent.settled {
                 continue;
@@ -587,6 +587,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    /// The tests' clock: a fixed instant, and times as offsets from it (the
+    /// pipe reads no clock of its own).
+    fn t0() -> Instant {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *T0.get_or_init(Instant::now)
+    }
+
     /// A hit sent 2 s before its deadline.
     fn request(id: u64, key: &str, deadline: Instant) -> Request {
         Request {
@@ -632,7 +639,7 @@ mod tests {
         p.send(request(1, "a", deadline));
         let mut done = Vec::new();
         p.feed(b"*2\r\n:1\r\n:60000\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         written(&mut p);
         (p, done)
     }
@@ -650,38 +657,38 @@ mod tests {
 
     #[test]
     fn a_fence_writes_one_wait_at_a_time_and_holds_the_answers_until_it_answers() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = fenced();
-        p.seal();
+        p.seal(t0());
         assert!(p.out.is_empty(), "nothing written, nothing to wait for");
         p.send(request(1, "a", far));
         p.send(request(2, "b", far));
-        p.seal();
-        p.seal();
+        p.seal(t0());
+        p.seal(t0());
         assert_eq!(
             written(&mut p),
             [cmd("EVAL", "a"), cmd("EVALSHA", "b"), cmd("WAIT", "500")]
         );
         let mut done = Vec::new();
         p.feed(&[ANSWER, ANSWER].concat());
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert!(done.is_empty(), "held until the replicas confirm");
         assert_eq!((p.in_flight(), p.unsettled()), (2, 2));
         // A WAIT is out (it blocks the connection on the server): c waits for the next one.
         p.send(request(3, "c", far));
-        p.seal();
+        p.seal(t0());
         assert_eq!(written(&mut p), [cmd("EVALSHA", "c")]);
         // The first WAIT: one replica has a and b. Then c, held for a WAIT of its own.
         p.feed(&[b":1\r\n".as_slice(), ANSWER].concat());
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         let ids: Vec<u64> = done.iter().map(|d| d.id).collect();
         assert_eq!(ids, [1, 2]);
         assert_eq!(done[0].result, Ok(Answer::new(&[1, 60_000])));
-        p.seal();
+        p.seal(t0());
         assert_eq!(written(&mut p), [cmd("WAIT", "500")]);
         // Too few replicas for c.
         p.feed(b":0\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(
             done[2].result,
             Err(Error::Unconfirmed {
@@ -709,7 +716,7 @@ mod tests {
 
     #[test]
     fn an_asked_call_goes_after_asking_and_moved_settles_a_call_as_a_redirection() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = pipe();
         p.send(routed(1, "a", far, Route::Asking));
         p.send(request(2, "b", far));
@@ -720,10 +727,10 @@ mod tests {
         let mut done = Vec::new();
         // ASKING's OK comes first and answers no call.
         p.feed(b"+OK\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert!(done.is_empty());
         p.feed(&[ANSWER, b"-MOVED 3999 127.0.0.1:7001\r\n"].concat());
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done[0].result, Ok(Answer::new(&[1, 60_000])));
         let moved = Error::Redirected {
             slot: "3999".into(),
@@ -739,14 +746,14 @@ mod tests {
 
     #[test]
     fn behind_a_fence_an_ask_settles_at_once_as_the_call_did_not_run() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = fenced();
         p.send(request(1, "a", far));
-        p.seal();
+        p.seal(t0());
         assert_eq!(written(&mut p), [cmd("EVAL", "a"), cmd("WAIT", "500")]);
         let mut done = Vec::new();
         p.feed(b"-ASK 12 10.0.0.2:7002\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         let ask = Error::Redirected {
             slot: "12".into(),
             to: "10.0.0.2:7002".into(),
@@ -755,7 +762,7 @@ mod tests {
         assert_eq!(done[0].result, Err(ask));
         assert_eq!(p.unsettled(), 0);
         p.feed(b":1\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done.len(), 1, "the WAIT covers nothing more");
         // A malformed redirection is an error reply like any other.
         assert_eq!(redirection("MOVED", "3999"), None);
@@ -764,13 +771,13 @@ mod tests {
 
     #[test]
     fn the_slot_map_reply_is_kept_whole_and_a_late_one_is_dropped() {
-        let now = Instant::now();
+        let now = t0();
         let mut p = pipe();
         p.send(routed(7, "", now + Duration::from_secs(5), Route::Slots));
         assert_eq!(written(&mut p), [cmd("CLUSTER", "")]);
         let mut done = Vec::new();
         p.feed(b"*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$9\r\n127.0.0.1\r\n:7000\r\n");
-        let health = p.answers(&mut done).unwrap();
+        let health = p.answers(&mut done, t0()).unwrap();
         assert!(health.answered && done.is_empty());
         let (id, reply) = p.replies.pop().unwrap();
         assert_eq!(id, 7);
@@ -791,18 +798,18 @@ mod tests {
             })
         );
         p.feed(b"*0\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert!(p.replies.is_empty());
         assert_eq!((p.in_flight(), p.unsettled()), (0, 0));
     }
 
     #[test]
     fn a_wait_answers_before_the_deadlines_of_the_calls_it_covers() {
-        let now = Instant::now();
+        let now = t0();
         let mut p = fenced();
         p.send(request(1, "a", now + Duration::from_secs(5)));
         p.send(request(2, "b", now + Duration::from_millis(400)));
-        p.seal();
+        p.seal(t0());
         let wait = written(&mut p).pop().unwrap();
         let ms: u64 = wait.1.parse().unwrap();
         assert_eq!(wait.0, "WAIT");
@@ -814,53 +821,53 @@ mod tests {
 
     #[test]
     fn behind_a_fence_errors_go_at_once_and_retries_wait_for_their_own_wait() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = fenced();
         p.send(request(1, "a", far));
-        p.seal();
+        p.seal(t0());
         let mut done = Vec::new();
         p.feed(ANSWER);
         p.feed(b":1\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done.len(), 1);
         written(&mut p);
         // b meets NOSCRIPT, c a script error; the WAIT's reply comes after both.
         p.send(request(2, "b", far));
         p.send(request(3, "c", far));
-        p.seal();
+        p.seal(t0());
         assert_eq!(
             written(&mut p),
             [cmd("EVALSHA", "b"), cmd("EVALSHA", "c"), cmd("WAIT", "500")]
         );
         p.feed(b"-NOSCRIPT No matching script\r\n-NOTCOUNTER not a counter\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done.len(), 2, "the script error is not held");
         assert_eq!(done[1].id, 3);
         // b goes again; its WAIT waits for the one out.
-        p.seal();
+        p.seal(t0());
         assert_eq!(written(&mut p), [cmd("EVAL", "b")]);
         // The first WAIT answers (it held nothing), then b's retry, then its own WAIT.
         p.feed(&[b":1\r\n".as_slice(), ANSWER].concat());
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done.len(), 2, "b waits for the WAIT after its retry");
-        p.seal();
+        p.seal(t0());
         assert_eq!(written(&mut p), [cmd("WAIT", "500")]);
         p.feed(b":1\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done[2].id, 2);
         assert_eq!(done[2].result, Ok(Answer::new(&[1, 60_000])));
     }
 
     #[test]
     fn a_held_answer_times_out_and_a_refused_wait_rejects_sent_and_tells_a_demotion() {
-        let soon = Instant::now() + Duration::from_millis(100);
+        let soon = t0() + Duration::from_millis(100);
         let mut p = fenced();
         p.send(request(1, "a", soon));
         p.send(request(2, "b", soon + Duration::from_secs(5)));
-        p.seal();
+        p.seal(t0());
         let mut done = Vec::new();
         p.feed(&[ANSWER, ANSWER].concat());
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(p.next_deadline(), Some(soon));
         p.expire(soon, &mut done);
         assert_eq!(done.len(), 1);
@@ -873,7 +880,7 @@ mod tests {
         );
         // A demoted master refuses WAIT: the call ran there; the connection is to be replaced.
         p.feed(b"-ERR WAIT cannot be used with replica instances\r\n");
-        let health = p.answers(&mut done).unwrap();
+        let health = p.answers(&mut done, t0()).unwrap();
         assert!(health.unusable);
         assert_eq!(done.len(), 2);
         assert_eq!(done[1].id, 2);
@@ -885,21 +892,21 @@ mod tests {
 
     #[test]
     fn a_noscript_retry_times_out_by_its_own_deadline_behind_newer_held_answers() {
-        let now = Instant::now();
+        let now = t0();
         let mut p = fenced();
         p.send(request(1, "a", now + Duration::from_secs(5)));
-        p.seal();
+        p.seal(t0());
         let mut done = Vec::new();
         p.feed(&[ANSWER, b":1\r\n".as_slice()].concat());
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         written(&mut p);
         // The cache is flushed: b meets NOSCRIPT and waits for c, which is answered and held.
         p.send(request(2, "b", now + Duration::from_millis(100)));
         p.send(request(3, "c", now + Duration::from_secs(5)));
-        p.seal();
+        p.seal(t0());
         written(&mut p);
         p.feed(&[b"-NOSCRIPT No matching script\r\n".as_slice(), ANSWER].concat());
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(written(&mut p), [cmd("EVAL", "b")]);
         assert_eq!(p.next_deadline(), Some(now + Duration::from_millis(100)));
         p.expire(now + Duration::from_millis(100), &mut done);
@@ -908,33 +915,33 @@ mod tests {
 
     #[test]
     fn a_script_goes_as_eval_on_its_first_use_then_as_evalsha() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = pipe();
         p.send(request(1, "a", far));
         p.send(request(2, "b", far));
         assert_eq!(written(&mut p), [cmd("EVAL", "a"), cmd("EVALSHA", "b")]);
         let mut done = Vec::new();
         p.feed(b"*2\r\n:1\r\n:60000\r\n*2\r\n:1\r\n:60000\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2]);
     }
 
     #[test]
     fn after_noscript_the_retries_go_in_order_ahead_of_later_hits() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let (mut p, mut done) = warmed(far);
         // The cache is flushed: both meet NOSCRIPT.
         p.send(request(2, "b", far));
         p.send(request(3, "c", far));
         assert_eq!(written(&mut p), [cmd("EVALSHA", "b"), cmd("EVALSHA", "c")]);
         p.feed(b"-NOSCRIPT No matching script\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert!(p.out.is_empty(), "nothing goes until c has answered");
         p.send(request(4, "b", far));
         assert!(p.out.is_empty(), "a later hit waits behind the retries");
         assert_eq!((p.in_flight(), p.unsettled()), (3, 3));
         p.feed(b"-NOSCRIPT No matching script\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(
             written(&mut p),
             [cmd("EVAL", "b"), cmd("EVAL", "c"), cmd("EVALSHA", "b")]
@@ -942,7 +949,7 @@ mod tests {
         assert_eq!(p.tally.noscript, 2);
         // A NOSCRIPT to an EVAL is an error, not another retry.
         p.feed(b"-NOSCRIPT again\r\n*2\r\n:1\r\n:60000\r\n*2\r\n:2\r\n:60000\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert!(p.out.is_empty());
         assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2, 3, 4]);
         assert_eq!(done[1].result.as_ref().unwrap_err().code(), "ERR_REDIS");
@@ -951,7 +958,7 @@ mod tests {
 
     #[test]
     fn a_retry_overtaken_by_a_later_hit_on_its_key_rejects_unsent() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let (mut p, mut done) = warmed(far);
         // Flushed; another client loads the script between 2 and 3 (both on
         // "a"): 2 meets NOSCRIPT, 3 runs. 4 on "b" met NOSCRIPT too.
@@ -960,7 +967,7 @@ mod tests {
         p.send(request(3, "a", far));
         written(&mut p);
         p.feed(b"-NOSCRIPT No matching script\r\n-NOSCRIPT No matching script\r\n*2\r\n:2\r\n:60000\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         let ids: Vec<u64> = done.iter().map(|d| d.id).collect();
         assert_eq!(ids, [1, 2, 3]);
         assert_eq!(done[1].result, Err(Error::Overtaken));
@@ -973,7 +980,7 @@ mod tests {
 
     #[test]
     fn timed_out_hits_reject_once_and_their_late_replies_are_dropped() {
-        let start = Instant::now() + Duration::from_secs(5);
+        let start = t0() + Duration::from_secs(5);
         let mut p = pipe();
         p.send(request(1, "a", start));
         p.send(request(2, "b", start + Duration::from_secs(10)));
@@ -992,7 +999,7 @@ mod tests {
         );
         assert_eq!(p.next_deadline(), Some(start + Duration::from_secs(10)));
         p.feed(b"*2\r\n:1\r\n:5\r\n*2\r\n:7\r\n:5\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done.len(), 2);
         assert_eq!(done[1].id, 2);
         assert_eq!(done[1].result, Ok(Answer::new(&[7, 5])));
@@ -1003,7 +1010,7 @@ mod tests {
         // After a SCRIPT FLUSH, a consume goes as EVALSHA (its script was
         // loaded) and a hit on the same key as EVAL (its script's first use):
         // written together, the hit would run before the consume's retry.
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = pipe();
         let mut done = Vec::new();
         let consume = |id| {
@@ -1014,27 +1021,27 @@ mod tests {
         };
         p.send(consume(1));
         p.feed(b"*5\r\n:1\r\n:1\r\n:4\r\n:60000\r\n:1\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         written(&mut p);
         p.send(consume(2));
         p.send(request(3, "a", far));
         assert_eq!(written(&mut p), [cmd("EVALSHA", "a")], "the hit waits");
         p.feed(b"-NOSCRIPT No matching script\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(written(&mut p), [cmd("EVAL", "a"), cmd("EVAL", "a")]);
         p.feed(b"*5\r\n:1\r\n:1\r\n:4\r\n:60000\r\n:1\r\n*2\r\n:4\r\n:60000\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(done.iter().map(|d| d.id).collect::<Vec<_>>(), [1, 2, 3]);
     }
 
     #[test]
     fn an_unlink_waits_for_the_evalshas_written_before_it() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = pipe();
         let mut done = Vec::new();
         p.send(request(1, "a", far));
         p.feed(b"*2\r\n:1\r\n:60000\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         written(&mut p);
         p.send(request(2, "a", far));
         let mut unlink = request(3, "a", far);
@@ -1043,7 +1050,7 @@ mod tests {
         p.send(request(4, "a", far));
         assert_eq!(written(&mut p), [cmd("EVALSHA", "a")]);
         p.feed(b"-NOSCRIPT No matching script\r\n");
-        p.answers(&mut done).unwrap();
+        p.answers(&mut done, t0()).unwrap();
         assert_eq!(
             written(&mut p),
             [cmd("EVAL", "a"), cmd("UNLINK", ""), cmd("EVALSHA", "a")]
@@ -1052,7 +1059,7 @@ mod tests {
 
     #[test]
     fn a_connection_that_answers_meanwhile_is_stuck_after_three_timeouts_in_a_row() {
-        let start = Instant::now() + Duration::from_secs(5);
+        let start = t0() + Duration::from_secs(5);
         let mut p = pipe();
         let mut done = Vec::new();
         // Each round: one hit answered in time after the others were sent.
@@ -1063,24 +1070,24 @@ mod tests {
                 p.send(request(round * 10 + i, "slow", at));
             }
             p.feed(b"*2\r\n:1\r\n:5\r\n");
-            p.answers(&mut done).unwrap();
+            p.answers(&mut done, t0()).unwrap();
             let stuck = p.expire(at, &mut done);
             assert_eq!(stuck, slow >= 3, "{slow} timeouts in a row");
             for _ in 0..slow {
                 p.feed(b"*2\r\n:1\r\n:5\r\n");
             }
-            p.answers(&mut done).unwrap();
+            p.answers(&mut done, t0()).unwrap();
         }
     }
 
     #[test]
     fn readonly_marks_the_connection_unusable_and_errors_name_no_secret() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = pipe();
         p.send(request(1, "203.0.113.9", far));
         let mut done = Vec::new();
         p.feed(b"-READONLY You can't write against a read only replica 203.0.113.9 hunter2\r\n");
-        let health = p.answers(&mut done).unwrap();
+        let health = p.answers(&mut done, t0()).unwrap();
         assert!(health.unusable);
         let text = done[0].result.as_ref().unwrap_err().to_string();
         assert!(
@@ -1091,7 +1098,7 @@ mod tests {
 
     #[test]
     fn a_lost_connection_rejects_what_is_in_flight() {
-        let far = Instant::now() + Duration::from_secs(5);
+        let far = t0() + Duration::from_secs(5);
         let mut p = pipe();
         p.send(request(1, "a", far));
         p.send(request(2, "b", far));
@@ -1107,7 +1114,7 @@ mod tests {
         assert_eq!(p.in_flight(), 0);
         p.feed(b":1\r\n");
         assert_eq!(
-            p.answers(&mut done),
+            p.answers(&mut done, t0()),
             Err(Malformed),
             "a reply nothing asked for"
         );
