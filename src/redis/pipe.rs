@@ -275,11 +275,14 @@ impl Pipe {
             .map(|s| s.request.deadline)
             .min();
         let ms = fence.wait_ms(now, earliest);
-        let replicas = fence.replicas.to_string();
-        let timeout = ms.to_string();
+        let (mut replicas, mut timeout) = ([0; 20], [0; 20]);
         resp::encode(
             &mut self.out,
-            &[b"WAIT", replicas.as_bytes(), timeout.as_bytes()],
+            &[
+                b"WAIT",
+                resp::digits(i64::from(fence.replicas), &mut replicas),
+                resp::digits(i64::try_from(ms).unwrap_or(i64::MAX), &mut timeout),
+            ],
         );
         self.wait = Some((self.written, ms));
         self.sealed = self.written;

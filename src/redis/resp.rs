@@ -2,8 +2,6 @@
 //! as arrays of bulk strings, and replies read from a byte stream as they
 //! arrive (a reply may be split across reads, or many may share one).
 
-use std::io::Write;
-
 /// One RESP value: a reply from the server, or an item of one.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Value {
@@ -33,8 +31,27 @@ pub fn encode_parts(out: &mut Vec<u8>, head: &[&[u8]], tail: &[&[u8]]) {
 }
 
 fn push_number(out: &mut Vec<u8>, n: i64) {
-    // Writing to a Vec cannot fail.
-    let _ = write!(out, "{n}\r\n");
+    out.extend_from_slice(digits(n, &mut [0; 20]));
+    out.extend_from_slice(b"\r\n");
+}
+
+/// `n` in decimal, written into `buf` (no allocation per hit).
+pub fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut at = buf.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        buf[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        at -= 1;
+        buf[at] = b'-';
+    }
+    &buf[at..]
 }
 
 /// A reply that can't be RESP: the connection is out of step and must end.
@@ -85,16 +102,43 @@ impl Parser {
 /// The line at `at` (without CRLF), moving `at` past it; None if incomplete.
 fn line<'a>(buffer: &'a [u8], at: &mut usize) -> Option<&'a [u8]> {
     let rest = &buffer[*at..];
-    let end = rest.windows(2).position(|w| w == b"\r\n")?;
-    *at += end + 2;
-    Some(&rest[..end])
+    let mut from = 0;
+    loop {
+        let end = from + rest[from..].iter().position(|&b| b == b'\r')?;
+        if *rest.get(end + 1)? == b'\n' {
+            *at += end + 2;
+            return Some(&rest[..end]);
+        }
+        from = end + 1;
+    }
 }
 
+/// A RESP integer: an optional `-` and decimal digits, within i64 (no
+/// text conversion per reply: a hit's answer holds three of them).
 fn number(text: &[u8]) -> Result<i64, Malformed> {
-    std::str::from_utf8(text)
-        .ok()
-        .and_then(|t| t.parse().ok())
-        .ok_or(Malformed)
+    let (negative, digits) = match text {
+        [b'-', rest @ ..] => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() {
+        return Err(Malformed);
+    }
+    // Summed as a negative number, so that i64::MIN fits.
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(Malformed);
+        }
+        n = n
+            .checked_mul(10)
+            .and_then(|n| n.checked_sub(i64::from(d - b'0')))
+            .ok_or(Malformed)?;
+    }
+    if negative {
+        Ok(n)
+    } else {
+        n.checked_neg().ok_or(Malformed)
+    }
 }
 
 fn parse(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, Malformed> {
@@ -161,6 +205,43 @@ fn parse(buffer: &[u8], at: &mut usize, depth: usize) -> Result<Option<Value>, M
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn integers_are_read_within_i64_and_anything_else_is_malformed() {
+        for n in [0, 7, -7, 60_000, i64::MAX, i64::MIN] {
+            assert_eq!(number(n.to_string().as_bytes()), Ok(n));
+        }
+        for bad in [
+            "",
+            "-",
+            "+5",
+            "1 ",
+            "1.5",
+            "0x10",
+            "9223372036854775808",
+            "--1",
+        ] {
+            assert_eq!(number(bad.as_bytes()), Err(Malformed), "{bad:?}");
+        }
+        assert_eq!(number(b"-9223372036854775809"), Err(Malformed));
+    }
+
+    #[test]
+    fn a_line_ends_at_crlf_only_and_waits_for_its_end() {
+        let mut at = 0;
+        assert_eq!(line(b"+a\rb\r\n", &mut at), Some(b"+a\rb".as_slice()));
+        assert_eq!(at, 6);
+        assert_eq!(line(b"+ab\r", &mut 0), None);
+        assert_eq!(line(b"+ab", &mut 0), None);
+    }
+
+    #[test]
+    fn numbers_are_written_in_decimal() {
+        let max_safe = (1i64 << 53) - 1;
+        for n in [0, 7, -7, 60_000, max_safe, -max_safe, i64::MAX, i64::MIN] {
+            assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes());
+        }
+    }
 
     #[test]
     fn commands_are_arrays_of_bulk_strings() {

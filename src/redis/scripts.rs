@@ -5,6 +5,7 @@
 
 use std::sync::OnceLock;
 
+use super::resp::digits;
 use crate::ops::{Args, Op};
 
 /// The fixed window's hit (`window.lua`), which keeps time through PTTL;
@@ -104,38 +105,6 @@ impl Op {
                 digits(a3, b3),
             ]),
             Op::Unlink | Op::Ping | Op::Takes => f(&[]),
-        }
-    }
-}
-
-/// `n` in decimal, written into `buf` (no allocation per hit).
-pub fn digits(n: i64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut at = buf.len();
-    let mut rest = n.unsigned_abs();
-    loop {
-        at -= 1;
-        buf[at] = b'0' + (rest % 10) as u8;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    if n < 0 {
-        at -= 1;
-        buf[at] = b'-';
-    }
-    &buf[at..]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::window::MAX_SAFE;
-
-    #[test]
-    fn numbers_are_written_in_decimal() {
-        for n in [0, 7, -7, 60_000, MAX_SAFE, -MAX_SAFE, i64::MIN] {
-            assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes());
         }
     }
 }
