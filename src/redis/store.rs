@@ -201,6 +201,36 @@ fn node_trouble(result: &Result<Answers>) -> bool {
     }
 }
 
+/// What becomes of one hit's result in a cluster.
+#[derive(Debug, PartialEq, Eq)]
+enum Next<'a> {
+    /// Sent again, to the node a MOVED or ASK names (its script did not run).
+    Redirect { to: &'a str, asking: bool },
+    /// Given to its caller.
+    Give,
+}
+
+/// The cluster's rule for one hit's result, apart from any I/O: a MOVED or
+/// ASK is followed while `redirects_left`, anything else is given; and
+/// whether the slot map is to be asked for again (a MOVED, followed or
+/// not, or trouble with the node: [`node_trouble`]). An ASK leaves the map
+/// as it is: the slot is only moving.
+fn next_step(result: &Result<Answers>, redirects_left: usize) -> (Next<'_>, bool) {
+    match result {
+        Err(Error::Redirected { to, asking, .. }) => {
+            let next = match redirects_left {
+                0 => Next::Give,
+                _ => Next::Redirect {
+                    to,
+                    asking: *asking,
+                },
+            };
+            (next, !asking)
+        }
+        _ => (Next::Give, node_trouble(result)),
+    }
+}
+
 /// Sends each hit to its slot's master, on that node's engine, and follows
 /// MOVED and ASK, whose script did not run; nothing else is sent again.
 /// Trouble with a node has the slot map asked for again, so hits find a
@@ -258,23 +288,19 @@ async fn routed(
         .await;
         for ((_, _, chosen), group) in groups.iter().zip(sent) {
             for (&i, result) in chosen.iter().zip(group) {
-                match result {
-                    Err(Error::Redirected { to, asking, .. }) if redirects_left > 0 => {
+                let (next, stale) = next_step(&result, redirects_left);
+                if stale {
+                    cluster.stale();
+                }
+                match next {
+                    Next::Redirect { to, asking } => {
                         cluster.monitor().tally().redirections += 1;
-                        if !asking {
-                            cluster.stale();
-                        }
-                        match cluster.redirected(&to) {
+                        match cluster.redirected(to) {
                             Ok(node) => pending.push((i, node, asking)),
                             Err(e) => results[i] = Some(Err(e)),
                         }
                     }
-                    result => {
-                        if node_trouble(&result) {
-                            cluster.stale();
-                        }
-                        results[i] = Some(result);
-                    }
+                    Next::Give => results[i] = Some(result),
                 }
             }
         }
@@ -300,6 +326,39 @@ mod tests {
         assert!(sha
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
+    }
+
+    #[test]
+    fn moved_and_ask_are_followed_while_redirections_are_left_and_moved_asks_for_the_map() {
+        let moved = Err(Error::Redirected {
+            slot: "3999".into(),
+            to: "127.0.0.1:7001".into(),
+            asking: false,
+        });
+        let ask = Err(Error::Redirected {
+            slot: "12".into(),
+            to: "127.0.0.1:7002".into(),
+            asking: true,
+        });
+        let to = |to, asking| Next::Redirect { to, asking };
+        assert_eq!(
+            next_step(&moved, MAX_REDIRECTS),
+            (to("127.0.0.1:7001", false), true)
+        );
+        assert_eq!(next_step(&ask, 1), (to("127.0.0.1:7002", true), false));
+        // Past its redirections a hit is given its MOVED or ASK; a MOVED still asks for the map.
+        assert_eq!(next_step(&moved, 0), (Next::Give, true));
+        assert_eq!(next_step(&ask, 0), (Next::Give, false));
+        let down = Err(Error::Redis("CLUSTERDOWN The cluster is down".into()));
+        assert_eq!(next_step(&down, 3), (Next::Give, true));
+        assert_eq!(
+            next_step(&Ok((Answer::new(&[1]), Vec::new())), 3),
+            (Next::Give, false)
+        );
+        assert_eq!(
+            next_step(&Err(Error::CountOutOfRange), 3),
+            (Next::Give, false)
+        );
     }
 
     #[test]
