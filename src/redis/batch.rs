@@ -143,23 +143,27 @@ impl Batched {
         });
     }
 
+    /// The store's open state, for a call to be queued: refused once the
+    /// store is closed, or if it failed to open.
+    fn opened(&self) -> Result<&Open> {
+        if self.closed.load(Ordering::Relaxed) {
+            return Err(Error::Closed);
+        }
+        match self.open.get() {
+            Some(Ok(open)) => Ok(open),
+            Some(Err(e)) => Err(e.clone()),
+            None => Err(Error::Internal(
+                "a call was sent before the store was opened",
+            )),
+        }
+    }
+
     /// Queues a hit on the counter at the prefix + `key` (UTF-16 code units,
     /// as JavaScript holds it, sent as WTF-8); its result comes back through
     /// [`Batched::take`] under `id`. Over REST a key with a lone surrogate is
     /// refused: WTF-8 is not UTF-8 there, and JSON carries only the latter.
     pub fn send(&self, id: u32, op: Op, args: Args, key: &[u16]) -> Result<()> {
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(Error::Closed);
-        }
-        let open = match self.open.get() {
-            Some(Ok(open)) => open,
-            Some(Err(e)) => return Err(e.clone()),
-            None => {
-                return Err(Error::Internal(
-                    "a call was sent before the store was opened",
-                ))
-            }
-        };
+        let open = self.opened()?;
         if open.json_keys && char::decode_utf16(key.iter().copied()).any(|c| c.is_err()) {
             return Err(Error::InvalidType(super::rest::KEY_NOT_WELL_FORMED));
         }
@@ -183,18 +187,7 @@ impl Batched {
     /// nothing, in a Redis Cluster whose slots the keys do not share (a
     /// script's keys must all be in one): the caller takes each on its own.
     pub fn send_takes(&self, id: u32, takes: &[(Op, Args, &[u16])]) -> Result<bool> {
-        if self.closed.load(Ordering::Relaxed) {
-            return Err(Error::Closed);
-        }
-        let open = match self.open.get() {
-            Some(Ok(open)) => open,
-            Some(Err(e)) => return Err(e.clone()),
-            None => {
-                return Err(Error::Internal(
-                    "a call was sent before the store was opened",
-                ))
-            }
-        };
+        let open = self.opened()?;
         let well_formed = |key: &[u16]| char::decode_utf16(key.iter().copied()).all(|c| c.is_ok());
         if open.json_keys && !takes.iter().all(|(_, _, key)| well_formed(key)) {
             return Err(Error::InvalidType(super::rest::KEY_NOT_WELL_FORMED));
