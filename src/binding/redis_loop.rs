@@ -31,6 +31,7 @@ use crate::errors::Error;
 use crate::ops::{Args, Op};
 use crate::redis::conn::{self, Io};
 use crate::redis::pipe::{Request, Route};
+use crate::redis::resp::Parser;
 use crate::redis::socket::{Socket, Target};
 use crate::redis::stats::{self, Event};
 use crate::redis::step;
@@ -67,6 +68,8 @@ struct UvIo {
     wakeup: *mut Handle,
     /// The socket's poll handle while a connection is up.
     poll: *mut Handle,
+    /// The socket, while a connection is up.
+    socket: Option<Box<Socket>>,
     /// The address of the RefCell the connection lives in: every handle's data.
     cell: *mut c_void,
 }
@@ -80,6 +83,8 @@ thread_local! {
 }
 
 impl Io for UvIo {
+    type Socket = Socket;
+
     /// Connects on a thread of its own, which wakes the loop when done.
     fn connect(&mut self, target: Arc<Target>, timeout: Duration) -> Result<(), Error> {
         let slot = Arc::clone(&self.connecting);
@@ -99,14 +104,15 @@ impl Io for UvIo {
             .map_err(|_| Error::Internal("could not start a connect thread"))
     }
 
-    fn open(&mut self, socket: &Socket) -> Result<(), Error> {
+    fn open(&mut self, socket: Socket) -> Result<(), Error> {
         // SAFETY: on the loop's thread; the socket stays open as long as the
-        // handle (the connection closes the handle before dropping it).
+        // handle (`close` closes the handle before dropping it).
         let poll = unsafe {
             self.uv
                 .poll(self.lp, socket.raw() as uv::Socket, self.cell)?
         };
         self.poll = poll.0;
+        self.socket = Some(Box::new(socket));
         Ok(())
     }
 
@@ -119,6 +125,20 @@ impl Io for UvIo {
         unsafe { self.uv.poll_start(self.poll, events, on_ready) == 0 }
     }
 
+    fn read(&mut self, parser: &mut Parser) -> std::io::Result<bool> {
+        match self.socket.as_mut() {
+            Some(socket) => socket.read(parser),
+            None => Err(std::io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    fn write(&mut self, out: &mut Vec<u8>) -> std::io::Result<bool> {
+        match self.socket.as_mut() {
+            Some(socket) => socket.write(out),
+            None => Err(std::io::ErrorKind::NotConnected.into()),
+        }
+    }
+
     fn close(&mut self) {
         let poll = std::mem::replace(&mut self.poll, ptr::null_mut());
         if !poll.is_null() {
@@ -126,6 +146,7 @@ impl Io for UvIo {
             // libuv allows closing the socket right after uv_close.
             unsafe { self.uv.close(poll) };
         }
+        self.socket = None;
     }
 
     fn arm(&mut self, at: Option<Instant>) {
@@ -321,6 +342,7 @@ unsafe fn open_conn(env: sys::napi_env, config: &Config, key: Config) -> Result<
         timer: ptr::null_mut(),
         wakeup: ptr::null_mut(),
         poll: ptr::null_mut(),
+        socket: None,
         cell: ptr::null_mut(),
     };
     let conn = Rc::new(RefCell::new(conn::Conn::new(config, key, io)?));

@@ -1,11 +1,11 @@
 //! One connection to one server, as both hosts run it: its state (down,
-//! connecting, up), the socket it reads and writes when its host says the
+//! connecting, up), the bytes it writes and reads when its host says the
 //! socket is ready, the hits waiting for it, its pipeline (`pipe`),
 //! timeouts, backoff, replacing a bad connection, and the routing of
-//! results to the stores that share it. A host ([`Io`]) watches the socket
-//! and keeps the timer: the binding does it with libuv's poll and timer
-//! handles on Node's event loop, `host` with a tokio task on the I/O
-//! thread, and each calls back into [`Conn::ready`], [`Conn::connected`]
+//! results to the stores that share it. A host ([`Io`]) holds the socket,
+//! watches it and keeps the timer: the binding does it with libuv's poll
+//! and timer handles on Node's event loop, `host` with a tokio task on the
+//! I/O thread, and each calls back into [`Conn::ready`], [`Conn::connected`]
 //! and [`Conn::handle_timeout`].
 //!
 //! The connection and its pipeline read no clock: each call that acts on
@@ -22,24 +22,33 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::pipe::{Done, Pipe, Request, MORE};
-use super::socket::{Socket, Target};
+use super::resp::Parser;
+use super::socket::Target;
 use super::stats::Event;
 use super::Config;
 use crate::delivery::Completion;
 use crate::errors::Error;
 use crate::health::{Backoff, Gate};
 
-/// What a connection asks of the host that runs it.
+/// What a connection asks of the host that runs it. The host holds the
+/// socket: the connection sees only the bytes it reads and writes.
 pub trait Io {
+    /// What a connect gives the host: an open, set-up connection.
+    type Socket;
     /// Starts connecting to `target` off this thread; the host hands the
     /// result to [`Conn::connected`]. An error means it could not start.
     fn connect(&mut self, target: Arc<Target>, timeout: Duration) -> Result<(), Error>;
-    /// Starts watching a new connection's socket.
-    fn open(&mut self, socket: &Socket) -> Result<(), Error>;
+    /// Takes a new connection's socket and starts watching it.
+    fn open(&mut self, socket: Self::Socket) -> Result<(), Error>;
     /// Watches the socket for answers, and for room to write if `writing`;
     /// false if it could not.
     fn watch(&mut self, writing: bool) -> bool;
-    /// Stops watching the socket (it is closed right after).
+    /// Reads all that has come into `parser`; false once the server closed.
+    fn read(&mut self, parser: &mut Parser) -> std::io::Result<bool>;
+    /// Writes as much of `out` as the socket takes now, draining it; true
+    /// if all of it went.
+    fn write(&mut self, out: &mut Vec<u8>) -> std::io::Result<bool>;
+    /// Stops watching the socket and closes it.
     fn close(&mut self);
     /// Calls [`Conn::handle_timeout`] at `at`, or never (`None`): an armed timer
     /// is what keeps the process alive while hits are in flight.
@@ -53,7 +62,6 @@ enum Phase {
     Down,
     Connecting,
     Up {
-        socket: Box<Socket>,
         /// What the socket is watched for: None before it is, then
         /// whether for room to write too.
         writing: Option<bool>,
@@ -207,12 +215,12 @@ impl<I: Io, T> Conn<I, T> {
     }
 
     /// A connect finished, at `now`.
-    pub fn connected(&mut self, result: Result<Socket, Error>, now: Instant) {
+    pub fn connected(&mut self, result: Result<I::Socket, Error>, now: Instant) {
         if self.torn_down {
             return;
         }
-        match result.and_then(|socket| self.io.open(&socket).map(|()| socket)) {
-            Ok(socket) => {
+        match result.and_then(|socket| self.io.open(socket)) {
+            Ok(()) => {
                 let tally = &mut self.pipe.tally;
                 tally.connects += 1;
                 let event = match std::mem::replace(&mut self.was_up, true) {
@@ -226,10 +234,7 @@ impl<I: Io, T> Conn<I, T> {
                 // The backoff ends with the first answer, not the connect: an
                 // endpoint that accepts and closes must not be hammered.
                 self.answered = false;
-                self.phase = Phase::Up {
-                    socket: Box::new(socket),
-                    writing: None,
-                };
+                self.phase = Phase::Up { writing: None };
                 while let Some(request) = self.waiting.pop_front() {
                     self.pipe.send(request);
                 }
@@ -253,14 +258,14 @@ impl<I: Io, T> Conn<I, T> {
 
     /// Writes what is queued, as far as the socket takes it at `now`.
     pub fn flush(&mut self, now: Instant) {
-        let Phase::Up { socket, .. } = &mut self.phase else {
+        let Phase::Up { .. } = self.phase else {
             return;
         };
         self.pipe.seal(now);
         if self.pipe.out.is_empty() {
             return;
         }
-        match socket.write(&mut self.pipe.out) {
+        match self.io.write(&mut self.pipe.out) {
             Ok(all) => self.watch(!all, now),
             Err(e) => self.lost(&e.to_string(), now),
         }
@@ -289,10 +294,10 @@ impl<I: Io, T> Conn<I, T> {
         if !readable {
             return;
         }
-        let Phase::Up { socket, .. } = &mut self.phase else {
+        let Phase::Up { .. } = self.phase else {
             return;
         };
-        let open = socket.read(self.pipe.parser());
+        let open = self.io.read(self.pipe.parser());
         match self.pipe.answers(&mut self.done, now) {
             Err(_) => return self.lost("Redis answered out of protocol", now),
             Ok(health) => {
@@ -359,7 +364,7 @@ impl<I: Io, T> Conn<I, T> {
 
     fn drop_socket(&mut self) {
         if let Phase::Up { .. } = std::mem::replace(&mut self.phase, Phase::Down) {
-            // The host stops watching; the socket closes with the old phase.
+            // The host stops watching and closes the socket.
             self.io.close();
         }
     }
@@ -473,11 +478,11 @@ mod tests {
     use crate::ops::{Answer, Op};
     use crate::redis::config::Options;
     use crate::redis::pipe::Route;
-    use crate::redis::resp::{Parser, Value};
-    use std::io::{Read, Write};
-    use std::net::TcpListener;
+    use crate::redis::resp::Value;
 
-    /// A host that only records what it was asked.
+    /// A host in memory, as quinn's `Pair` is for a connection and its peer:
+    /// it records what it was asked, keeps the bytes the connection writes
+    /// for the test to read, and gives it the bytes the test puts in.
     #[derive(Default)]
     struct Fake {
         connects: Vec<(Arc<Target>, Duration)>,
@@ -486,20 +491,37 @@ mod tests {
         closed: usize,
         armed: Vec<Option<Instant>>,
         torn_down: usize,
+        /// What the connection wrote.
+        sent: Vec<u8>,
+        /// The most a write takes (None: all of it).
+        room: Option<usize>,
+        /// The server's bytes, not yet read, and whether it has closed.
+        inbox: Vec<u8>,
+        hung_up: bool,
     }
 
     impl Io for Fake {
+        type Socket = ();
         fn connect(&mut self, target: Arc<Target>, timeout: Duration) -> Result<(), Error> {
             self.connects.push((target, timeout));
             Ok(())
         }
-        fn open(&mut self, _: &Socket) -> Result<(), Error> {
+        fn open(&mut self, (): ()) -> Result<(), Error> {
             self.opened += 1;
             Ok(())
         }
         fn watch(&mut self, writing: bool) -> bool {
             self.watching.push(writing);
             true
+        }
+        fn read(&mut self, parser: &mut Parser) -> std::io::Result<bool> {
+            parser.feed(&std::mem::take(&mut self.inbox));
+            Ok(!self.hung_up)
+        }
+        fn write(&mut self, out: &mut Vec<u8>) -> std::io::Result<bool> {
+            let n = self.room.map_or(out.len(), |room| room.min(out.len()));
+            self.sent.extend(out.drain(..n));
+            Ok(out.is_empty())
         }
         fn close(&mut self) {
             self.closed += 1;
@@ -510,6 +532,21 @@ mod tests {
         fn teardown(&mut self) {
             self.torn_down += 1;
         }
+    }
+
+    /// The commands the connection wrote since the last call, each as its words.
+    fn commands(c: &mut Conn<Fake, ()>) -> Vec<Vec<String>> {
+        let mut parser = Parser::default();
+        parser.feed(&std::mem::take(&mut c.io.sent));
+        let mut all = Vec::new();
+        while let Some(Value::Array(Some(parts))) = parser.next().unwrap() {
+            let word = |v: &Value| match v {
+                Value::Bulk(Some(b)) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            };
+            all.push(parts.iter().map(word).collect());
+        }
+        all
     }
 
     fn conn(url: &str) -> Conn<Fake, ()> {
@@ -660,55 +697,66 @@ mod tests {
     }
 
     #[test]
-    fn a_hit_goes_out_and_its_answer_comes_back_through_a_real_socket() {
-        // A server that answers PING with PONG and any other command with [1, 60000].
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = listener.local_addr().unwrap().port();
-        let server = std::thread::spawn(move || {
-            let (mut stream, _) = listener.accept().unwrap();
-            let mut parser = Parser::default();
-            let mut buf = [0u8; 4096];
-            for _ in 0..2 {
-                let parts = loop {
-                    if let Some(Value::Array(Some(parts))) = parser.next().unwrap() {
-                        break parts;
-                    }
-                    let n = stream.read(&mut buf).unwrap();
-                    parser.feed(&buf[..n]);
-                };
-                let ping = matches!(parts.first(), Some(Value::Bulk(Some(w))) if w == b"PING");
-                let reply: &[u8] = if ping {
-                    b"+PONG\r\n"
-                } else {
-                    b"*2\r\n:1\r\n:60000\r\n"
-                };
-                stream.write_all(reply).unwrap();
-            }
-        });
-        let mut c = conn(&format!("redis://127.0.0.1:{port}"));
+    fn a_hit_goes_out_as_bytes_and_its_answer_comes_back_as_bytes() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = conn("redis://127.0.0.1:1");
         let sink = c.join(());
-        c.send(sink, request(3, Duration::from_secs(5))).unwrap();
-        let (target, timeout) = c.io.connects.pop().unwrap();
-        c.connected(target.connect(timeout), Instant::now());
+        c.send(sink, request_at(3, t0, ms(5_000))).unwrap();
+        assert_eq!(c.io.connects.len(), 1);
+        assert!(
+            c.io.sent.is_empty(),
+            "nothing is written before the connection is up"
+        );
+        c.connected(Ok(()), t0 + ms(1));
         assert_eq!((c.io.opened, c.io.watching[0]), (1, false));
         assert_eq!(c.pipe.tally.connects, 1);
-        let mut done = Vec::new();
-        for _ in 0..500 {
-            c.ready(true, false, Instant::now());
-            done = results(&mut c, sink);
-            if !done.is_empty() {
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(2));
-        }
+        // The first hit loads the script: EVAL, its key, and the hit's numbers.
+        let sent = commands(&mut c);
+        assert_eq!(sent.len(), 1);
+        assert_eq!((sent[0][0].as_str(), sent[0][2].as_str()), ("EVAL", "1"));
+        assert_eq!(&sent[0][3..], ["p:k", "60000", "1"]);
+        // Half an answer settles nothing; the rest does.
+        c.io.inbox.extend_from_slice(b"*2\r\n:1\r\n:6");
+        c.ready(true, false, t0 + ms(2));
+        assert!(results(&mut c, sink).is_empty());
+        c.io.inbox.extend_from_slice(b"0000\r\n");
+        c.ready(true, false, t0 + ms(3));
+        let done = results(&mut c, sink);
         assert_eq!(done[0].id, 3);
         assert_eq!(done[0].result, Ok(Answer::new(&[1, 60_000])));
         assert_eq!(c.sinks[sink].as_ref().unwrap().events, [Event::Connected]);
-        server.join().unwrap();
         // The server closes: the connection is lost, and the next hit connects anew.
-        c.ready(true, false, Instant::now());
+        c.io.hung_up = true;
+        c.ready(true, false, t0 + ms(4));
         assert_eq!((c.io.closed, c.pipe.tally.losses), (1, 1));
-        c.send(sink, request(4, Duration::from_secs(5))).unwrap();
-        assert_eq!(c.io.connects.len(), 1);
+        c.send(sink, request_at(4, t0 + ms(5), ms(5_000))).unwrap();
+        assert_eq!(c.io.connects.len(), 2);
+    }
+
+    #[test]
+    fn what_the_socket_does_not_take_waits_for_room_to_write() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = conn("redis://127.0.0.1:1");
+        let sink = c.join(());
+        c.io.room = Some(10);
+        c.send(sink, request_at(1, t0, ms(5_000))).unwrap();
+        c.connected(Ok(()), t0);
+        assert_eq!(
+            c.io.watching,
+            [false, true],
+            "watched for room once a write fell short"
+        );
+        assert_eq!(c.io.sent.len(), 10);
+        // Room again: the rest goes, and the watch is for answers only.
+        c.io.room = None;
+        c.ready(false, true, t0 + ms(1));
+        assert_eq!(c.io.watching, [false, true, false]);
+        assert_eq!(
+            commands(&mut c).len(),
+            1,
+            "one whole command, in two writes"
+        );
     }
 }

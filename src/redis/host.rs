@@ -27,7 +27,7 @@ use super::config::{Addr, Config, Deployment};
 use super::conn::{Conn, Io};
 use super::pipe::{Request, Route};
 use super::reply::Answers;
-use super::resp::Value;
+use super::resp::{Parser, Value};
 use super::socket::{Socket, Target};
 use super::stats::{Event, Monitor};
 use crate::delivery::Completion;
@@ -180,6 +180,8 @@ struct TokioIo {
     connecting: Option<oneshot::Receiver<Result<Socket>>>,
     /// The socket's readiness, while a connection is up.
     watched: Option<Watched>,
+    /// The socket, while a connection is up (dropped after `watched`).
+    socket: Option<Box<Socket>>,
     /// Whether room to write is awaited too.
     writing: bool,
     /// When the engine wants [`Conn::expired`].
@@ -187,6 +189,8 @@ struct TokioIo {
 }
 
 impl Io for TokioIo {
+    type Socket = Socket;
+
     /// Connects on a short-lived thread (DNS, TCP, TLS, AUTH and SELECT
     /// block; a Sentinel discovery too), which leaves its socket for the task.
     fn connect(&mut self, target: Arc<Target>, timeout: Duration) -> Result<()> {
@@ -201,11 +205,12 @@ impl Io for TokioIo {
         Ok(())
     }
 
-    fn open(&mut self, socket: &Socket) -> Result<()> {
-        self.watched = Some(Watched::new(socket).map_err(|e| Error::Connection {
+    fn open(&mut self, socket: Socket) -> Result<()> {
+        self.watched = Some(Watched::new(&socket).map_err(|e| Error::Connection {
             text: format!("the I/O thread could not watch the socket ({e}); the call was not sent"),
             sent: false,
         })?);
+        self.socket = Some(Box::new(socket));
         self.writing = false;
         Ok(())
     }
@@ -215,8 +220,24 @@ impl Io for TokioIo {
         self.watched.is_some()
     }
 
+    fn read(&mut self, parser: &mut Parser) -> io::Result<bool> {
+        match self.socket.as_mut() {
+            Some(socket) => socket.read(parser),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        }
+    }
+
+    fn write(&mut self, out: &mut Vec<u8>) -> io::Result<bool> {
+        match self.socket.as_mut() {
+            Some(socket) => socket.write(out),
+            None => Err(io::ErrorKind::NotConnected.into()),
+        }
+    }
+
     fn close(&mut self) {
+        // The watch goes before the socket it watches.
         self.watched = None;
+        self.socket = None;
     }
 
     fn arm(&mut self, at: Option<Instant>) {
@@ -248,6 +269,7 @@ async fn run(
             watched,
             writing,
             deadline,
+            ..
         } = &mut conn.io;
         let woke = {
             let mut connected = pin!(connected(connecting));

@@ -483,3 +483,75 @@ impl Socket {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::redis::config::Options;
+    use std::net::TcpListener;
+
+    #[test]
+    fn a_connect_gives_a_socket_that_writes_a_command_and_reads_its_reply() {
+        // A server that answers the connect's PING with PONG and an ECHO with its word, then closes.
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let mut parser = Parser::default();
+            let mut buf = [0u8; 4096];
+            for _ in 0..2 {
+                let parts = loop {
+                    if let Some(Value::Array(Some(parts))) = parser.next().unwrap() {
+                        break parts;
+                    }
+                    let n = stream.read(&mut buf).unwrap();
+                    parser.feed(&buf[..n]);
+                };
+                let reply = match parts.as_slice() {
+                    [Value::Bulk(Some(w))] if w == b"PING" => b"+PONG\r\n".to_vec(),
+                    [_, Value::Bulk(Some(word))] => {
+                        [format!("${}\r\n", word.len()).as_bytes(), word, b"\r\n"].concat()
+                    }
+                    _ => b"-ERR unexpected\r\n".to_vec(),
+                };
+                stream.write_all(&reply).unwrap();
+            }
+        });
+        let options = Options {
+            url: Some(format!("redis://127.0.0.1:{port}")),
+            timeout_ms: Some(5_000),
+            ..Options::default()
+        };
+        let config = Config::resolve(&options, |_| None).unwrap();
+        let target = Target::new(&config).unwrap();
+        let mut socket = target.connect(Duration::from_secs(5)).unwrap();
+        let mut out = Vec::new();
+        resp::encode(&mut out, &[b"ECHO", b"hi"]);
+        while !socket.write(&mut out).unwrap() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(out.is_empty(), "what was written is taken out");
+        let mut parser = Parser::default();
+        let mut reply = None;
+        for _ in 0..2_000 {
+            assert!(socket.read(&mut parser).unwrap(), "still open");
+            reply = parser.next().unwrap();
+            if reply.is_some() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(reply, Some(Value::Bulk(Some(b"hi".to_vec()))));
+        server.join().unwrap();
+        // The server closed: a read says so.
+        let mut open = true;
+        for _ in 0..2_000 {
+            open = socket.read(&mut parser).unwrap_or(false);
+            if !open {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(!open);
+    }
+}
