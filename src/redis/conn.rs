@@ -735,6 +735,51 @@ mod tests {
     }
 
     #[test]
+    fn a_failover_the_sentinels_announce_replaces_the_connection_before_the_next_hit() {
+        let t0 = Instant::now();
+        let ms = Duration::from_millis;
+        let mut c = conn("redis+sentinel://127.0.0.1:1/mymaster");
+        let sink = c.join(());
+        c.send(sink, request_at(1, t0, ms(5_000))).unwrap();
+        c.connected(Ok(()), t0 + ms(1));
+        assert_eq!(
+            commands(&mut c).len(),
+            1,
+            "hit 1 is on the old master's connection"
+        );
+        c.target.announce_switch();
+        c.send(sink, request_at(2, t0 + ms(2), ms(5_000))).unwrap();
+        // Hit 1 rejects (sent: it may have counted on the old master); hit 2 waits for a new connect.
+        let done = results(&mut c, sink);
+        assert_eq!(done.len(), 1);
+        let error = done[0].result.as_ref().unwrap_err();
+        assert_eq!(
+            (done[0].id, error.code(), error.sent()),
+            (1, "ERR_CONNECTION", Some(true))
+        );
+        assert!(error.to_string().contains("failover"), "{error}");
+        assert_eq!((c.io.closed, c.io.connects.len()), (1, 2));
+        assert!(
+            c.io.sent.is_empty(),
+            "hit 2 is not written to the old master"
+        );
+        c.connected(Ok(()), t0 + ms(3));
+        assert_eq!(
+            commands(&mut c).len(),
+            1,
+            "hit 2 goes to the new connection"
+        );
+        assert_eq!(
+            c.sinks[sink].as_ref().unwrap().events,
+            [
+                Event::Connected,
+                Event::Lost("ERR_CONNECTION"),
+                Event::Reconnected
+            ]
+        );
+    }
+
+    #[test]
     fn what_the_socket_does_not_take_waits_for_room_to_write() {
         let t0 = Instant::now();
         let ms = Duration::from_millis;

@@ -50,6 +50,12 @@ impl Target {
         self.switches.count.load(Ordering::SeqCst)
     }
 
+    /// As if the sentinels had announced a failover (for the engine's tests).
+    #[cfg(test)]
+    pub fn announce_switch(&self) {
+        self.switches.count.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// The connection that uses this target ended for good: no more
     /// listening for failovers (the thread ends within a second).
     pub fn stop_watching(&self) {
