@@ -549,6 +549,18 @@ mod tests {
         all
     }
 
+    fn ms(n: u64) -> Duration {
+        Duration::from_millis(n)
+    }
+
+    /// A connection to `url` on the in-memory host, one store joined (its
+    /// sink), and the instant its test's time starts at.
+    fn joined(url: &str) -> (Conn<Fake, ()>, usize, Instant) {
+        let mut c = conn(url);
+        let sink = c.join(());
+        (c, sink, Instant::now())
+    }
+
     fn conn(url: &str) -> Conn<Fake, ()> {
         let options = Options {
             url: Some(url.into()),
@@ -579,8 +591,7 @@ mod tests {
 
     #[test]
     fn a_failed_connect_rejects_the_waiting_hits_unsent_and_backs_off() {
-        let mut c = conn("redis://127.0.0.1:1");
-        let sink = c.join(());
+        let (mut c, sink, _) = joined("redis://127.0.0.1:1");
         c.send(sink, request(1, Duration::from_secs(1))).unwrap();
         assert_eq!(c.io.connects.len(), 1, "the first hit connects");
         assert!(c.io.armed[0].is_some(), "a hit in flight arms the timer");
@@ -601,8 +612,7 @@ mod tests {
 
     #[test]
     fn a_hit_waiting_for_the_connection_times_out_unsent() {
-        let mut c = conn("redis://127.0.0.1:1");
-        let sink = c.join(());
+        let (mut c, sink, _) = joined("redis://127.0.0.1:1");
         c.send(sink, request(7, Duration::ZERO)).unwrap();
         c.handle_timeout(Instant::now());
         let done = results(&mut c, sink);
@@ -621,10 +631,7 @@ mod tests {
 
     #[test]
     fn time_is_a_value_the_host_passes_in_the_timer_is_the_earliest_deadline() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut c = conn("redis://127.0.0.1:1");
-        let sink = c.join(());
+        let (mut c, sink, t0) = joined("redis://127.0.0.1:1");
         assert_eq!(c.poll_timeout(), None, "idle: no timer");
         c.send(sink, request_at(1, t0, ms(1_000))).unwrap();
         c.send(sink, request_at(2, t0 + ms(10), ms(300))).unwrap();
@@ -656,10 +663,7 @@ mod tests {
 
     #[test]
     fn a_failed_connect_backs_off_from_the_time_it_failed_at() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut c = conn("redis://127.0.0.1:1");
-        let sink = c.join(());
+        let (mut c, sink, t0) = joined("redis://127.0.0.1:1");
         c.send(sink, request_at(1, t0, ms(1_000))).unwrap();
         let refused = Error::Connection {
             text: "refused".into(),
@@ -698,10 +702,7 @@ mod tests {
 
     #[test]
     fn a_hit_goes_out_as_bytes_and_its_answer_comes_back_as_bytes() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut c = conn("redis://127.0.0.1:1");
-        let sink = c.join(());
+        let (mut c, sink, t0) = joined("redis://127.0.0.1:1");
         c.send(sink, request_at(3, t0, ms(5_000))).unwrap();
         assert_eq!(c.io.connects.len(), 1);
         assert!(
@@ -736,10 +737,7 @@ mod tests {
 
     #[test]
     fn a_failover_the_sentinels_announce_replaces_the_connection_before_the_next_hit() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut c = conn("redis+sentinel://127.0.0.1:1/mymaster");
-        let sink = c.join(());
+        let (mut c, sink, t0) = joined("redis+sentinel://127.0.0.1:1/mymaster");
         c.send(sink, request_at(1, t0, ms(5_000))).unwrap();
         c.connected(Ok(()), t0 + ms(1));
         assert_eq!(
@@ -781,10 +779,7 @@ mod tests {
 
     #[test]
     fn what_the_socket_does_not_take_waits_for_room_to_write() {
-        let t0 = Instant::now();
-        let ms = Duration::from_millis;
-        let mut c = conn("redis://127.0.0.1:1");
-        let sink = c.join(());
+        let (mut c, sink, t0) = joined("redis://127.0.0.1:1");
         c.io.room = Some(10);
         c.send(sink, request_at(1, t0, ms(5_000))).unwrap();
         c.connected(Ok(()), t0);
