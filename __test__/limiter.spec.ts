@@ -66,19 +66,33 @@ describe('createLimiter over a store with only hit', () => {
 
   it('takes no cost back from a window another request opened after a late refund', async () => {
     const windowMs = 200;
-    const delays: number[] = [];
-    const { store, inner } = hitOnly(memoryStore(), { delays });
-    const limiter = createLimiter({ store, limit: 1, windowMs });
-    await limiter.check('k');
-    await sleep(windowMs - 50);
-    delays.push(0, 150);
-    const late = limiter.check('k');
-    // Another request opens the next window before the refund arrives.
-    await sleep(90);
-    expect((await limiter.check('k')).allowed).toBe(true);
-    expect((await late).allowed).toBe(false);
-    expect((await inner.hit('k', windowMs, 0)).count).toBe(1);
-    expect((await limiter.check('k')).allowed).toBe(false);
+    // The late check must land in the first window (50 ms before its end) and the other request
+    // open the next one before the late refund arrives (150 ms on its way). A run whose timers a
+    // loaded machine held up past those marks tests neither, and is made again (at most five).
+    for (let attempt = 1; ; attempt++) {
+      const delays: number[] = [];
+      const { store, inner } = hitOnly(memoryStore(), { delays });
+      const limiter = createLimiter({ store, limit: 1, windowMs });
+      await limiter.check('k');
+      const opened = performance.now();
+      await sleep(windowMs - 50);
+      delays.push(0, 150);
+      const sent = performance.now();
+      const late = limiter.check('k');
+      // Another request opens the next window before the refund arrives.
+      await sleep(90);
+      const other = await limiter.check('k');
+      const held = sent - opened > windowMs - 20 || performance.now() - sent > 140;
+      if (held && attempt < 5) {
+        await late;
+        continue;
+      }
+      expect(other.allowed).toBe(true);
+      expect((await late).allowed).toBe(false);
+      expect((await inner.hit('k', windowMs, 0)).count).toBe(1);
+      expect((await limiter.check('k')).allowed).toBe(false);
+      return;
+    }
   });
 });
 
