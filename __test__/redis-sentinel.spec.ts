@@ -278,6 +278,13 @@ async function readCount(s: RedisStore, fenced: boolean): Promise<number> {
 }
 
 /**
+ * A failover test's own time: `followsFailover` loops for up to 25 s (with waitForReplicas the replica
+ * resyncs for most of it), after a wait of up to 3 s for the store's subscription; on a loaded machine
+ * the whole needs more than the suites' 30 s.
+ */
+const FAILOVER_TIMEOUT_MS = 60_000;
+
+/**
  * `SENTINEL FAILOVER` under a loop of hits on `s` (made with timeoutMs 1000 and `prefix`): none counted
  * twice, each counted once on the new master, and hits succeed again within a few seconds. `fenced`
  * (`waitForReplicas: 1`): none lost either, every count a hit answered is on the new master.
@@ -378,16 +385,24 @@ describe.each([
     await countsOnTheMaster(topology, store(topology.url, { prefix }), prefix);
   });
 
-  it('follows SENTINEL FAILOVER under a loop of hits: none counted twice, each counted once on the new master', async () => {
-    const prefix = `sentinel:${randomUUID()}:`;
-    await followsFailover(topology, store(topology.url, { timeoutMs: 1_000, prefix }), prefix);
-  });
+  it(
+    'follows SENTINEL FAILOVER under a loop of hits: none counted twice, each counted once on the new master',
+    async () => {
+      const prefix = `sentinel:${randomUUID()}:`;
+      await followsFailover(topology, store(topology.url, { timeoutMs: 1_000, prefix }), prefix);
+    },
+    FAILOVER_TIMEOUT_MS,
+  );
 
-  it('with waitForReplicas, follows SENTINEL FAILOVER under a loop of hits and loses no count a hit answered', async () => {
-    const prefix = `sentinel:${randomUUID()}:`;
-    const s = store(topology.url, { timeoutMs: 1_000, prefix, waitForReplicas: 1 });
-    await followsFailover(topology, s, prefix, true);
-  });
+  it(
+    'with waitForReplicas, follows SENTINEL FAILOVER under a loop of hits and loses no count a hit answered',
+    async () => {
+      const prefix = `sentinel:${randomUUID()}:`;
+      const s = store(topology.url, { timeoutMs: 1_000, prefix, waitForReplicas: 1 });
+      await followsFailover(topology, s, prefix, true);
+    },
+    FAILOVER_TIMEOUT_MS,
+  );
 
   it('with waitForReplicas, answers once the replica has the count, and rejects, sent, what too few replicas confirm', async () => {
     const prefix = `sentinel:${randomUUID()}:`;
@@ -538,10 +553,14 @@ describe.each([
     }
   });
 
-  it('follows SENTINEL FAILOVER under a loop of hits over TLS', async () => {
-    const prefix = `sentinel:${randomUUID()}:`;
-    await followsFailover(topology, store(topology.url, { timeoutMs: 1_000, prefix, tls: { ca } }), prefix);
-  });
+  it(
+    'follows SENTINEL FAILOVER under a loop of hits over TLS',
+    async () => {
+      const prefix = `sentinel:${randomUUID()}:`;
+      await followsFailover(topology, store(topology.url, { timeoutMs: 1_000, prefix, tls: { ca } }), prefix);
+    },
+    FAILOVER_TIMEOUT_MS,
+  );
 });
 
 describe('redisStore through Redis Sentinel over TLS: host names', () => {
