@@ -5,10 +5,10 @@
 // release build leaves idle in its last minute (the whole addon as one LTO unit), then what the suites
 // leave. The suites that can share the machine (`__test__/`, three files at a time) and the end-to-end
 // suites (`e2e/`, one file at a time) run at once, since both spend their time waiting on servers,
-// builds and timers more than on the CPU. Then the suites that must run alone (vitest.config.mjs's ALONE: they measure stalls or
-// fill the CPU themselves), with nothing beside them; then cargo's tests, already built. The shared
-// suites print as they run; the end-to-end suites' and cargo's build output is printed whole once they
-// are done, so that nothing interleaves. Exits 1 if anything failed.
+// builds and timers more than on the CPU. Then the suites that must run alone (vitest.config.mjs's
+// ALONE: they measure stalls or fill the CPU themselves), with nothing beside them; then cargo's tests,
+// already built. The shared suites print as they run; the end-to-end suites' output and a failed cargo
+// build's are printed whole once they are done, so that nothing interleaves. Exits 1 if anything failed.
 
 const { spawn } = require('node:child_process');
 const { join } = require('node:path');

@@ -32,7 +32,7 @@ use crate::ops::{Args, Op};
 use crate::redis::conn::{self, Io};
 use crate::redis::pipe::{Request, Route};
 use crate::redis::resp::Parser;
-use crate::redis::socket::{Socket, Target};
+use crate::redis::socket::{self, Socket, Target};
 use crate::redis::stats::{self, Event};
 use crate::redis::step;
 use crate::redis::Config;
@@ -126,17 +126,11 @@ impl Io for UvIo {
     }
 
     fn read(&mut self, parser: &mut Parser) -> std::io::Result<bool> {
-        match self.socket.as_mut() {
-            Some(socket) => socket.read(parser),
-            None => Err(std::io::ErrorKind::NotConnected.into()),
-        }
+        socket::held(&mut self.socket)?.read(parser)
     }
 
     fn write(&mut self, out: &mut Vec<u8>) -> std::io::Result<bool> {
-        match self.socket.as_mut() {
-            Some(socket) => socket.write(out),
-            None => Err(std::io::ErrorKind::NotConnected.into()),
-        }
+        socket::held(&mut self.socket)?.write(out)
     }
 
     fn close(&mut self) {

@@ -374,8 +374,9 @@ impl<I: Io, T> Conn<I, T> {
     /// stuck connection must not keep the process alive).
     pub fn poll_timeout(&self) -> Option<Instant> {
         // Hits wait in the order they were sent, and the stores sharing a
-        // connection share its timeoutMs, so the front is due first; the
-        // earliest is taken all the same, relying on no caller for it.
+        // connection share its timeoutMs (it is part of the connection's
+        // key), so the front is due first, as the pipeline's is; the queue
+        // is short and waits only while connecting, so it is read whole.
         let waiting = self.waiting.iter().map(|r| r.deadline).min();
         [self.pipe.next_deadline(), waiting]
             .into_iter()
@@ -635,9 +636,8 @@ mod tests {
         assert_eq!(c.poll_timeout(), None, "idle: no timer");
         c.send(sink, request_at(1, t0, ms(1_000))).unwrap();
         c.send(sink, request_at(2, t0 + ms(10), ms(300))).unwrap();
-        // Waiting for the connection: the earliest deadline, even where it is not the front's (the
-        // engine does not rely on one timeoutMs per connection). The first hit armed the timer; the
-        // host re-arms after each event.
+        // Waiting for the connection: the earliest waiting deadline, even where it is not the front's.
+        // The first hit armed the timer; the host re-arms after each event.
         assert_eq!(c.poll_timeout(), Some(t0 + ms(310)));
         c.arm();
         assert_eq!(c.io.armed, [Some(t0 + ms(1_000)), Some(t0 + ms(310))]);

@@ -28,7 +28,7 @@ use super::conn::{Conn, Io};
 use super::pipe::{Request, Route};
 use super::reply::Answers;
 use super::resp::{Parser, Value};
-use super::socket::{Socket, Target};
+use super::socket::{held, Socket, Target};
 use super::stats::{Event, Monitor};
 use crate::delivery::Completion;
 use crate::errors::{Error, Result};
@@ -184,7 +184,7 @@ struct TokioIo {
     socket: Option<Box<Socket>>,
     /// Whether room to write is awaited too.
     writing: bool,
-    /// When the engine wants [`Conn::expired`].
+    /// When the engine wants [`Conn::handle_timeout`] ([`Conn::poll_timeout`]).
     deadline: Option<Instant>,
 }
 
@@ -221,17 +221,11 @@ impl Io for TokioIo {
     }
 
     fn read(&mut self, parser: &mut Parser) -> io::Result<bool> {
-        match self.socket.as_mut() {
-            Some(socket) => socket.read(parser),
-            None => Err(io::ErrorKind::NotConnected.into()),
-        }
+        held(&mut self.socket)?.read(parser)
     }
 
     fn write(&mut self, out: &mut Vec<u8>) -> io::Result<bool> {
-        match self.socket.as_mut() {
-            Some(socket) => socket.write(out),
-            None => Err(io::ErrorKind::NotConnected.into()),
-        }
+        held(&mut self.socket)?.write(out)
     }
 
     fn close(&mut self) {

@@ -237,8 +237,8 @@ mod tests {
 
     #[test]
     fn numbers_are_written_in_decimal() {
-        let max_safe = (1i64 << 53) - 1;
-        for n in [0, 7, -7, 60_000, max_safe, -max_safe, i64::MAX, i64::MIN] {
+        use crate::window::MAX_SAFE;
+        for n in [0, 7, -7, 60_000, MAX_SAFE, -MAX_SAFE, i64::MAX, i64::MIN] {
             assert_eq!(digits(n, &mut [0; 20]), n.to_string().as_bytes());
         }
     }

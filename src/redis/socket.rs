@@ -257,6 +257,14 @@ impl From<io::Error> for GreetError {
     }
 }
 
+/// The socket a host holds while a connection is up; an I/O error
+/// (`NotConnected`) when it holds none, for the engine to treat as a loss.
+pub fn held(socket: &mut Option<Box<Socket>>) -> io::Result<&mut Socket> {
+    socket
+        .as_deref_mut()
+        .ok_or_else(|| io::ErrorKind::NotConnected.into())
+}
+
 impl Socket {
     /// AUTH and SELECT, then PING, with blocking reads, before the socket
     /// is handed on: a connect succeeds only once the server has answered,
