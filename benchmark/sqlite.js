@@ -7,7 +7,7 @@
 // thread included).
 
 const { execFileSync } = require('node:child_process');
-const { existsSync, mkdtempSync, realpathSync, rmSync } = require('node:fs');
+const { existsSync, mkdtempSync, readFileSync, realpathSync, rmSync, writeFileSync } = require('node:fs');
 const os = require('node:os');
 const { dirname, join } = require('node:path');
 const { WINDOW_MS, inFlightRows, sqlColumns, driveFor, storeRound, runRounds, tableRows } = require('./sql.js');
@@ -48,12 +48,18 @@ function betterSqlite() {
 }
 
 /**
- * Builds better-sqlite3 where it is not built yet (`node benchmark/sqlite.js --build`: build-if-needed.js
- * and .ci/run run it beside the addon's release build).
+ * Builds better-sqlite3 where it is not built yet, or was built for another Node.js's ABI (a build made
+ * by another major version would not load): `node benchmark/sqlite.js --build`, which build-if-needed.js
+ * and .ci/run run beside the addon's release build.
  */
 function buildBetterSqlite() {
   const dir = dirname(require.resolve('better-sqlite3/package.json'));
-  if (!existsSync(join(dir, 'build', 'Release', 'better_sqlite3.node'))) {
+  const abi = join(dir, 'build', 'Release', 'node-abi.txt');
+  const built = () =>
+    existsSync(join(dir, 'build', 'Release', 'better_sqlite3.node')) &&
+    existsSync(abi) &&
+    readFileSync(abi, 'utf8') === process.versions.modules;
+  if (!built()) {
     const nodedir = dirname(dirname(process.execPath));
     if (!existsSync(join(nodedir, 'include', 'node', 'node_api.h')))
       throw new Error(`better-sqlite3 needs Node.js's headers to build, and ${nodedir}/include/node has none`);
@@ -71,6 +77,7 @@ function buildBetterSqlite() {
       env,
       stdio: ['ignore', 'ignore', 'inherit'],
     });
+    writeFileSync(abi, process.versions.modules);
   }
 }
 

@@ -10,10 +10,31 @@
 // already built. The shared suites print as they run; the end-to-end suites' output and a failed cargo
 // build's are printed whole once they are done, so that nothing interleaves. Exits 1 if anything failed.
 
-const { spawn } = require('node:child_process');
-const { join } = require('node:path');
+const { spawn, spawnSync } = require('node:child_process');
+const { delimiter, dirname, join } = require('node:path');
 
 const root = join(__dirname, '..');
+
+/**
+ * On a Node.js older than ratestore's floor (22: a machine's own Node.js 20, say), the suites would fail
+ * for want of what 22 has (node:sqlite among them). `npm test` has installed the runtimes pinned in
+ * runtimes/ just before (`runtimes.js --ensure`), so it runs again on their Node.js 24, saying so, with
+ * that Node.js first on PATH for every process the suites start. Answers the exit code, or undefined to
+ * go on here.
+ */
+function onSupportedNode() {
+  const major = Number(process.versions.node.split('.')[0]);
+  if (major >= 22 || process.versions.bun !== undefined) return undefined;
+  const node = require('./runtimes.js').installed('node24').path;
+  console.log(
+    `npm test: this is Node.js ${process.version}, and ratestore needs 22 or later: the tests run on the Node.js 24 ` +
+      `that npm test installed in runtimes/ (${node})`,
+  );
+  const env = { ...process.env, PATH: `${dirname(node)}${delimiter}${process.env.PATH ?? ''}` };
+  const child = spawnSync(node, [__filename, ...process.argv.slice(2)], { cwd: root, stdio: 'inherit', env });
+  if (child.error) throw child.error;
+  return child.status ?? 1;
+}
 const vitest = join(root, 'node_modules', 'vitest', 'vitest.mjs');
 
 /** Runs `command` with `args`: its output to this process's as it comes (`live`), or kept and answered. */
@@ -87,4 +108,6 @@ async function main() {
   return failed.length === 0 ? 0 : 1;
 }
 
-main().then((code) => (process.exitCode = code));
+const relaunched = onSupportedNode();
+if (relaunched !== undefined) process.exitCode = relaunched;
+else main().then((code) => (process.exitCode = code));

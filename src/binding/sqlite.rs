@@ -100,8 +100,11 @@ impl SqliteNative {
         }
     }
 
-    /// Queues one op; it settles under `id` through `settle`. Throws if the
-    /// store can't take it (closed, or its thread could not start).
+    /// Makes one op: `true` when it ran at once (`at_once` asked for it and
+    /// the store was idle), its answer in `results` after the id's place, as
+    /// a batch's first; `false` when it settles later under `id` through
+    /// `settle`. Throws if the store can't take it (closed, or its thread
+    /// could not start).
     #[napi]
     #[allow(clippy::too_many_arguments)]
     pub fn call(
@@ -114,7 +117,8 @@ impl SqliteNative {
         b: f64,
         c: f64,
         d: f64,
-    ) -> Result<()> {
+        at_once: Option<bool>,
+    ) -> Result<bool> {
         let started = (|| {
             let op = Op::from_code(op).ok_or(CoreError::InvalidRange("unknown op"))?;
             let args = op.check([a, b, c, d])?;
@@ -127,15 +131,23 @@ impl SqliteNative {
             let mut bytes = Vec::new();
             crate::wtf8::extend(&mut bytes, units);
             let store = self.ready()?;
-            store.call(Call {
+            let call = Call {
                 id,
                 op,
                 args,
                 key: bytes,
                 deadline: Instant::now() + store.timeout,
-            })
+            };
+            store.call(call, at_once.unwrap_or(false))
         })();
-        started.map_err(|e| throw_core(env, e))
+        match started {
+            Ok(Some(answer)) => {
+                self.settler.answer_now(&answer);
+                Ok(true)
+            }
+            Ok(None) => Ok(false),
+            Err(e) => Err(throw_core(env, e)),
+        }
     }
 
     /// Queues a step: its takes made all or none. `numbers` holds seven

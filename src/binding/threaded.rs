@@ -84,6 +84,15 @@ impl Settler {
         Ok(unsafe { Unknown::from_raw_unchecked(env.raw(), array) })
     }
 
+    /// Writes the answer of a call that ran at once where a batch's first
+    /// answer goes (after its id's place), for the JS side to read before
+    /// anything else runs on its thread.
+    pub fn answer_now(&self, answer: &Answer) {
+        for (i, v) in answer.values.iter().enumerate() {
+            self.results.set(1 + i, *v as f64);
+        }
+    }
+
     /// Keeps the settle callback and the process alive while calls are in
     /// flight (`true`), or lets them go (`false`).
     pub fn hold(&self, env: &Env, held: bool) -> Result<()> {

@@ -1,17 +1,24 @@
 //! sqliteStore's core: every algorithm's state in one table of a SQLite file
 //! (compiled in), in WAL mode, shared by every process of the host that
-//! opens the same file. Each store has a thread of its own that owns its
-//! connection: the calls made while a batch runs wait in a channel, and the
-//! next batch takes them all in one `BEGIN IMMEDIATE … COMMIT` (each call is
-//! answered only once its batch has committed). Another process holding the
-//! write lock is waited for (SQLite's busy handler) up to the calls'
-//! `timeoutMs`, then they reject unsent; a batch that fails is rolled back
-//! whole, so a call counts exactly once or not at all.
+//! opens the same file. Each store has one connection and a thread of its
+//! own. A call made while the store is idle (nothing queued, the thread not
+//! running, the file's write lock free at once) runs on the caller's thread
+//! in its own `BEGIN IMMEDIATE … COMMIT` and is answered there, as a
+//! synchronous SQLite binding's would be; with `synchronous: 'normal'` only,
+//! where a commit waits for no disk flush. Any other call goes to the thread:
+//! the calls made while a batch runs wait in a channel, and the next batch
+//! takes them all in one transaction (each call is answered only once its
+//! batch has committed). So the caller's thread never waits: another process
+//! holding the write lock sends the call to the thread, which waits for it
+//! (SQLite's busy handler) up to the calls' `timeoutMs`, then they reject
+//! unsent, and the WAL's checkpoints (a disk flush) run on the thread too. A
+//! transaction that fails is rolled back whole, so a call counts exactly
+//! once or not at all.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rusqlite::{params, Connection, ErrorCode, OpenFlags, OptionalExtension};
@@ -33,6 +40,10 @@ pub const TABLE: &str = "ratestore_counters";
 const SWEEP_BATCH: i64 = 500;
 /// The most calls one transaction takes.
 const MAX_BATCH: usize = 4096;
+/// Rows written (and commits) after which the store's thread checkpoints the
+/// WAL into the file, as SQLite's own automatic checkpoint does after 1000
+/// pages: here off the caller's thread, since a checkpoint flushes the disk.
+const CHECKPOINT_AFTER: u64 = 1000;
 
 /// SQLite's `synchronous` setting in WAL mode.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -162,6 +173,41 @@ enum Message {
     Call(Call),
     Step(Step),
     ResetAll(Done, Instant),
+    /// Checkpoints the WAL (asked for by a call run on the caller's thread).
+    Checkpoint,
+}
+
+/// What the store and its thread share: the connection's owner, and the
+/// count of messages sent to the thread and not yet run. A call runs on the
+/// caller's thread only while that count is 0 and the worker is free, so
+/// it never overtakes a call made before it.
+struct Shared {
+    worker: Mutex<Worker>,
+    queued: AtomicUsize,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Worker> {
+        self.worker.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The worker, if no one holds it now.
+    fn try_lock(&self) -> Option<MutexGuard<'_, Worker>> {
+        match self.worker.try_lock() {
+            Ok(worker) => Some(worker),
+            Err(TryLockError::Poisoned(e)) => Some(e.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+}
+
+/// How a call run on the caller's thread went.
+enum Inline {
+    Answered(Answer),
+    /// It failed (rolled back, or never begun: nothing counted).
+    Failed(Completion),
+    /// It did not run: it goes to the store's thread.
+    Queue(Call),
 }
 
 /// The counters a store's thread keeps about it.
@@ -176,10 +222,15 @@ pub struct Counts {
     pub busy_waits: AtomicU64,
 }
 
-/// A store: the sending end of its thread's channel. Dropping it (or
-/// `close`) lets the thread finish the calls queued and end.
+/// A store: the sending end of its thread's channel, and what it shares
+/// with the thread. Dropping it (or `close`) lets the thread finish the
+/// calls queued and end.
 pub struct SqliteStore {
     sender: Mutex<Option<Sender<Message>>>,
+    shared: Arc<Shared>,
+    /// Whether an idle store's call runs on the caller's thread (only where a
+    /// commit flushes no disk: `synchronous: 'normal'`).
+    inline: bool,
     pub timeout: Duration,
 }
 
@@ -192,20 +243,30 @@ impl SqliteStore {
     ) -> Result<SqliteStore> {
         let (sender, receiver) = mpsc::channel();
         let timeout = Duration::from_millis(config.timeout_ms);
-        let mut worker = Worker {
-            config,
-            conn: None,
-            delivery,
-            counts,
-            last_now: 0,
-            cursor: None,
-        };
+        let inline = config.synchronous == Synchronous::Normal;
+        let interval = Duration::from_millis(config.sweep_interval_ms);
+        let shared = Arc::new(Shared {
+            worker: Mutex::new(Worker {
+                config,
+                conn: None,
+                delivery,
+                counts,
+                last_now: 0,
+                cursor: None,
+                written: 0,
+                checkpoint_asked: false,
+            }),
+            queued: AtomicUsize::new(0),
+        });
+        let theirs = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("ratestore-sqlite".into())
-            .spawn(move || worker.serve(receiver))
+            .spawn(move || serve(&theirs, &receiver, interval))
             .map_err(|_| Error::Internal("the store's thread could not be started"))?;
         Ok(SqliteStore {
             sender: Mutex::new(Some(sender)),
+            shared,
+            inline,
             timeout,
         })
     }
@@ -213,14 +274,59 @@ impl SqliteStore {
     fn send(&self, message: Message) -> std::result::Result<(), Message> {
         let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner());
         match sender.as_ref() {
-            Some(s) => s.send(message).map_err(|e| e.0),
+            Some(s) => {
+                self.shared.queued.fetch_add(1, Ordering::AcqRel);
+                s.send(message).map_err(|e| {
+                    self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+                    e.0
+                })
+            }
             None => Err(message),
         }
     }
 
-    /// Queues a call; `Err(Closed)` once the store is closed.
-    pub fn call(&self, call: Call) -> Result<()> {
-        self.send(Message::Call(call)).map_err(|_| Error::Closed)
+    fn closed(&self) -> bool {
+        self.sender
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_none()
+    }
+
+    /// Makes a call: runs it at once on this thread where `at_once` asks for
+    /// it and the store is idle (see the module's docs), answering
+    /// `Ok(Some(answer))`; else queues it
+    /// to the store's thread, answering `Ok(None)` (it is answered through
+    /// the delivery, as is a call that failed here). `Err(Closed)` once the
+    /// store is closed.
+    pub fn call(&self, call: Call, at_once: bool) -> Result<Option<Answer>> {
+        if self.closed() {
+            return Err(Error::Closed);
+        }
+        let mut call = call;
+        if at_once && self.inline && self.shared.queued.load(Ordering::Acquire) == 0 {
+            if let Some(mut worker) = self.shared.try_lock() {
+                match worker.inline(call) {
+                    Inline::Answered(answer) => {
+                        let checkpoint = worker.checkpoint_due();
+                        drop(worker);
+                        if checkpoint {
+                            // If it can't be sent, the store is closing.
+                            let _ = self.send(Message::Checkpoint);
+                        }
+                        return Ok(Some(answer));
+                    }
+                    Inline::Failed(failed) => {
+                        // Rejected as the thread's failures are: through the delivery.
+                        worker.delivery.push(failed);
+                        return Ok(None);
+                    }
+                    Inline::Queue(back) => call = back,
+                }
+            }
+        }
+        self.send(Message::Call(call))
+            .map(|()| None)
+            .map_err(|_| Error::Closed)
     }
 
     /// Queues a step; `Err(Closed)` once the store is closed.
@@ -357,54 +463,97 @@ struct Worker {
     last_now: u64,
     /// Where the sweep goes on from (kind, key), while one is under way.
     cursor: Option<Cursor>,
+    /// Rows written and commits made since the last checkpoint.
+    written: u64,
+    /// A call run on its caller's thread asked the thread for a checkpoint.
+    checkpoint_asked: bool,
+}
+
+/// The store thread's second connection, which checkpoints the WAL: a
+/// passive checkpoint waits for no writer, so the calls go on meanwhile,
+/// and a call run on its caller's thread never waits for the disk flush.
+struct Checkpointer(Option<Connection>);
+
+impl Checkpointer {
+    fn run(&mut self, path: &str) {
+        if self.0.is_none() {
+            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
+            self.0 = Connection::open_with_flags(path, flags).ok();
+        }
+        let Some(conn) = &self.0 else { return };
+        // One that can't run now (another connection's checkpoint) is tried again after the next writes.
+        let done = conn
+            .busy_timeout(Duration::ZERO)
+            .and_then(|()| conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())));
+        if done.is_err() {
+            self.0 = None;
+        }
+    }
+}
+
+/// The store's thread: runs what is queued, in batches, and the sweep and
+/// the checkpoints between them.
+fn serve(shared: &Shared, receiver: &mpsc::Receiver<Message>, interval: Duration) {
+    let mut next_sweep = Instant::now() + interval;
+    let mut checkpointer = Checkpointer(None);
+    loop {
+        let sweeping = shared.lock().cursor.is_some();
+        let wait = if interval.is_zero() {
+            Duration::from_secs(3600)
+        } else if sweeping {
+            Duration::ZERO
+        } else {
+            next_sweep.saturating_duration_since(Instant::now())
+        };
+        let first = match receiver.recv_timeout(wait) {
+            Ok(m) => m,
+            Err(RecvTimeoutError::Timeout) => {
+                if !interval.is_zero() {
+                    let mut worker = shared.lock();
+                    worker.sweep_step();
+                    if worker.cursor.is_none() {
+                        next_sweep = Instant::now() + interval;
+                    }
+                }
+                continue;
+            }
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
+        let mut worker = shared.lock();
+        let mut taken = 0;
+        let mut calls = Vec::new();
+        let mut pending = Some(first);
+        while let Some(message) = pending.take() {
+            taken += 1;
+            match message {
+                Message::Call(call) => calls.push(Item::Call(call)),
+                Message::Step(step) => calls.push(Item::Step(step)),
+                Message::ResetAll(done, deadline) => {
+                    // Calls made before it run before it.
+                    worker.run(std::mem::take(&mut calls));
+                    let result = worker.reset_all(deadline);
+                    done(result);
+                }
+                Message::Checkpoint => {}
+            }
+            if calls.len() < MAX_BATCH {
+                pending = receiver.try_recv().ok();
+            }
+        }
+        worker.run(calls);
+        let checkpoint = worker.take_checkpoint();
+        // Only now, with the worker still held, may a call run on its caller's thread again.
+        shared.queued.fetch_sub(taken, Ordering::AcqRel);
+        drop(worker);
+        if let Some(path) = checkpoint {
+            checkpointer.run(&path);
+        }
+    }
+    // Closed, and every queued call run: the file is closed now, not when the store is collected.
+    shared.lock().conn = None;
 }
 
 impl Worker {
-    fn serve(&mut self, receiver: mpsc::Receiver<Message>) {
-        let interval = Duration::from_millis(self.config.sweep_interval_ms);
-        let mut next_sweep = Instant::now() + interval;
-        loop {
-            let wait = if self.config.sweep_interval_ms == 0 {
-                Duration::from_secs(3600)
-            } else if self.cursor.is_some() {
-                Duration::ZERO
-            } else {
-                next_sweep.saturating_duration_since(Instant::now())
-            };
-            let first = match receiver.recv_timeout(wait) {
-                Ok(m) => m,
-                Err(RecvTimeoutError::Timeout) => {
-                    if self.config.sweep_interval_ms > 0 {
-                        self.sweep_step();
-                        if self.cursor.is_none() {
-                            next_sweep = Instant::now() + interval;
-                        }
-                    }
-                    continue;
-                }
-                Err(RecvTimeoutError::Disconnected) => break,
-            };
-            let mut calls = Vec::new();
-            let mut pending = Some(first);
-            while let Some(message) = pending.take() {
-                match message {
-                    Message::Call(call) => calls.push(Item::Call(call)),
-                    Message::Step(step) => calls.push(Item::Step(step)),
-                    Message::ResetAll(done, deadline) => {
-                        // Calls made before it run before it.
-                        self.run(std::mem::take(&mut calls));
-                        let result = self.reset_all(deadline);
-                        done(result);
-                    }
-                }
-                if calls.len() < MAX_BATCH {
-                    pending = receiver.try_recv().ok();
-                }
-            }
-            self.run(calls);
-        }
-    }
-
     /// The connection, opened (and the table created) if need be.
     fn open(&mut self) -> Result<&Connection> {
         if self.conn.is_none() {
@@ -426,6 +575,9 @@ impl Worker {
                 Synchronous::Full => "PRAGMA synchronous = FULL",
             };
             conn.execute_batch(sync).map_err(fail)?;
+            // The store's thread checkpoints instead (see CHECKPOINT_AFTER).
+            conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
+                .map_err(fail)?;
             conn.execute_batch(SQL_CREATE).map_err(fail)?;
             for sql in [SQL_READ, SQL_PUT, SQL_DROP] {
                 if let Err(e) = conn.prepare_cached(sql) {
@@ -493,12 +645,85 @@ impl Worker {
         conn.execute_batch("COMMIT")
             .map_err(|e| sqlite_error(&e, &path))?;
         self.counts.commits.fetch_add(1, Ordering::Relaxed);
+        self.written += 1;
         Ok(())
+    }
+
+    /// Whether the WAL has grown enough for a checkpoint, and none was asked
+    /// for yet; a call on its caller's thread asks the store's thread.
+    fn checkpoint_due(&mut self) -> bool {
+        let due = self.written >= CHECKPOINT_AFTER && !self.checkpoint_asked;
+        self.checkpoint_asked |= due;
+        due
+    }
+
+    /// The file to checkpoint, when the WAL has grown enough since the last
+    /// checkpoint (none for ':memory:', which has no WAL); counts afresh.
+    fn take_checkpoint(&mut self) -> Option<String> {
+        if self.written < CHECKPOINT_AFTER {
+            return None;
+        }
+        self.written = 0;
+        self.checkpoint_asked = false;
+        (self.conn.is_some() && self.config.path != ":memory:").then(|| self.config.path.clone())
+    }
+
+    /// Runs one call at once on the caller's thread, in a transaction of its
+    /// own, if the file's write lock is free now: never waits. A store whose
+    /// file is not open yet (its first call opens it, creating the table)
+    /// sends the call to its thread instead.
+    fn inline(&mut self, call: Call) -> Inline {
+        let Some(conn) = &self.conn else {
+            return Inline::Queue(call);
+        };
+        let begun = conn
+            .busy_timeout(Duration::ZERO)
+            .and_then(|()| conn.execute_batch("BEGIN IMMEDIATE"));
+        match begun {
+            Ok(()) => {}
+            Err(rusqlite::Error::SqliteFailure(f, _))
+                if matches!(f.code, ErrorCode::DatabaseBusy | ErrorCode::DatabaseLocked) =>
+            {
+                return Inline::Queue(call);
+            }
+            Err(e) => {
+                let e = sqlite_error(&e, &self.config.path);
+                self.forget_if_broken(&e);
+                return Inline::Failed(Completion {
+                    id: call.id,
+                    result: Err(e),
+                });
+            }
+        }
+        let id = call.id;
+        let items = [Item::Call(call)];
+        let answered = self.transact(&items);
+        let mut answers = match answered {
+            Ok(answers) => answers,
+            Err(e) => {
+                self.rollback();
+                self.forget_if_broken(&e);
+                return Inline::Failed(Completion { id, result: Err(e) });
+            }
+        };
+        match answers.pop() {
+            Some(Completion {
+                result: Ok(answer), ..
+            }) => Inline::Answered(answer),
+            Some(failed) => Inline::Failed(failed),
+            None => Inline::Failed(Completion {
+                id,
+                result: Err(Error::Internal("a call had no answer")),
+            }),
+        }
     }
 
     /// Runs a batch of calls in one transaction, and delivers their answers
     /// once it has committed.
     fn run(&mut self, mut calls: Vec<Item>) {
+        if calls.is_empty() {
+            return;
+        }
         let mut done: Vec<Completion> = Vec::with_capacity(calls.len());
         let mut waited = false;
         let failed = |done: &mut Vec<Completion>, items: &mut Vec<Item>, e: &Error| {
@@ -653,10 +878,12 @@ impl Worker {
                 });
             }
         }
+        let mut written = 0;
         {
             let mut put = conn.prepare_cached(SQL_PUT).map_err(fail)?;
             let mut drop = conn.prepare_cached(SQL_DROP).map_err(fail)?;
             for ((kind, key), slot) in slots.iter().filter(|(_, s)| s.changed) {
+                written += 1;
                 match slot.row {
                     Some(r) => put.execute(params![
                         kind,
@@ -672,6 +899,7 @@ impl Worker {
             }
         }
         self.commit()?;
+        self.written += written;
         Ok(answers)
     }
 
