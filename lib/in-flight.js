@@ -146,6 +146,12 @@ class InFlight {
     return settle;
   }
 
+  /** The answer of a call of `op` that the native side ran at once: a batch's first row, after its id. */
+  answered(op) {
+    const results = this.#results;
+    return op === OP.hit ? { count: results[1], resetMs: results[2] } : decode(op, results, 1);
+  }
+
   #settle(n, errors, events) {
     const results = this.#results;
     for (let i = 0; i < STRIDE * n; i += STRIDE) {

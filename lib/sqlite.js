@@ -1,7 +1,8 @@
 'use strict';
-// sqliteStore: the JS face of the native SQLite store. A call is checked here and queued to the
-// store's own native thread by a synchronous call; its promise is settled when its batch of results
-// comes back, as postgresStore's are (lib/in-flight.js).
+// sqliteStore: the JS face of the native SQLite store. A call is checked here and made by a synchronous
+// call: one made alone while the store is idle runs at once, its promise resolved on return; any other
+// is queued to the store's own native thread, its promise settled when its batch of results comes back,
+// as postgresStore's are (lib/threaded.js, lib/in-flight.js).
 
 const { resolve } = require('node:path');
 const native = require('./native.js');

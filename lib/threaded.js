@@ -1,7 +1,8 @@
 'use strict';
 // What the JS faces of the native stores that run their own thread (postgresStore, mysqlStore,
 // sqliteStore) share: a call is checked by lib/ops.js and queued to the native thread by a synchronous
-// call; its promise is settled when its batch of results comes back (lib/in-flight.js). Each store
+// call; its promise is settled when its batch of results comes back (lib/in-flight.js), or at once
+// where the native call ran it (sqliteStore, when idle) and answered `true`. Each store
 // checks its own options and makes its own native store; the rest is here.
 
 const { rejection } = require('./check.js');
@@ -18,6 +19,19 @@ class ThreadedStore extends ServerOperations {
   #kind;
   /** The native store's own figures, for stats(). */
   #figures;
+  /**
+   * Calls made in this turn of the microtask queue (a burst: requests handled together, or the callers
+   * that one batch of answers set going again), and in the last one. Only a call alone, the first of its
+   * turn after a turn of at most one, may run at once on this thread (sqliteStore, in a transaction of
+   * its own): a caller that awaits each call before the next gets every call run at once, while calls
+   * made together keep sharing the native thread's transactions, however many turns they go on for.
+   */
+  #burst = 0;
+  #lastBurst = 0;
+  #burstEnds = () => {
+    this.#lastBurst = this.#burst;
+    this.#burst = 0;
+  };
 
   /**
    * `kind`: stats().kind; `failures`: the store's `Failures`; `make(settle)`: the native store, its
@@ -68,7 +82,14 @@ class ThreadedStore extends ServerOperations {
     const slot = inFlight.slot();
     try {
       this.#open();
-      this.#native.call(slot, op, key, a, b, c, d);
+      // A call alone may run at once (see #burst); true: it did (sqliteStore, idle), its answer already
+      // in the results.
+      const alone = this.#burst === 0 && this.#lastBurst <= 1;
+      if (this.#burst++ === 0) queueMicrotask(this.#burstEnds);
+      if (this.#native.call(slot, op, key, a, b, c, d, alone) === true) {
+        inFlight.free(slot);
+        return Promise.resolve(inFlight.answered(op));
+      }
     } catch (error) {
       inFlight.free(slot);
       return rejection(this.#failures.failed(error));

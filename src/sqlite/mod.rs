@@ -1,21 +1,23 @@
 //! sqliteStore's core: every algorithm's state in one table of a SQLite file
 //! (compiled in), in WAL mode, shared by every process of the host that
 //! opens the same file. Each store has one connection and a thread of its
-//! own. A call made while the store is idle (nothing queued, the thread not
-//! running, the file's write lock free at once) runs on the caller's thread
-//! in its own `BEGIN IMMEDIATE … COMMIT` and is answered there, as a
-//! synchronous SQLite binding's would be; with `synchronous: 'normal'` only,
-//! where a commit waits for no disk flush. Any other call goes to the thread:
-//! the calls made while a batch runs wait in a channel, and the next batch
-//! takes them all in one transaction (each call is answered only once its
-//! batch has committed). So the caller's thread never waits: another process
-//! holding the write lock sends the call to the thread, which waits for it
+//! own. A call made alone (the JS side says so: see lib/threaded.js) while
+//! the store is idle (nothing queued, the thread not running, the file's
+//! write lock free at once) runs on the caller's thread in its own
+//! `BEGIN IMMEDIATE … COMMIT` and is answered there, as a synchronous SQLite
+//! binding's would be; with `synchronous: 'normal'` only, where a commit
+//! waits for no disk flush. Any other call goes to the thread: the calls
+//! made while a batch runs wait in a channel, and the next batch takes them
+//! all in one transaction (each call is answered only once its batch has
+//! committed). So the caller's thread never waits: another process holding
+//! the write lock sends the call to the thread, which waits for it
 //! (SQLite's busy handler) up to the calls' `timeoutMs`, then they reject
-//! unsent, and the WAL's checkpoints (a disk flush) run on the thread too. A
-//! transaction that fails is rolled back whole, so a call counts exactly
-//! once or not at all.
+//! unsent; and the WAL's checkpoints (a disk flush) run on the thread,
+//! holding the connection (see `CHECKPOINT_AFTER`). A transaction that fails
+//! is rolled back whole, so a call counts exactly once or not at all.
 
 use std::collections::HashMap;
+use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
@@ -40,9 +42,9 @@ pub const TABLE: &str = "ratestore_counters";
 const SWEEP_BATCH: i64 = 500;
 /// The most calls one transaction takes.
 const MAX_BATCH: usize = 4096;
-/// Rows written (and commits) after which the store's thread checkpoints the
-/// WAL into the file, as SQLite's own automatic checkpoint does after 1000
-/// pages: here off the caller's thread, since a checkpoint flushes the disk.
+/// The WAL's size in pages at which the store's thread checkpoints it into
+/// the file, as SQLite's own automatic checkpoint does (1000 by default):
+/// here off the caller's thread, since a checkpoint flushes the disk.
 const CHECKPOINT_AFTER: u64 = 1000;
 
 /// SQLite's `synchronous` setting in WAL mode.
@@ -253,7 +255,7 @@ impl SqliteStore {
                 counts,
                 last_now: 0,
                 cursor: None,
-                written: 0,
+                wal_frames: Box::new(AtomicU64::new(0)),
                 checkpoint_asked: false,
             }),
             queued: AtomicUsize::new(0),
@@ -345,6 +347,34 @@ impl SqliteStore {
     pub fn close(&self) {
         self.sender.lock().unwrap_or_else(|e| e.into_inner()).take();
     }
+}
+
+/// `BEGIN IMMEDIATE` (the write lock at once), as a cached statement: a
+/// batch of SQL text would be parsed again on every call.
+fn begin_immediate(conn: &Connection) -> rusqlite::Result<()> {
+    conn.prepare_cached("BEGIN IMMEDIATE")?
+        .execute([])
+        .map(drop)
+}
+
+/// `COMMIT`, as a cached statement.
+fn commit(conn: &Connection) -> rusqlite::Result<()> {
+    conn.prepare_cached("COMMIT")?.execute([]).map(drop)
+}
+
+/// SQLite's WAL hook: after each commit, the WAL's size in frames (pages),
+/// the figure SQLite's own automatic checkpoint goes by, kept in the
+/// worker's counter `ctx`.
+unsafe extern "C" fn wal_frames(
+    ctx: *mut c_void,
+    _db: *mut rusqlite::ffi::sqlite3,
+    _name: *const c_char,
+    frames: c_int,
+) -> c_int {
+    // SAFETY: `ctx` is the worker's boxed counter, which outlives the connection (see `open`).
+    let counter = unsafe { &*(ctx as *const AtomicU64) };
+    counter.store(u64::try_from(frames).unwrap_or(0), Ordering::Relaxed);
+    rusqlite::ffi::SQLITE_OK
 }
 
 /// µs since the epoch on the host's wall clock.
@@ -463,39 +493,17 @@ struct Worker {
     last_now: u64,
     /// Where the sweep goes on from (kind, key), while one is under way.
     cursor: Option<Cursor>,
-    /// Rows written and commits made since the last checkpoint.
-    written: u64,
+    /// The WAL's size in frames after the last commit (see `wal_frames`).
+    /// After `conn`, so that it is dropped after the connection.
+    wal_frames: Box<AtomicU64>,
     /// A call run on its caller's thread asked the thread for a checkpoint.
     checkpoint_asked: bool,
-}
-
-/// The store thread's second connection, which checkpoints the WAL: a
-/// passive checkpoint waits for no writer, so the calls go on meanwhile,
-/// and a call run on its caller's thread never waits for the disk flush.
-struct Checkpointer(Option<Connection>);
-
-impl Checkpointer {
-    fn run(&mut self, path: &str) {
-        if self.0.is_none() {
-            let flags = OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-            self.0 = Connection::open_with_flags(path, flags).ok();
-        }
-        let Some(conn) = &self.0 else { return };
-        // One that can't run now (another connection's checkpoint) is tried again after the next writes.
-        let done = conn
-            .busy_timeout(Duration::ZERO)
-            .and_then(|()| conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())));
-        if done.is_err() {
-            self.0 = None;
-        }
-    }
 }
 
 /// The store's thread: runs what is queued, in batches, and the sweep and
 /// the checkpoints between them.
 fn serve(shared: &Shared, receiver: &mpsc::Receiver<Message>, interval: Duration) {
     let mut next_sweep = Instant::now() + interval;
-    let mut checkpointer = Checkpointer(None);
     loop {
         let sweeping = shared.lock().cursor.is_some();
         let wait = if interval.is_zero() {
@@ -541,13 +549,9 @@ fn serve(shared: &Shared, receiver: &mpsc::Receiver<Message>, interval: Duration
             }
         }
         worker.run(calls);
-        let checkpoint = worker.take_checkpoint();
+        worker.checkpoint_if_due();
         // Only now, with the worker still held, may a call run on its caller's thread again.
         shared.queued.fetch_sub(taken, Ordering::AcqRel);
-        drop(worker);
-        if let Some(path) = checkpoint {
-            checkpointer.run(&path);
-        }
     }
     // Closed, and every queued call run: the file is closed now, not when the store is collected.
     shared.lock().conn = None;
@@ -575,9 +579,19 @@ impl Worker {
                 Synchronous::Full => "PRAGMA synchronous = FULL",
             };
             conn.execute_batch(sync).map_err(fail)?;
-            // The store's thread checkpoints instead (see CHECKPOINT_AFTER).
-            conn.execute_batch("PRAGMA wal_autocheckpoint = 0")
-                .map_err(fail)?;
+            // The store's thread checkpoints instead (see CHECKPOINT_AFTER), going by the WAL's size,
+            // which this hook keeps in `wal_frames` (it replaces SQLite's automatic checkpoint).
+            // SAFETY: the handle of a live connection; the counter is boxed, so its address holds, and
+            // the worker drops it after the connection (the fields' order), so the hook never sees it freed.
+            unsafe {
+                rusqlite::ffi::sqlite3_wal_hook(
+                    conn.handle(),
+                    Some(wal_frames),
+                    std::ptr::from_ref::<AtomicU64>(&*self.wal_frames)
+                        .cast_mut()
+                        .cast(),
+                );
+            }
             conn.execute_batch(SQL_CREATE).map_err(fail)?;
             for sql in [SQL_READ, SQL_PUT, SQL_DROP] {
                 if let Err(e) = conn.prepare_cached(sql) {
@@ -625,7 +639,7 @@ impl Worker {
         let fail = |e: rusqlite::Error| sqlite_error(&e, &path);
         conn.busy_timeout(left.max(Duration::from_millis(1)))
             .map_err(fail)?;
-        match conn.execute_batch("BEGIN IMMEDIATE") {
+        match begin_immediate(conn) {
             Ok(()) => Ok(()),
             Err(e) => Err(fail(e)),
         }
@@ -642,30 +656,40 @@ impl Worker {
     fn commit(&mut self) -> Result<()> {
         let path = self.config.path.clone();
         let conn = self.conn.as_ref().ok_or(Error::Internal("no connection"))?;
-        conn.execute_batch("COMMIT")
-            .map_err(|e| sqlite_error(&e, &path))?;
+        commit(conn).map_err(|e| sqlite_error(&e, &path))?;
         self.counts.commits.fetch_add(1, Ordering::Relaxed);
-        self.written += 1;
         Ok(())
     }
 
     /// Whether the WAL has grown enough for a checkpoint, and none was asked
     /// for yet; a call on its caller's thread asks the store's thread.
     fn checkpoint_due(&mut self) -> bool {
-        let due = self.written >= CHECKPOINT_AFTER && !self.checkpoint_asked;
+        let due =
+            self.wal_frames.load(Ordering::Relaxed) >= CHECKPOINT_AFTER && !self.checkpoint_asked;
         self.checkpoint_asked |= due;
         due
     }
 
-    /// The file to checkpoint, when the WAL has grown enough since the last
-    /// checkpoint (none for ':memory:', which has no WAL); counts afresh.
-    fn take_checkpoint(&mut self) -> Option<String> {
-        if self.written < CHECKPOINT_AFTER {
-            return None;
+    /// Copies the WAL into the file once it has grown by CHECKPOINT_AFTER
+    /// pages, as SQLite's automatic checkpoint would in the commit that
+    /// crossed it: on the store's thread, holding the connection, so that no
+    /// write comes between and the WAL starts over from its beginning (a
+    /// checkpoint on a second connection, racing the writes, may never
+    /// catch up, and the WAL then grows without end). The calls made
+    /// meanwhile queue for the thread's next transaction.
+    fn checkpoint_if_due(&mut self) {
+        if self.wal_frames.load(Ordering::Relaxed) < CHECKPOINT_AFTER {
+            return;
         }
-        self.written = 0;
+        // The next commit starts the WAL over, and says its size afresh.
+        self.wal_frames.store(0, Ordering::Relaxed);
         self.checkpoint_asked = false;
-        (self.conn.is_some() && self.config.path != ":memory:").then(|| self.config.path.clone())
+        if let Some(conn) = &self.conn {
+            // One that can't run now (another connection's checkpoint) is tried again after the next writes.
+            let _ = conn
+                .busy_timeout(Duration::ZERO)
+                .and_then(|()| conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())));
+        }
     }
 
     /// Runs one call at once on the caller's thread, in a transaction of its
@@ -678,7 +702,7 @@ impl Worker {
         };
         let begun = conn
             .busy_timeout(Duration::ZERO)
-            .and_then(|()| conn.execute_batch("BEGIN IMMEDIATE"));
+            .and_then(|()| begin_immediate(conn));
         match begun {
             Ok(()) => {}
             Err(rusqlite::Error::SqliteFailure(f, _))
@@ -878,12 +902,10 @@ impl Worker {
                 });
             }
         }
-        let mut written = 0;
         {
             let mut put = conn.prepare_cached(SQL_PUT).map_err(fail)?;
             let mut drop = conn.prepare_cached(SQL_DROP).map_err(fail)?;
             for ((kind, key), slot) in slots.iter().filter(|(_, s)| s.changed) {
-                written += 1;
                 match slot.row {
                     Some(r) => put.execute(params![
                         kind,
@@ -899,7 +921,6 @@ impl Worker {
             }
         }
         self.commit()?;
-        self.written += written;
         Ok(answers)
     }
 
@@ -1020,7 +1041,7 @@ impl Worker {
         let conn = self.conn.as_ref().expect("checked above");
         let _ = conn.busy_timeout(Duration::ZERO);
         let step = (|| -> rusqlite::Result<(usize, Option<Cursor>)> {
-            conn.execute_batch("BEGIN IMMEDIATE")?;
+            begin_immediate(conn)?;
             let end: Option<Cursor> = conn
                 .prepare_cached(SQL_SWEEP_END)?
                 .query_row(params![kind, key, SWEEP_BATCH - 1], |r| {
@@ -1035,7 +1056,7 @@ impl Worker {
                     .prepare_cached(SQL_SWEEP_REST)?
                     .execute(params![kind, key, before])?,
             };
-            conn.execute_batch("COMMIT")?;
+            commit(conn)?;
             Ok((deleted, end))
         })();
         match step {
