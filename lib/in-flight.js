@@ -66,7 +66,9 @@ class InFlight {
   }
 
   free(slot) {
-    this.#freeSlots.push(slot);
+    // A slot never tracked past the end (a fresh one: slot() and slots() answer those from the end)
+    // is not handed out again from the free list, or the end would hand it out a second time.
+    if (slot < this.#resolvers.length) this.#freeSlots.push(slot);
   }
 
   /** `n` distinct slots, for a step's takes; `free` each if the step could not be sent. */

@@ -22,9 +22,11 @@ class ThreadedStore extends ServerOperations {
   /**
    * Calls made in this turn of the microtask queue (a burst: requests handled together, or the callers
    * that one batch of answers set going again), and in the last one. Only a call alone, the first of its
-   * turn after a turn of at most one, may run at once on this thread (sqliteStore, in a transaction of
-   * its own): a caller that awaits each call before the next gets every call run at once, while calls
-   * made together keep sharing the native thread's transactions, however many turns they go on for.
+   * turn after a turn of at most one, with no call in flight, may run at once on this thread (sqliteStore,
+   * in a transaction of its own): a caller that awaits each call before the next gets every call run at
+   * once, while calls made together keep sharing the native thread's transactions, however many turns
+   * they go on for. With no call in flight, every earlier call has settled: promises settle in the order
+   * their calls were applied.
    */
   #burst = 0;
   #lastBurst = 0;
@@ -84,7 +86,7 @@ class ThreadedStore extends ServerOperations {
       this.#open();
       // A call alone may run at once (see #burst); true: it did (sqliteStore, idle), its answer already
       // in the results.
-      const alone = this.#burst === 0 && this.#lastBurst <= 1;
+      const alone = this.#burst === 0 && this.#lastBurst <= 1 && inFlight.count === 0;
       if (this.#burst++ === 0) queueMicrotask(this.#burstEnds);
       if (this.#native.call(slot, op, key, a, b, c, d, alone) === true) {
         inFlight.free(slot);

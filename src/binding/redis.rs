@@ -106,7 +106,7 @@ impl StoreData {
     fn send(&self, id: u32, op: Op, args: Args, key: &[u16]) -> std::result::Result<(), CoreError> {
         match &*self.mode.borrow() {
             Mode::Unopened => Err(CoreError::Internal(
-                "a hit was sent before the store was opened",
+                "a call was made before the store was opened",
             )),
             Mode::Failed(e) => Err(e.clone()),
             Mode::Threaded { batched, .. } => batched.send(id, op, args, key),
@@ -123,7 +123,7 @@ impl StoreData {
     ) -> std::result::Result<bool, CoreError> {
         match &*self.mode.borrow() {
             Mode::Unopened => Err(CoreError::Internal(
-                "a hit was sent before the store was opened",
+                "a call was made before the store was opened",
             )),
             Mode::Failed(e) => Err(e.clone()),
             Mode::Threaded { batched, .. } => batched.send_takes(id, takes),

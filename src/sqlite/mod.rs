@@ -678,12 +678,13 @@ impl Worker {
     /// catch up, and the WAL then grows without end). The calls made
     /// meanwhile queue for the thread's next transaction.
     fn checkpoint_if_due(&mut self) {
+        // Whatever asked for it has been run now; another connection's checkpoint may have made it moot.
+        self.checkpoint_asked = false;
         if self.wal_frames.load(Ordering::Relaxed) < CHECKPOINT_AFTER {
             return;
         }
         // The next commit starts the WAL over, and says its size afresh.
         self.wal_frames.store(0, Ordering::Relaxed);
-        self.checkpoint_asked = false;
         if let Some(conn) = &self.conn {
             // One that can't run now (another connection's checkpoint) is tried again after the next writes.
             let _ = conn
