@@ -55,11 +55,11 @@ function betterSqlite() {
 function buildBetterSqlite() {
   const dir = dirname(require.resolve('better-sqlite3/package.json'));
   const abi = join(dir, 'build', 'Release', 'node-abi.txt');
-  const built = () =>
+  const built =
     existsSync(join(dir, 'build', 'Release', 'better_sqlite3.node')) &&
     existsSync(abi) &&
     readFileSync(abi, 'utf8') === process.versions.modules;
-  if (!built()) {
+  if (!built) {
     const nodedir = dirname(dirname(process.execPath));
     if (!existsSync(join(nodedir, 'include', 'node', 'node_api.h')))
       throw new Error(`better-sqlite3 needs Node.js's headers to build, and ${nodedir}/include/node has none`);

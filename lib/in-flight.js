@@ -150,8 +150,13 @@ class InFlight {
 
   /** The answer of a call of `op` that the native side ran at once: a batch's first row, after its id. */
   answered(op) {
+    return this.#answer(op, 1);
+  }
+
+  /** The answer of a call of `op` whose numbers start at `at` in the results. */
+  #answer(op, at) {
     const results = this.#results;
-    return op === OP.hit ? { count: results[1], resetMs: results[2] } : decode(op, results, 1);
+    return op === OP.hit ? { count: results[at], resetMs: results[at + 1] } : decode(op, results, at);
   }
 
   #settle(n, errors, events) {
@@ -168,8 +173,7 @@ class InFlight {
         this.#take(this.#resolvers, slot)({ allowed: answers.every((answer) => answer.allowed), answers });
         continue;
       }
-      const result = op === OP.hit ? { count: results[i + 1], resetMs: results[i + 2] } : decode(op, results, i + 1);
-      this.#take(this.#resolvers, slot)(result);
+      this.#take(this.#resolvers, slot)(this.#answer(op, i + 1));
     }
     if (errors !== undefined) {
       for (let i = 0; i < errors.length; i += 2) {

@@ -53,6 +53,7 @@ class SqliteStore extends ThreadedStore {
       failures,
       make: (settle) => new native.SqliteNative(settle, file, timeoutMs, synchronous, sweepIntervalMs),
       opens: false,
+      atOnce: true,
       figures: (store) => {
         const [swept, commits, busyWaits] = store.counts();
         return { commits, busyWaits, swept };

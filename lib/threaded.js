@@ -34,15 +34,19 @@ class ThreadedStore extends ServerOperations {
     this.#lastBurst = this.#burst;
     this.#burst = 0;
   };
+  /** Whether the native store can run a call at once (sqliteStore): only then are bursts counted. */
+  #atOnce;
 
   /**
    * `kind`: stats().kind; `failures`: the store's `Failures`; `make(settle)`: the native store, its
    * results settled by `settle`; `opens`: whether it reads the environment (`open(process.env)`) before
-   * its first call; `figures(native)`: its own entries of stats().
+   * its first call; `figures(native)`: its own entries of stats(); `atOnce`: whether its native `call` can
+   * run a call at once and answer `true` (sqliteStore).
    */
-  constructor({ kind, failures, make, opens, figures }) {
+  constructor({ kind, failures, make, opens, figures, atOnce = false }) {
     super();
     this.#kind = kind;
+    this.#atOnce = atOnce;
     this.#failures = failures;
     this.#figures = figures;
     this.#inFlight = new InFlight(failures);
@@ -78,17 +82,21 @@ class ThreadedStore extends ServerOperations {
     });
   }
 
+  /** Counts a call in its burst; whether it is a call alone (see #burst). */
+  #alone() {
+    const alone = this.#burst === 0 && this.#lastBurst <= 1 && this.#inFlight.count === 0;
+    if (this.#burst++ === 0) queueMicrotask(this.#burstEnds);
+    return alone;
+  }
+
   _call(op, key, a, b, c, d) {
     const inFlight = this.#inFlight;
     this.#calls++;
     const slot = inFlight.slot();
     try {
       this.#open();
-      // A call alone may run at once (see #burst); true: it did (sqliteStore, idle), its answer already
-      // in the results.
-      const alone = this.#burst === 0 && this.#lastBurst <= 1 && inFlight.count === 0;
-      if (this.#burst++ === 0) queueMicrotask(this.#burstEnds);
-      if (this.#native.call(slot, op, key, a, b, c, d, alone) === true) {
+      // true: it ran at once (sqliteStore, a call alone: see #burst), its answer already in the results.
+      if (this.#native.call(slot, op, key, a, b, c, d, this.#atOnce && this.#alone()) === true) {
         inFlight.free(slot);
         return Promise.resolve(inFlight.answered(op));
       }

@@ -30,6 +30,7 @@ use napi::sys;
 use super::{raw, throw_core};
 use crate::delivery::{Completion, Delivery};
 use crate::errors::Error as CoreError;
+use crate::ops::Answer;
 use crate::redis::stats::Event;
 
 /// The most completions one `settle` call hands over.
@@ -60,6 +61,14 @@ pub(super) fn callback(
     Ok((settle_ref, raw::Numbers::new(STRIDE * BATCH)))
 }
 
+/// Writes an answer's numbers into `results` from `at` on (a result's
+/// place after its id).
+pub(super) fn write_answer(results: &raw::Numbers, at: usize, answer: &Answer) {
+    for (i, v) in answer.values.iter().enumerate() {
+        results.set(at + i, *v as f64);
+    }
+}
+
 /// The arguments of one `settle(n, errors, events)` call for the first
 /// `count` completions, with the numbers written into `results`, and the
 /// connection events (`[{ type, code? }]`, or undefined when none).
@@ -80,9 +89,7 @@ pub(super) unsafe fn settle_args(
         match &completion.result {
             Ok(answer) => {
                 results.set(STRIDE * n, f64::from(completion.id));
-                for (i, v) in answer.values.iter().enumerate() {
-                    results.set(STRIDE * n + 1 + i, *v as f64);
-                }
+                write_answer(results, STRIDE * n + 1, answer);
                 n += 1;
             }
             // SAFETY: as the caller promises; every handle is of this scope.

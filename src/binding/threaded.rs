@@ -88,9 +88,7 @@ impl Settler {
     /// answer goes (after its id's place), for the JS side to read before
     /// anything else runs on its thread.
     pub fn answer_now(&self, answer: &Answer) {
-        for (i, v) in answer.values.iter().enumerate() {
-            self.results.set(1 + i, *v as f64);
-        }
+        settle::write_answer(&self.results, 1, answer);
     }
 
     /// Keeps the settle callback and the process alive while calls are in

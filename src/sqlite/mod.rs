@@ -256,7 +256,6 @@ impl SqliteStore {
                 last_now: 0,
                 cursor: None,
                 wal_frames: Box::new(AtomicU64::new(0)),
-                checkpoint_asked: false,
             }),
             queued: AtomicUsize::new(0),
         });
@@ -276,35 +275,32 @@ impl SqliteStore {
     fn send(&self, message: Message) -> std::result::Result<(), Message> {
         let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner());
         match sender.as_ref() {
-            Some(s) => {
-                self.shared.queued.fetch_add(1, Ordering::AcqRel);
-                s.send(message).map_err(|e| {
-                    self.shared.queued.fetch_sub(1, Ordering::AcqRel);
-                    e.0
-                })
-            }
+            Some(s) => self.send_on(s, message),
             None => Err(message),
         }
     }
 
-    fn closed(&self) -> bool {
-        self.sender
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_none()
+    /// Sends a message to the thread, counted in `queued` until it has run.
+    fn send_on(
+        &self,
+        sender: &Sender<Message>,
+        message: Message,
+    ) -> std::result::Result<(), Message> {
+        self.shared.queued.fetch_add(1, Ordering::AcqRel);
+        sender.send(message).map_err(|e| {
+            self.shared.queued.fetch_sub(1, Ordering::AcqRel);
+            e.0
+        })
     }
 
     /// Makes a call: runs it at once on this thread where `at_once` asks for
     /// it and the store is idle (see the module's docs), answering
-    /// `Ok(Some(answer))`; else queues it
-    /// to the store's thread, answering `Ok(None)` (it is answered through
-    /// the delivery, as is a call that failed here). `Err(Closed)` once the
-    /// store is closed.
-    pub fn call(&self, call: Call, at_once: bool) -> Result<Option<Answer>> {
-        if self.closed() {
-            return Err(Error::Closed);
-        }
-        let mut call = call;
+    /// `Ok(Some(answer))`; else queues it to the store's thread, answering
+    /// `Ok(None)` (it is answered through the delivery, as is a call that
+    /// failed here). `Err(Closed)` once the store is closed.
+    pub fn call(&self, mut call: Call, at_once: bool) -> Result<Option<Answer>> {
+        let sender = self.sender.lock().unwrap_or_else(|e| e.into_inner());
+        let sender = sender.as_ref().ok_or(Error::Closed)?;
         if at_once && self.inline && self.shared.queued.load(Ordering::Acquire) == 0 {
             if let Some(mut worker) = self.shared.try_lock() {
                 match worker.inline(call) {
@@ -312,8 +308,9 @@ impl SqliteStore {
                         let checkpoint = worker.checkpoint_due();
                         drop(worker);
                         if checkpoint {
-                            // If it can't be sent, the store is closing.
-                            let _ = self.send(Message::Checkpoint);
+                            // Queued, it keeps every call off this thread until it has run. If it
+                            // can't be sent, the store is closing.
+                            let _ = self.send_on(sender, Message::Checkpoint);
                         }
                         return Ok(Some(answer));
                     }
@@ -326,7 +323,7 @@ impl SqliteStore {
                 }
             }
         }
-        self.send(Message::Call(call))
+        self.send_on(sender, Message::Call(call))
             .map(|()| None)
             .map_err(|_| Error::Closed)
     }
@@ -496,8 +493,6 @@ struct Worker {
     /// The WAL's size in frames after the last commit (see `wal_frames`).
     /// After `conn`, so that it is dropped after the connection.
     wal_frames: Box<AtomicU64>,
-    /// A call run on its caller's thread asked the thread for a checkpoint.
-    checkpoint_asked: bool,
 }
 
 /// The store's thread: runs what is queued, in batches, and the sweep and
@@ -661,13 +656,12 @@ impl Worker {
         Ok(())
     }
 
-    /// Whether the WAL has grown enough for a checkpoint, and none was asked
-    /// for yet; a call on its caller's thread asks the store's thread.
-    fn checkpoint_due(&mut self) -> bool {
-        let due =
-            self.wal_frames.load(Ordering::Relaxed) >= CHECKPOINT_AFTER && !self.checkpoint_asked;
-        self.checkpoint_asked |= due;
-        due
+    /// Whether the WAL has grown enough for a checkpoint; a call on its
+    /// caller's thread then asks the store's thread for one (once: the
+    /// message queued keeps every call off the caller's thread until the
+    /// thread has run it).
+    fn checkpoint_due(&self) -> bool {
+        self.wal_frames.load(Ordering::Relaxed) >= CHECKPOINT_AFTER
     }
 
     /// Copies the WAL into the file once it has grown by CHECKPOINT_AFTER
@@ -678,9 +672,7 @@ impl Worker {
     /// catch up, and the WAL then grows without end). The calls made
     /// meanwhile queue for the thread's next transaction.
     fn checkpoint_if_due(&mut self) {
-        // Whatever asked for it has been run now; another connection's checkpoint may have made it moot.
-        self.checkpoint_asked = false;
-        if self.wal_frames.load(Ordering::Relaxed) < CHECKPOINT_AFTER {
+        if !self.checkpoint_due() {
             return;
         }
         // The next commit starts the WAL over, and says its size afresh.
