@@ -396,6 +396,56 @@ describe('postgresStore', () => {
     await store.close();
   });
 
+  it("fixed-window hits made together go as one upsert of their keys: each answers its running count in call order, a key's window set by its first hit; a hit past the safe range fails alone", async () => {
+    const store = ownStore();
+    const run = randomUUID();
+    const [a, b, full] = ['a', 'b', 'full'].map((k) => `hits:${run}:${k}`);
+    const MAX = Number.MAX_SAFE_INTEGER;
+    await store.hit(full, 60_000, MAX - 5);
+    await store.hit(`hits:${run}:warm`, 60_000, 1);
+    const commits = async () =>
+      Number(await own.sql("SELECT xact_commit FROM pg_stat_database WHERE datname = 'postgres'"));
+    const before = await commits();
+    // One tick: two keys hit in turn, a's amounts 1, 2, 3, 1, ...; then three hits that cross the safe range.
+    const calls: Promise<{ count: number; resetMs: number }>[] = [];
+    for (let i = 0; i < 100; i++) {
+      calls.push(store.hit(a, i === 0 ? 60_000 : 5_000, 1 + (i % 3)));
+      calls.push(store.hit(b, 30_000, 2));
+    }
+    calls.push(
+      store.hit(full, 60_000, 2),
+      store.hit(full, 60_000, 2),
+      store.hit(full, 60_000, 2),
+      store.hit(a, 5_000, 1),
+    );
+    const settled = await Promise.allSettled(calls);
+    const value = (i: number) => (settled[i] as PromiseFulfilledResult<{ count: number; resetMs: number }>).value;
+    let running = 0;
+    for (let i = 0; i < 100; i++) {
+      running += 1 + (i % 3);
+      expect(value(2 * i).count).toBe(running);
+      expect(value(2 * i + 1).count).toBe(2 * (i + 1));
+      // The window of a key's first hit: 60 s for a (not its later hits' 5 s), 30 s for b.
+      expect(value(2 * i).resetMs).toBeGreaterThan(55_000);
+      expect(value(2 * i).resetMs).toBeLessThanOrEqual(60_000);
+      expect(value(2 * i + 1).resetMs).toBeGreaterThan(25_000);
+      expect(value(2 * i + 1).resetMs).toBeLessThanOrEqual(30_000);
+    }
+    expect(value(200).count).toBe(MAX - 3);
+    expect(value(201).count).toBe(MAX - 1);
+    const range = (settled[202] as PromiseRejectedResult).reason;
+    expect(range).toBeInstanceOf(RangeError);
+    expect(range.code).toBe('ERR_COUNT_RANGE');
+    expect(value(203).count).toBe(running + 1);
+    expect((await store.hit(full, 60_000, 0)).count).toBe(MAX - 1);
+    expect((await store.hit(a, 60_000, 0)).count).toBe(running + 1);
+    expect((await store.hit(b, 60_000, 0)).count).toBe(200);
+    // Far fewer transactions than calls (the refused batch's calls went again by key, then one by one).
+    await new Promise((resolve) => setTimeout(resolve, 700));
+    expect((await commits()) - before).toBeLessThan(30);
+    await store.close();
+  });
+
   it('a reset made between hits applies between them, and a resetAll wipes only the calls made before it', async () => {
     const store = ownStore();
     const key = `order:${randomUUID()}`;

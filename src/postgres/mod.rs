@@ -386,14 +386,17 @@ struct Sql {
     /// The fixed window's hit of a positive amount, alone: seed 000's upsert
     /// with the function's rules ([`hit_sql`]).
     hit: String,
+    /// A batch of such hits, a key's together: one upsert of every key ([`hits_sql`]).
+    hits: String,
 }
 
 /// The statements that are prepared where no transaction pooler sits
 /// between: [`Sql::single`] (0-2, by [`Kind`]), [`Sql::batch`] (3-10, by
-/// the set of algorithms), [`Sql::hit`] (11).
-const STATEMENTS: usize = 12;
+/// the set of algorithms), [`Sql::hit`] (11), [`Sql::hits`] (12).
+const STATEMENTS: usize = 13;
 const BATCH_AT: usize = 3;
 const HIT_AT: usize = 11;
+const HITS_AT: usize = 12;
 
 impl Sql {
     /// Statement `at`'s text.
@@ -401,6 +404,7 @@ impl Sql {
         match at {
             0..BATCH_AT => &self.single[at],
             HIT_AT => &self.hit,
+            HITS_AT => &self.hits,
             _ => &self.batch[at - BATCH_AT],
         }
     }
@@ -411,6 +415,7 @@ impl Sql {
             0 | 1 => "int4, text, int8, int8, int8, text",
             2 => "text, int8, int8, int8, int8, text",
             HIT_AT => "text, int8, int8, text",
+            HITS_AT => "text[], int8[], int8[], text",
             _ => "int4[], int4[], text[], int8[], int8[], int8[], int8[], text",
         }
     }
@@ -424,19 +429,45 @@ impl Sql {
 /// another session's lock counts in the window that session left, its
 /// resetMs counted from the statement's start.
 fn hit_sql(table: &str) -> String {
-    let open =
-        "floor(extract(epoch FROM c.reset_at) * 1000) > floor(extract(epoch FROM now()) * 1000)";
     format!(
         "WITH cfg AS (SELECT set_config('lock_timeout', $4, true) AS s) \
          INSERT INTO {table} AS c (key, total, reset_at) \
          SELECT $1, $2, now() + interval '1 millisecond' * $3 FROM cfg WHERE cfg.s IS NOT NULL \
-         ON CONFLICT (key) DO UPDATE SET \
+         {}",
+        upsert_tail()
+    )
+}
+
+/// [`hit_sql`]'s upsert for a batch of hits: `$1` the keys (each once, in
+/// lock order), `$2` the sum of each key's amounts, `$3` the window of its
+/// first hit. Answers `(i, count, resetMs)` for the `i`th key (from 1), in
+/// order: a key's hits count `count - sum + ` their running sum.
+fn hits_sql(table: &str) -> String {
+    format!(
+        "WITH cfg AS (SELECT set_config('lock_timeout', $4, true) AS s), \
+         ins AS (INSERT INTO {table} AS c (key, total, reset_at) \
+         SELECT u.k, u.a, now() + interval '1 millisecond' * u.w \
+         FROM cfg, unnest($1::text[], $2::int8[], $3::int8[]) WITH ORDINALITY AS u(k, a, w, i) \
+         WHERE cfg.s IS NOT NULL ORDER BY u.i \
+         {}, key) \
+         SELECT u.i, ins.total, ins.r FROM ins JOIN unnest($1::text[]) WITH ORDINALITY AS u(k, i) \
+         ON u.k = ins.key ORDER BY u.i",
+        upsert_tail()
+    )
+}
+
+/// The conflict clause and answer of [`hit_sql`] and [`hits_sql`].
+fn upsert_tail() -> String {
+    let open =
+        "floor(extract(epoch FROM c.reset_at) * 1000) > floor(extract(epoch FROM now()) * 1000)";
+    format!(
+        "ON CONFLICT (key) DO UPDATE SET \
          total = CASE WHEN {open} THEN CASE WHEN abs(c.total + EXCLUDED.total) > {MAX_SAFE} \
          THEN ('{COUNT_RANGE_MARK}' || c.total)::int8 ELSE c.total + EXCLUDED.total END \
          ELSE EXCLUDED.total END, \
          reset_at = CASE WHEN {open} THEN c.reset_at ELSE EXCLUDED.reset_at END \
          RETURNING total, floor(extract(epoch FROM reset_at) * 1000)::int8 \
-         - floor(extract(epoch FROM now()) * 1000)::int8"
+         - floor(extract(epoch FROM now()) * 1000)::int8 AS r"
     )
 }
 
@@ -513,11 +544,13 @@ impl Lit<'_> {
     }
 }
 
-/// What a statement's rows hold: an `int8[]` (the functions'), or two `int8`s (the hit's upsert).
+/// What a statement's rows hold: an `int8[]` (the functions'), or two
+/// `int8`s (the hit's upsert), or three (the hits' upsert).
 #[derive(Clone, Copy)]
 enum Shape {
     Array,
     Pair,
+    Triple,
 }
 
 impl Shape {
@@ -525,6 +558,11 @@ impl Shape {
         match self {
             Shape::Array => row.try_get(0).ok(),
             Shape::Pair => Some(vec![row.try_get(0).ok()?, row.try_get(1).ok()?]),
+            Shape::Triple => Some(vec![
+                row.try_get(0).ok()?,
+                row.try_get(1).ok()?,
+                row.try_get(2).ok()?,
+            ]),
         }
     }
 
@@ -539,7 +577,10 @@ impl Shape {
                 }
                 inner.split(',').map(|v| v.parse().ok()).collect()
             }
-            Shape::Pair => Some(vec![row.get(0)?.parse().ok()?, row.get(1)?.parse().ok()?]),
+            Shape::Pair | Shape::Triple => {
+                let len = if matches!(self, Shape::Pair) { 2 } else { 3 };
+                (0..len).map(|at| row.get(at)?.parse().ok()).collect()
+            }
         }
     }
 }
@@ -607,6 +648,7 @@ impl Sql {
                 .into(),
             tables,
             hit: hit_sql(&n.table),
+            hits: hits_sql(&n.table),
         }
     }
 }
@@ -673,6 +715,42 @@ fn step_sql(n: &Names, kinds: usize) -> String {
 /// A step's second statement: fails (22012, division by zero) when a take
 /// refused, so that the transaction rolls back whole.
 const STEP_CHECK: &str = "SELECT 1 / (current_setting('ratestore.step_allowed')::bool)::int4";
+
+/// A run of a batch's calls on one key, and the sum of their amounts.
+struct HitGroup {
+    start: usize,
+    end: usize,
+    sum: i64,
+}
+
+/// `calls` as runs of one key, when each is a fixed window's hit of a
+/// positive amount, a key's calls are together and in lock order (each
+/// key after the one before), and each key's sum is a safe integer: then
+/// they go as one upsert of their keys ([`hits_sql`]). None otherwise.
+fn hit_groups(calls: &[&Encoded<'_>]) -> Option<Vec<HitGroup>> {
+    let mut groups: Vec<HitGroup> = Vec::new();
+    for (at, call) in calls.iter().enumerate() {
+        if call.kind != Kind::Fixed || call.op != 0 || call.b <= 0 {
+            return None;
+        }
+        match groups.last_mut() {
+            Some(g) if calls[g.start].key == call.key => {
+                g.sum += call.b;
+                if g.sum > MAX_SAFE {
+                    return None;
+                }
+                g.end = at + 1;
+            }
+            Some(g) if calls[g.start].key > call.key => return None,
+            _ => groups.push(HitGroup {
+                start: at,
+                end: at + 1,
+                sum: call.b,
+            }),
+        }
+    }
+    Some(groups)
+}
 
 /// An algorithm function's answer, `len` safe integers, checked.
 fn answer(values: Option<Vec<i64>>, len: usize) -> Result<Answer> {
@@ -1540,7 +1618,10 @@ impl PgStore {
                     .run_one(client, &sql, call, &lock)
                     .await
                     .map(|a| vec![a]),
-                _ => self.run_batch(client, &sql, calls, &lock).await,
+                _ => match hit_groups(calls) {
+                    Some(groups) => self.run_hits(client, &sql, calls, &groups, &lock).await,
+                    None => self.run_batch(client, &sql, calls, &lock).await,
+                },
             };
             match outcome {
                 Err(f) if f.state.as_deref().is_some_and(codes::retryable) && tries < 3 => {
@@ -1597,6 +1678,54 @@ impl PgStore {
             .await
             .map_err(|e| self.failure(e))?;
         Ok(answer(rows.into_iter().next().flatten(), call.len))
+    }
+
+    /// `calls`, fixed-window hits of positive amounts in `groups` of one
+    /// key ([`hit_groups`]), as one upsert of their keys ([`hits_sql`]).
+    async fn run_hits(
+        &self,
+        client: &Conn,
+        sql: &Sql,
+        calls: &[&Encoded<'_>],
+        groups: &[HitGroup],
+        lock: &str,
+    ) -> std::result::Result<Vec<Result<Answer>>, Failure> {
+        let keys: Vec<&str> = groups.iter().map(|g| calls[g.start].key).collect();
+        let sums: Vec<i64> = groups.iter().map(|g| g.sum).collect();
+        let windows: Vec<i64> = groups.iter().map(|g| calls[g.start].a).collect();
+        let lits = [
+            Lit::Texts(&keys),
+            Lit::I64s(&sums),
+            Lit::I64s(&windows),
+            Lit::Text(lock),
+        ];
+        let rows = self
+            .exec(client, sql, HITS_AT, &lits, Shape::Triple)
+            .await
+            .map_err(|e| self.failure(e))?;
+        let wrong = || Failure {
+            error: schema::wrong_shape(),
+            state: None,
+        };
+        if rows.len() != groups.len() {
+            return Err(wrong());
+        }
+        let mut answers = Vec::with_capacity(calls.len());
+        for (at, (row, group)) in rows.into_iter().zip(groups).enumerate() {
+            let Some([i, count, reset]) = row.as_deref().and_then(|r| <[i64; 3]>::try_from(r).ok())
+            else {
+                return Err(wrong());
+            };
+            if i != at as i64 + 1 {
+                return Err(wrong());
+            }
+            let mut running = count - group.sum;
+            for call in &calls[group.start..group.end] {
+                running += call.b;
+                answers.push(answer(Some(vec![running, reset]), call.len));
+            }
+        }
+        Ok(answers)
     }
 
     async fn run_batch(
@@ -1821,6 +1950,41 @@ mod tests {
         assert!(sql.contains("INSERT INTO \"s\".\"t\" AS c"));
         assert!(sql.contains(COUNT_RANGE_MARK));
         assert!(sql.contains(&MAX_SAFE.to_string()));
+    }
+
+    #[test]
+    fn hits_go_as_one_upsert_only_when_each_is_a_positive_fixed_window_hit_in_key_order() {
+        let call = |key: &'static str, op: Op, amount: i64| {
+            Encoded::new(op, &[60_000, amount, 0, 0], key).unwrap()
+        };
+        let (a1, a2, b, c) = (
+            call("a", Op::Hit, 1),
+            call("a", Op::Hit, 2),
+            call("b", Op::Hit, 3),
+            call("c", Op::Hit, 4),
+        );
+        let groups = hit_groups(&[&a1, &a2, &b, &c]).unwrap();
+        let runs: Vec<(usize, usize, i64)> =
+            groups.iter().map(|g| (g.start, g.end, g.sum)).collect();
+        assert_eq!(runs, [(0, 2, 3), (2, 3, 3), (3, 4, 4)]);
+        // Out of lock order, a key's hits apart, a read, a refund or a consume, a sum past the safe range: not.
+        assert!(hit_groups(&[&b, &a1]).is_none());
+        assert!(hit_groups(&[&a1, &b, &a2]).is_none());
+        assert!(hit_groups(&[&a1, &call("b", Op::Hit, 0)]).is_none());
+        assert!(hit_groups(&[&a1, &call("b", Op::Refund, 1)]).is_none());
+        assert!(hit_groups(&[&a1, &call("b", Op::Consume, 1)]).is_none());
+        let big = call("d", Op::Hit, MAX_SAFE);
+        assert!(hit_groups(&[&big, &call("d", Op::Hit, 1)]).is_none());
+        assert_eq!(hit_groups(&[&a1, &big]).map(|g| g.len()), Some(2));
+    }
+
+    #[test]
+    fn hits_sql_answers_each_key_s_place_count_and_reset() {
+        let sql = hits_sql("\"s\".\"t\"");
+        assert!(sql.contains("INSERT INTO \"s\".\"t\" AS c"));
+        assert!(sql.contains(COUNT_RANGE_MARK));
+        assert!(sql.ends_with("ORDER BY u.i"));
+        assert_eq!(sql.matches("ON CONFLICT (key)").count(), 1);
     }
 
     #[test]
