@@ -519,12 +519,19 @@ describe('postgresStore', () => {
     await store.close();
   });
 
-  it('with createTable false and only the seed table, a hit alone counts (an upsert), other calls reject naming the missing function; reset and resetAll work', async () => {
+  it('with createTable false and only the seed table, hits count (an upsert, alone or together), other calls reject naming the missing function; reset and resetAll work', async () => {
     const table = `only_${randomUUID().replace(/-/g, '')}`;
     await own.sql(`CREATE TABLE ${table} (key text PRIMARY KEY, total bigint NOT NULL, reset_at timestamptz NOT NULL)`);
     const store = ownStore({ table, createTable: false });
     expect((await store.hit('k', 60_000, 2)).count).toBe(2);
     expect(await own.sql(`SELECT total FROM ${table} WHERE key = 'k'`)).toBe('2');
+    // Hits made together are one upsert of their keys: they count too.
+    const together = await Promise.all([
+      store.hit('k', 60_000, 1),
+      store.hit('j', 60_000, 1),
+      store.hit('k', 60_000, 1),
+    ]);
+    expect(together.map((r) => r.count)).toEqual([3, 1, 4]);
     // Both awaited at once: either may reject first.
     const calls = [
       store.consume(KEY_MARKER, { limit: 5, windowMs: 60_000 }),
