@@ -133,6 +133,12 @@ class InFlight {
     });
   }
 
+  /** Rejects the call tracked under `slot` that could not be sent, with `error` (counted). */
+  fail(slot, error) {
+    this.#take(this.#rejecters, slot)(this.#failures.failed(error));
+    this.#idle();
+  }
+
   /** Resolves once no call is in flight. */
   drained() {
     if (this.#count === 0) return Promise.resolve();

@@ -59,6 +59,7 @@ class PostgresStore extends ThreadedStore {
       // Reads the environment, on the first call, never at import or construction.
       opens: true,
       figures: (store) => ({ swept: store.swept() }),
+      gather: true,
     });
   }
 

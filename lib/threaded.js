@@ -1,8 +1,10 @@
 'use strict';
 // What the JS faces of the native stores that run their own thread (postgresStore, mysqlStore,
-// sqliteStore) share: a call is checked by lib/ops.js and queued to the native thread by a synchronous
-// call; its promise is settled when its batch of results comes back (lib/in-flight.js), or at once
-// where the native call ran it (sqliteStore, when idle) and answered `true`. Each store
+// sqliteStore) share: a call is checked by lib/ops.js and queued to the native thread, with the other
+// calls of its turn of the microtask queue at the end of that turn (postgresStore), or by a synchronous
+// call of its own (mysqlStore, sqliteStore); its promise is settled when its batch of results comes
+// back (lib/in-flight.js), or at once where the native call ran it (sqliteStore, when idle) and
+// answered `true`. Each store
 // checks its own options and makes its own native store; the rest is here.
 
 const { rejection } = require('./check.js');
@@ -36,17 +38,29 @@ class ThreadedStore extends ServerOperations {
   };
   /** Whether the native store can run a call at once (sqliteStore): only then are bursts counted. */
   #atOnce;
+  /**
+   * Whether the calls of a turn of the microtask queue go to the native side together (postgresStore):
+   * then `#gathered` holds those not yet sent, seven entries each (slot, op, a, b, c, d, key). They go
+   * at the end of the turn, in the order they were made, on one trip to the native thread, so that the
+   * calls one batch of answers set going again share the next batch (see "How a hit travels" in the
+   * README). mysqlStore sends each call at once: its connections each take a batch as calls arrive.
+   */
+  #gather;
+  #gathered = [];
+  #sendGathered = () => this.#send();
 
   /**
    * `kind`: stats().kind; `failures`: the store's `Failures`; `make(settle)`: the native store, its
    * results settled by `settle`; `opens`: whether it reads the environment (`open(process.env)`) before
    * its first call; `figures(native)`: its own entries of stats(); `atOnce`: whether its native `call` can
-   * run a call at once and answer `true` (sqliteStore).
+   * run a call at once and answer `true` (sqliteStore); `gather`: whether the calls of a turn go to its
+   * native `calls` together (postgresStore).
    */
-  constructor({ kind, failures, make, opens, figures, atOnce = false }) {
+  constructor({ kind, failures, make, opens, figures, atOnce = false, gather = false }) {
     super();
     this.#kind = kind;
     this.#atOnce = atOnce;
+    this.#gather = gather;
     this.#failures = failures;
     this.#figures = figures;
     this.#inFlight = new InFlight(failures);
@@ -68,6 +82,8 @@ class ThreadedStore extends ServerOperations {
 
   /** Deletes every counter of the store (see ops.js's resetAll). */
   [RESET_ALL]() {
+    // The calls made before it go first.
+    this.#send();
     let pending;
     try {
       this.#open();
@@ -92,6 +108,14 @@ class ThreadedStore extends ServerOperations {
   _call(op, key, a, b, c, d) {
     const inFlight = this.#inFlight;
     this.#calls++;
+    if (this.#gather) {
+      const slot = inFlight.slot();
+      const promise = inFlight.track(slot, op);
+      const gathered = this.#gathered;
+      if (gathered.length === 0) queueMicrotask(this.#sendGathered);
+      gathered.push(slot, op, a, b, c, d, key);
+      return promise;
+    }
     const slot = inFlight.slot();
     try {
       this.#open();
@@ -107,6 +131,39 @@ class ThreadedStore extends ServerOperations {
     return inFlight.track(slot, op);
   }
 
+  /** Sends the calls gathered so far (see #gathered): one alone as a call, more as one `calls`. */
+  #send() {
+    const gathered = this.#gathered;
+    if (gathered.length === 0) return;
+    this.#gathered = [];
+    try {
+      this.#open();
+      if (gathered.length === 7) {
+        const [slot, op, a, b, c, d, key] = gathered;
+        this.#native.call(slot, op, key, a, b, c, d);
+        return;
+      }
+      const numbers = [];
+      let keys = '';
+      for (let i = 0; i < gathered.length; i += 7) {
+        const key = gathered[i + 6];
+        numbers.push(
+          gathered[i],
+          gathered[i + 1],
+          gathered[i + 2],
+          gathered[i + 3],
+          gathered[i + 4],
+          gathered[i + 5],
+          key.length,
+        );
+        keys += key;
+      }
+      this.#native.calls(numbers, keys);
+    } catch (error) {
+      for (let i = 0; i < gathered.length; i += 7) this.#inFlight.fail(gathered[i], error);
+    }
+  }
+
   /**
    * Several takes as one step (see ops.js's TAKES): made all, or none, in one transaction of the
    * native side (each store says how it locks).
@@ -114,6 +171,7 @@ class ThreadedStore extends ServerOperations {
   [TAKES](takes) {
     const error = checkTakes(takes);
     if (error) return rejection(error);
+    this.#send();
     return toldStep(this, takes, () => {
       this.#calls += takes.length;
       const send = (numbers, keys) => {
@@ -126,6 +184,7 @@ class ThreadedStore extends ServerOperations {
 
   /** Refuses later calls (ERR_CLOSED) and ends the connections or file; resolves once the calls in flight have settled. */
   close() {
+    this.#send();
     this.#native.close();
     return this.#inFlight.drained();
   }

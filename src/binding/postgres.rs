@@ -138,6 +138,16 @@ impl PostgresNative {
         self.inner.call(env, id, op, key, a, b, c, d)
     }
 
+    /// Starts the calls made in one turn of the microtask queue, in order,
+    /// on one trip to the I/O thread: `numbers` holds seven per call (its
+    /// id, op, four numbers and its key's length in UTF-16 units), `keys`
+    /// their keys one after another; each settles under its id. Throws,
+    /// starting nothing, if the store can't take calls.
+    #[napi]
+    pub fn calls(&self, env: &Env, numbers: Vec<f64>, keys: JsString) -> Result<()> {
+        self.inner.calls(env, numbers, keys)
+    }
+
     /// Starts a step: its takes made all or none, in one transaction.
     /// `numbers` holds seven per take (its id, op, four numbers and its
     /// key's length in UTF-16 units), `keys` their keys one after another;
