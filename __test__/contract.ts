@@ -112,3 +112,29 @@ export function rateLimitStoreContract(name: string, create: () => RateLimitStor
     });
   });
 }
+
+/**
+ * Calls made in one turn on a store of UTF-8 text keys (postgresStore, mysqlStore): the keys between
+ * two good ones hold lone surrogates (which together would make a pair); each fails alone with a
+ * TypeError naming no key, and the good ones count in the order they were made. Closes the store.
+ */
+export async function loneSurrogatesMadeTogether(store: RateLimitStore & { close(): Promise<void> }): Promise<void> {
+  const key = `turn:${randomUUID()}`;
+  const settled = await Promise.allSettled([
+    store.hit(key, 60_000, 1),
+    store.hit(`${key}\ud800`, 60_000, 1),
+    store.hit(`\udc00${key}`, 60_000, 1),
+    store.hit(key, 60_000, 2),
+  ]);
+  const value = (i: number) => (settled[i] as PromiseFulfilledResult<{ count: number }>).value;
+  expect(value(0).count).toBe(1);
+  expect(value(3).count).toBe(3);
+  for (const i of [1, 2]) {
+    const reason = (settled[i] as PromiseRejectedResult).reason;
+    expect(reason).toBeInstanceOf(TypeError);
+    expect(reason.message).toMatch(/lone surrogate/);
+    expect(reason.message).not.toContain(key);
+  }
+  expect((await store.hit(key, 60_000, 0)).count).toBe(3);
+  await store.close();
+}

@@ -23,6 +23,23 @@ use crate::errors::Error as CoreError;
 use crate::ops::{Answer, Args, Op};
 use crate::runtime;
 
+/// Runs one call of `store` on the I/O thread, a panic caught, and
+/// delivers its result under `id`.
+async fn run_call<S: TextStore>(
+    store: Arc<S>,
+    delivery: Arc<Delivery>,
+    id: u32,
+    op: Op,
+    args: Args,
+    key: String,
+) {
+    let result = AssertUnwindSafe(store.run(op, args, key))
+        .catch_unwind()
+        .await
+        .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
+    delivery.push(Completion { id, result });
+}
+
 /// `resetAll()`'s outcome, turned into a JS value on the JS thread: `T`'s
 /// value, or the store's error.
 pub(super) struct Outcome<T>(pub std::result::Result<T, CoreError>);
@@ -218,13 +235,7 @@ impl<S: TextStore> TextNative<S> {
         })();
         let (store, handle, op, args, key) = started.map_err(|e| throw_core(env, e))?;
         let delivery = Arc::clone(&self.settler.delivery);
-        handle.spawn(async move {
-            let result = AssertUnwindSafe(store.run(op, args, key))
-                .catch_unwind()
-                .await
-                .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
-            delivery.push(Completion { id, result });
-        });
+        handle.spawn(run_call(store, delivery, id, op, args, key));
         Ok(())
     }
 
@@ -294,15 +305,8 @@ impl<S: TextStore> TextNative<S> {
         }
         handle.spawn(async move {
             for (id, op, args, key) in calls {
-                let store = Arc::clone(&store);
-                let delivery = Arc::clone(&delivery);
-                tokio::spawn(async move {
-                    let result = AssertUnwindSafe(store.run(op, args, key))
-                        .catch_unwind()
-                        .await
-                        .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
-                    delivery.push(Completion { id, result });
-                });
+                let (store, delivery) = (Arc::clone(&store), Arc::clone(&delivery));
+                tokio::spawn(run_call(store, delivery, id, op, args, key));
             }
         });
         Ok(())
