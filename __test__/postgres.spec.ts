@@ -446,6 +446,24 @@ describe('postgresStore', () => {
     await store.close();
   });
 
+  it('a call made in a later turn never goes before the calls of an earlier turn, however many they were', async () => {
+    const store = ownStore();
+    const run = randomUUID();
+    for (let round = 0; round < 5; round++) {
+      const key = `later:${run}:${round}`;
+      // One turn of 101 calls, the key's last; then, in the next turn, one more call on the key, alone.
+      const earlier = [
+        ...Array.from({ length: 100 }, (_, i) => store.hit(`${key}:other:${i}`, 60_000, 1)),
+        store.hit(key, 60_000, 1),
+      ];
+      await Promise.resolve();
+      const later = store.hit(key, 60_000, 1);
+      expect([(await earlier[100]).count, (await later).count]).toEqual([1, 2]);
+      await Promise.all(earlier);
+    }
+    await store.close();
+  });
+
   it('calls made in one turn: a key with a lone surrogate fails alone with a TypeError, the others count in the order they were made', async () => {
     await loneSurrogatesMadeTogether(ownStore());
   });

@@ -11,10 +11,30 @@ use napi::bindgen_prelude::*;
 use napi::JsString;
 use napi_derive::napi;
 
-use super::threaded::{TextNative, TextStore};
+use super::threaded::{Gathers, TextNative, TextStore};
 use crate::errors::Error as CoreError;
 use crate::ops::{Answer, Args, Op};
 use crate::postgres::{Config, Options, PgStore};
+
+impl Gathers for PgStore {
+    type Queued = crate::postgres::Queued;
+
+    fn queue_call(
+        self: &Arc<Self>,
+        op: Op,
+        args: Args,
+        key: String,
+    ) -> std::result::Result<Self::Queued, CoreError> {
+        PgStore::queue_call(self, op, args, key)
+    }
+
+    fn wait(
+        self: &Arc<Self>,
+        queued: Self::Queued,
+    ) -> impl Future<Output = std::result::Result<Answer, CoreError>> + Send {
+        PgStore::wait(self, queued)
+    }
+}
 
 impl TextStore for PgStore {
     type Options = Options;

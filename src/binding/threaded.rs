@@ -23,6 +23,25 @@ use crate::errors::Error as CoreError;
 use crate::ops::{Answer, Args, Op};
 use crate::runtime;
 
+/// A store whose calls made together are queued in one go ([`TextNative::calls`]).
+pub(super) trait Gathers: TextStore {
+    type Queued: Send + 'static;
+    /// Queues one call in its place, now: calls queued one after another
+    /// in one task are in the store's queue, in that order, before any is
+    /// sent, and before any call made after them.
+    fn queue_call(
+        self: &Arc<Self>,
+        op: Op,
+        args: Args,
+        key: String,
+    ) -> std::result::Result<Self::Queued, CoreError>;
+    /// A queued call's answer.
+    fn wait(
+        self: &Arc<Self>,
+        queued: Self::Queued,
+    ) -> impl Future<Output = std::result::Result<Answer, CoreError>> + Send;
+}
+
 /// Runs one call of `store` on the I/O thread, a panic caught, and
 /// delivers its result under `id`.
 async fn run_call<S: TextStore>(
@@ -239,79 +258,6 @@ impl<S: TextStore> TextNative<S> {
         Ok(())
     }
 
-    /// Starts the calls JavaScript made in one turn of the microtask queue
-    /// (it gathers them): `numbers` holds seven per call (its id, op, four
-    /// numbers and its key's length in UTF-16 units), `keys` their keys one
-    /// after another. One trip to the I/O thread for all of them, where they
-    /// join the store's queue in the order they were made (each its own
-    /// task, spawned in that order, so they share the next batch); each
-    /// settles under its id when it has finished. A call whose numbers or key
-    /// the store can't take fails alone. Throws, starting nothing, if the
-    /// store can't take calls (closed, or its settings failed).
-    pub fn calls(&self, env: &Env, numbers: Vec<f64>, keys: JsString) -> Result<()> {
-        let started = (|| {
-            let units = keys
-                .into_utf16()
-                .map_err(|_| CoreError::InvalidType("keys must be a string"))?;
-            if !numbers.len().is_multiple_of(super::TAKE_NUMBERS) {
-                return Err(CoreError::Internal(
-                    "the calls' numbers are not whole calls",
-                ));
-            }
-            Ok::<_, CoreError>((self.ready()?, runtime::handle()?, units))
-        })();
-        let (store, handle, units) = started.map_err(|e| throw_core(env, e))?;
-        let units = units.as_slice();
-        // (Without the terminating NUL.)
-        let units = &units[..units.len().saturating_sub(1)];
-        let mut calls = Vec::with_capacity(numbers.len() / super::TAKE_NUMBERS);
-        let mut failed = Vec::new();
-        let mut from = 0usize;
-        for n in numbers.chunks_exact(super::TAKE_NUMBERS) {
-            let (id, len) = (n[0], n[6]);
-            let whole = |v: f64| v >= 0.0 && v.fract() == 0.0;
-            if !(whole(id) && id <= f64::from(u32::MAX) && whole(len)) {
-                return Err(throw_core(
-                    env,
-                    CoreError::Internal("a call's id or key length is not one"),
-                ));
-            }
-            let key = units.get(from..from + len as usize);
-            from += len as usize;
-            let call = (|| {
-                let op = Op::from_code(n[1]).ok_or(CoreError::InvalidRange("unknown op"))?;
-                let args = op.check([n[2], n[3], n[4], n[5]])?;
-                let key = key.ok_or(CoreError::Internal(
-                    "the calls' keys are not as long as told",
-                ))?;
-                // Text columns hold UTF-8 only: a lone surrogate would merge keys.
-                let key = String::from_utf16(key).map_err(|_| CoreError::InvalidType(S::LONE))?;
-                Ok::<_, CoreError>((op, args, key))
-            })();
-            match call {
-                Ok((op, args, key)) => calls.push((id as u32, op, args, key)),
-                Err(e) => failed.push(Completion {
-                    id: id as u32,
-                    result: Err(e),
-                }),
-            }
-        }
-        let delivery = Arc::clone(&self.settler.delivery);
-        if !failed.is_empty() {
-            delivery.push_all(failed);
-        }
-        if calls.is_empty() {
-            return Ok(());
-        }
-        handle.spawn(async move {
-            for (id, op, args, key) in calls {
-                let (store, delivery) = (Arc::clone(&store), Arc::clone(&delivery));
-                tokio::spawn(run_call(store, delivery, id, op, args, key));
-            }
-        });
-        Ok(())
-    }
-
     /// Starts a step: its takes made all or none, in one transaction
     /// (see `text_step`); each take settles under its id. Throws, starting
     /// nothing, if a take is not one or the store can't take it.
@@ -352,5 +298,105 @@ impl<S: TextStore> TextNative<S> {
                 handle.spawn(async move { store.close().await });
             }
         }
+    }
+}
+
+impl<S: Gathers> TextNative<S> {
+    /// Starts the calls JavaScript made in one turn of the microtask queue
+    /// (it gathers them): `numbers` holds seven per call (its id, op, four
+    /// numbers and its key's length in UTF-16 units), `keys` their keys one
+    /// after another. One trip to the I/O thread for all of them, where they
+    /// join the store's queue in the order they were made, all in one go
+    /// ([`Gathers::queue_call`]: so they share the next batch, and no call
+    /// made after them goes first); each settles under its id when it has
+    /// finished. A call whose numbers or key the store can't take fails
+    /// alone. Throws, starting nothing, if the store can't take calls
+    /// (closed, or its settings failed) or the numbers and keys disagree.
+    pub fn calls(&self, env: &Env, numbers: Vec<f64>, keys: JsString) -> Result<()> {
+        let started = (|| {
+            let units = keys
+                .into_utf16()
+                .map_err(|_| CoreError::InvalidType("keys must be a string"))?;
+            if !numbers.len().is_multiple_of(super::TAKE_NUMBERS) {
+                return Err(CoreError::Internal(
+                    "the calls' numbers are not whole calls",
+                ));
+            }
+            Ok::<_, CoreError>((self.ready()?, runtime::handle()?, units))
+        })();
+        let (store, handle, units) = started.map_err(|e| throw_core(env, e))?;
+        let units = units.as_slice();
+        // (Without the terminating NUL.)
+        let units = &units[..units.len().saturating_sub(1)];
+        let untold = || {
+            throw_core(
+                env,
+                CoreError::Internal("the calls' keys are not as long as told"),
+            )
+        };
+        let mut calls = Vec::with_capacity(numbers.len() / super::TAKE_NUMBERS);
+        let mut failed = Vec::new();
+        let mut from = 0usize;
+        for n in numbers.chunks_exact(super::TAKE_NUMBERS) {
+            let (id, len) = (n[0], n[6]);
+            let whole = |v: f64| v >= 0.0 && v.fract() == 0.0;
+            if !(whole(id) && id <= f64::from(u32::MAX) && whole(len)) {
+                return Err(throw_core(
+                    env,
+                    CoreError::Internal("a call's id or key length is not one"),
+                ));
+            }
+            let end = from
+                .checked_add(len as usize)
+                .filter(|&end| end <= units.len())
+                .ok_or_else(untold)?;
+            let key = &units[from..end];
+            from = end;
+            let call = (|| {
+                let op = Op::from_code(n[1]).ok_or(CoreError::InvalidRange("unknown op"))?;
+                let args = op.check([n[2], n[3], n[4], n[5]])?;
+                // Text columns hold UTF-8 only: a lone surrogate would merge keys.
+                let key = String::from_utf16(key).map_err(|_| CoreError::InvalidType(S::LONE))?;
+                Ok::<_, CoreError>((op, args, key))
+            })();
+            match call {
+                Ok((op, args, key)) => calls.push((id as u32, op, args, key)),
+                Err(e) => failed.push(Completion {
+                    id: id as u32,
+                    result: Err(e),
+                }),
+            }
+        }
+        if from != units.len() {
+            return Err(untold());
+        }
+        let delivery = Arc::clone(&self.settler.delivery);
+        if !failed.is_empty() {
+            delivery.push_all(failed);
+        }
+        if calls.is_empty() {
+            return Ok(());
+        }
+        handle.spawn(async move {
+            // All queued in this one poll, in order; then each waits in a task of its own.
+            let mut queued = Vec::with_capacity(calls.len());
+            for (id, op, args, key) in calls {
+                match store.queue_call(op, args, key) {
+                    Ok(q) => queued.push((id, q)),
+                    Err(e) => delivery.push(Completion { id, result: Err(e) }),
+                }
+            }
+            for (id, q) in queued {
+                let (store, delivery) = (Arc::clone(&store), Arc::clone(&delivery));
+                tokio::spawn(async move {
+                    let result = AssertUnwindSafe(store.wait(q))
+                        .catch_unwind()
+                        .await
+                        .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
+                    delivery.push(Completion { id, result });
+                });
+            }
+        });
+        Ok(())
     }
 }

@@ -5,6 +5,11 @@
 /// `division_by_zero`: a step's check statement divides by zero on purpose
 /// when a take is refused, which rolls the step's transaction back.
 pub const DIVISION_BY_ZERO: &str = "22012";
+
+/// `cardinality_violation`: one upsert met one row twice (a key column
+/// under which two of a batch's keys are equal, as `citext` makes them).
+pub const CARDINALITY_VIOLATION: &str = "21000";
+
 /// `invalid_text_representation`: with the store's own mark in its
 /// message, a count past 2^53 the store's functions refuse.
 pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";

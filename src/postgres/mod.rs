@@ -33,6 +33,7 @@ use crate::window::MAX_SAFE;
 
 mod codes;
 mod queue;
+pub use queue::Queued;
 pub mod schema;
 mod tls;
 use queue::{Encoded, Kind, StepWork, Work};
@@ -1453,6 +1454,14 @@ impl PgStore {
 
     /// Runs one op within the store's timeout, in its place in the store's queue.
     pub async fn run(self: &Arc<Self>, op: Op, args: Args, key: String) -> Result<Answer> {
+        let queued = self.queue_call(op, args, key)?;
+        self.wait(queued).await
+    }
+
+    /// Queues one op in its place, now (see [`PgStore::enqueue`]): calls
+    /// queued one after another in one task are queued in that order before
+    /// any is sent; [`PgStore::wait`] answers it.
+    pub fn queue_call(self: &Arc<Self>, op: Op, args: Args, key: String) -> Result<Queued> {
         if key.contains('\0') {
             return Err(Error::Sql {
                 store: Backend::Postgres,
@@ -1463,12 +1472,11 @@ impl PgStore {
                 sent: Some(false),
             });
         }
-        self.submit(Work::Call {
+        Ok(self.enqueue(Work::Call {
             op,
             args,
             key: stored_key(key),
-        })
-        .await
+        }))
     }
 
     /// Runs several takes as one step, in its place in the store's queue:

@@ -108,6 +108,13 @@ impl Pending {
     }
 }
 
+/// A call in the queue: what [`PgStore::wait`] waits on.
+pub struct Queued {
+    id: u64,
+    sent: Arc<AtomicBool>,
+    result: oneshot::Receiver<Result<Answer>>,
+}
+
 #[derive(Default)]
 pub struct Queue {
     waiting: VecDeque<Pending>,
@@ -216,11 +223,14 @@ pub(super) fn timeout_error(ms: u64) -> Error {
 }
 
 /// Whether a failure is one call's data, so that each call is sent again on
-/// its own: a count out of range, or SQLSTATE class 22 (data exception: a
-/// key with a character the database's encoding can't hold).
+/// its own: a count out of range, SQLSTATE class 22 (data exception: a key
+/// with a character the database's encoding can't hold), or 21000 (two of
+/// a batch's keys that the table's key column holds as one).
 fn one_calls_fault(f: &Failure) -> bool {
     matches!(f.error, Error::CountOutOfRange)
-        || f.state.as_deref().is_some_and(super::codes::data_exception)
+        || f.state.as_deref().is_some_and(|state| {
+            super::codes::data_exception(state) || state == super::codes::CARDINALITY_VIOLATION
+        })
 }
 
 /// Whether a statement waited for a row lock past its lock_timeout (55P03).
@@ -235,6 +245,14 @@ impl PgStore {
 
     /// Queues `work` and answers its result within the store's timeout.
     pub(super) async fn submit(self: &Arc<Self>, work: Work) -> Result<Answer> {
+        let queued = self.enqueue(work);
+        self.wait(queued).await
+    }
+
+    /// Queues `work` in its place, now, starting the flushers it needs
+    /// (their own tasks: they run once the caller's task yields). Calls
+    /// queued in one go are in the queue together before any is taken.
+    pub(super) fn enqueue(self: &Arc<Self>, work: Work) -> Queued {
         let (answer, result) = oneshot::channel();
         let sent = Arc::new(AtomicBool::new(false));
         let ms = self.config.timeout_ms;
@@ -270,6 +288,14 @@ impl PgStore {
             let store = Arc::clone(self);
             tokio::spawn(async move { store.flush_side().await });
         }
+        Queued { id, sent, result }
+    }
+
+    /// A queued call's answer within the store's timeout.
+    pub async fn wait(self: &Arc<Self>, queued: Queued) -> Result<Answer> {
+        let Queued { id, sent, result } = queued;
+        let ms = self.config.timeout_ms;
+        let bound = Duration::from_millis(ms);
         let outcome = tokio::time::timeout(bound, result).await;
         match outcome {
             Ok(Ok(result)) => result,
