@@ -42,17 +42,14 @@ pub(super) trait Gathers: TextStore {
     ) -> impl Future<Output = std::result::Result<Answer, CoreError>> + Send;
 }
 
-/// Runs one call of `store` on the I/O thread, a panic caught, and
+/// Runs one call's `answer` on the I/O thread, a panic caught, and
 /// delivers its result under `id`.
-async fn run_call<S: TextStore>(
-    store: Arc<S>,
+async fn deliver(
     delivery: Arc<Delivery>,
     id: u32,
-    op: Op,
-    args: Args,
-    key: String,
+    answer: impl Future<Output = std::result::Result<Answer, CoreError>>,
 ) {
-    let result = AssertUnwindSafe(store.run(op, args, key))
+    let result = AssertUnwindSafe(answer)
         .catch_unwind()
         .await
         .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
@@ -254,7 +251,9 @@ impl<S: TextStore> TextNative<S> {
         })();
         let (store, handle, op, args, key) = started.map_err(|e| throw_core(env, e))?;
         let delivery = Arc::clone(&self.settler.delivery);
-        handle.spawn(run_call(store, delivery, id, op, args, key));
+        handle.spawn(deliver(delivery, id, async move {
+            store.run(op, args, key).await
+        }));
         Ok(())
     }
 
@@ -387,14 +386,9 @@ impl<S: Gathers> TextNative<S> {
                 }
             }
             for (id, q) in queued {
-                let (store, delivery) = (Arc::clone(&store), Arc::clone(&delivery));
-                tokio::spawn(async move {
-                    let result = AssertUnwindSafe(store.wait(q))
-                        .catch_unwind()
-                        .await
-                        .unwrap_or(Err(CoreError::Internal("a Rust panic was caught")));
-                    delivery.push(Completion { id, result });
-                });
+                let store = Arc::clone(&store);
+                let answer = async move { store.wait(q).await };
+                tokio::spawn(deliver(Arc::clone(&delivery), id, answer));
             }
         });
         Ok(())
