@@ -3,7 +3,7 @@
 //! or answers MOVED; each node gets a [`Node`] of its own (the connection
 //! engine on the I/O thread), with the store's credentials, TLS and
 //! timeouts. Nothing here sends a hit: the store does, and follows MOVED
-//! and ASK itself (a redirected script did not run).
+//! and ASK (a redirected script did not run) as [`super::routing`] says.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};

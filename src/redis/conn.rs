@@ -418,6 +418,12 @@ impl<I: Io, T> Conn<I, T> {
         }
     }
 
+    /// What it connects to (for the tests, which announce a failover on it).
+    #[cfg(test)]
+    pub fn target(&self) -> &Target {
+        &self.target
+    }
+
     /// Routes results to their stores' sinks.
     pub fn route(&mut self) {
         for done in self.done.drain(..) {
@@ -478,62 +484,9 @@ mod tests {
     use super::*;
     use crate::ops::{Answer, Op};
     use crate::redis::config::Options;
+    use crate::redis::pair::Fake;
     use crate::redis::pipe::Route;
     use crate::redis::resp::Value;
-
-    /// A host in memory, as quinn's `Pair` is for a connection and its peer:
-    /// it records what it was asked, keeps the bytes the connection writes
-    /// for the test to read, and gives it the bytes the test puts in.
-    #[derive(Default)]
-    struct Fake {
-        connects: Vec<(Arc<Target>, Duration)>,
-        opened: usize,
-        watching: Vec<bool>,
-        closed: usize,
-        armed: Vec<Option<Instant>>,
-        torn_down: usize,
-        /// What the connection wrote.
-        sent: Vec<u8>,
-        /// The most a write takes (None: all of it).
-        room: Option<usize>,
-        /// The server's bytes, not yet read, and whether it has closed.
-        inbox: Vec<u8>,
-        hung_up: bool,
-    }
-
-    impl Io for Fake {
-        type Socket = ();
-        fn connect(&mut self, target: Arc<Target>, timeout: Duration) -> Result<(), Error> {
-            self.connects.push((target, timeout));
-            Ok(())
-        }
-        fn open(&mut self, (): ()) -> Result<(), Error> {
-            self.opened += 1;
-            Ok(())
-        }
-        fn watch(&mut self, writing: bool) -> bool {
-            self.watching.push(writing);
-            true
-        }
-        fn read(&mut self, parser: &mut Parser) -> std::io::Result<bool> {
-            parser.feed(&std::mem::take(&mut self.inbox));
-            Ok(!self.hung_up)
-        }
-        fn write(&mut self, out: &mut Vec<u8>) -> std::io::Result<bool> {
-            let n = self.room.map_or(out.len(), |room| room.min(out.len()));
-            self.sent.extend(out.drain(..n));
-            Ok(out.is_empty())
-        }
-        fn close(&mut self) {
-            self.closed += 1;
-        }
-        fn arm(&mut self, at: Option<Instant>) {
-            self.armed.push(at);
-        }
-        fn teardown(&mut self) {
-            self.torn_down += 1;
-        }
-    }
 
     /// The commands the connection wrote since the last call, each as its words.
     fn commands(c: &mut Conn<Fake, ()>) -> Vec<Vec<String>> {

@@ -28,6 +28,7 @@ use super::conn::{Conn, Io};
 use super::pipe::{Request, Route};
 use super::reply::Answers;
 use super::resp::{Parser, Value};
+use super::routing::NodeRef;
 use super::socket::{held, Socket, Target};
 use super::stats::{Event, Monitor};
 use crate::delivery::Completion;
@@ -71,6 +72,13 @@ type Engine = Conn<TokioIo, Option<Gathered>>;
 /// The sink every connection event goes to (joined first, left last): its
 /// events are told to the stores through the monitor.
 const EVENTS: usize = 0;
+
+/// Two handles of one node are one connection.
+impl NodeRef for Arc<Node> {
+    fn same(&self, other: &Self) -> bool {
+        Arc::ptr_eq(self, other)
+    }
+}
 
 impl Node {
     /// Starts the task of a connection to `config`'s server (or master,

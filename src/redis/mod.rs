@@ -9,8 +9,10 @@
 //! connection engine, `conn` + `pipe` + `resp` + `socket`, has two hosts:
 //! the binding's libuv glue on Node's event loop, and `host`, a tokio task
 //! per connection on the I/O thread of `crate::runtime` (Bun, Deno, and every
-//! node of a Redis Cluster, whose slot map and MOVED/ASK `cluster` and
-//! `store` keep on top of per-node engines). `rest` speaks Upstash's REST
+//! node of a Redis Cluster, whose slot map `cluster` keeps and whose
+//! MOVED/ASK `routing` decides, with no I/O of its own, for `store` to
+//! drive over per-node engines). `pair` (tests only) joins the engine to a
+//! Redis server in memory, on time as a value. `rest` speaks Upstash's REST
 //! API. `store` runs them on the I/O thread, fed by `batch`, the queue
 //! JavaScript drives.
 
@@ -23,12 +25,15 @@ pub mod fence;
 pub mod histogram;
 mod host;
 mod order;
+#[cfg(test)]
+mod pair;
 pub mod pipe;
 pub mod reply;
 pub mod reset;
 pub mod reset_all;
 pub mod resp;
 pub mod rest;
+mod routing;
 pub mod scripts;
 pub mod socket;
 pub mod stats;

@@ -21,8 +21,9 @@ use super::calls::Query;
 use super::cluster::Cluster;
 use super::config::{Config, Deployment};
 use super::host::Node;
-use super::reply::{Answers, Code};
+use super::reply::Answers;
 use super::rest::Rest;
+use super::routing::Routing;
 use super::stats::Monitor;
 use crate::errors::{Error, Result};
 
@@ -111,10 +112,6 @@ pub struct Store {
     secrets: Vec<Vec<u8>>,
 }
 
-/// Redirections one hit may follow (a slot that moves twice while a hit is
-/// under way is already rare).
-const MAX_REDIRECTS: usize = 5;
-
 impl Store {
     pub fn new(config: &Config) -> Result<Store> {
         Ok(Store {
@@ -187,54 +184,10 @@ impl Store {
     }
 }
 
-/// The error a hit's result says its node is in trouble with (it failed,
-/// or no longer holds the slot): the slot map is asked for again.
-fn node_trouble(result: &Result<Answers>) -> bool {
-    match result {
-        Ok(_) => false,
-        Err(Error::Redis(text)) => text
-            .split(' ')
-            .next()
-            .is_some_and(|code| Code::of(code).node_trouble()),
-        Err(Error::Timeout { .. } | Error::Connection { .. } | Error::BackingOff { .. }) => true,
-        Err(_) => false,
-    }
-}
-
-/// What becomes of one hit's result in a cluster.
-#[derive(Debug, PartialEq, Eq)]
-enum Next<'a> {
-    /// Sent again, to the node a MOVED or ASK names (its script did not run).
-    Redirect { to: &'a str, asking: bool },
-    /// Given to its caller.
-    Give,
-}
-
-/// The cluster's rule for one hit's result, apart from any I/O: a MOVED or
-/// ASK is followed while `redirects_left`, anything else is given; and
-/// whether the slot map is to be asked for again (a MOVED, followed or
-/// not, or trouble with the node: [`node_trouble`]). An ASK leaves the map
-/// as it is: the slot is only moving.
-fn next_step(result: &Result<Answers>, redirects_left: usize) -> (Next<'_>, bool) {
-    match result {
-        Err(Error::Redirected { to, asking, .. }) => {
-            let next = match redirects_left {
-                0 => Next::Give,
-                _ => Next::Redirect {
-                    to,
-                    asking: *asking,
-                },
-            };
-            (next, !asking)
-        }
-        _ => (Next::Give, node_trouble(result)),
-    }
-}
-
-/// Sends each hit to its slot's master, on that node's engine, and follows
-/// MOVED and ASK, whose script did not run; nothing else is sent again.
-/// Trouble with a node has the slot map asked for again, so hits find a
-/// promoted replica.
+/// Sends each hit to its slot's master, on that node's engine, as
+/// [`Routing`] says, and follows MOVED and ASK, whose script did not run;
+/// nothing else is sent again. Trouble with a node has the slot map asked
+/// for again, so hits find a promoted replica.
 async fn routed(
     cluster: &Arc<Cluster>,
     queries: &[Query<'_>],
@@ -250,74 +203,39 @@ async fn routed(
         return all(unsent);
     };
     let keys = queries.iter().map(|q| q.keys().next().unwrap_or(q.key));
-    let nodes = match timeout_at(deadline.into(), cluster.route(keys)).await {
-        Ok(Ok(nodes)) => nodes,
+    let mut routing = match timeout_at(deadline.into(), cluster.route(keys)).await {
+        Ok(Ok(nodes)) => Routing::new(nodes),
         Ok(Err(e)) => return all(e),
         Err(_) => return all(unsent),
     };
-    let mut results: Vec<Option<Result<Answers>>> = queries.iter().map(|_| None).collect();
-    let mut pending: Vec<(usize, Arc<Node>, bool)> = Vec::with_capacity(queries.len());
-    for (i, node) in nodes.into_iter().enumerate() {
-        match node {
-            Some(node) => pending.push((i, node, false)),
-            None => {
-                // Only this key fails; the map may have changed since it was read.
-                results[i] = Some(Err(Error::Redis(
-                    "CLUSTERDOWN the key's slot is not served by any node".into(),
-                )));
-                cluster.stale();
-            }
+    loop {
+        if routing.take_stale() {
+            cluster.stale();
         }
-    }
-    for redirects_left in (0..=MAX_REDIRECTS).rev() {
-        // One pipeline per node (and per ASK or not).
-        let mut groups: Vec<(Arc<Node>, bool, Vec<usize>)> = Vec::new();
-        for (i, node, asking) in pending.drain(..) {
-            match groups
-                .iter_mut()
-                .find(|(n, a, _)| Arc::ptr_eq(n, &node) && *a == asking)
-            {
-                Some((_, _, chosen)) => chosen.push(i),
-                None => groups.push((node, asking, vec![i])),
-            }
-        }
-        let sent = join_all(groups.iter().map(|(node, asking, chosen)| {
-            let part: Vec<Query> = chosen.iter().map(|&i| queries[i]).collect();
-            async move { node.hits(&part, *asking, (started, deadline)).await }
-        }))
-        .await;
-        for ((_, _, chosen), group) in groups.iter().zip(sent) {
-            for (&i, result) in chosen.iter().zip(group) {
-                let (next, stale) = next_step(&result, redirects_left);
-                if stale {
-                    cluster.stale();
-                }
-                match next {
-                    Next::Redirect { to, asking } => {
-                        cluster.monitor().tally().redirections += 1;
-                        match cluster.redirected(to) {
-                            Ok(node) => pending.push((i, node, asking)),
-                            Err(e) => results[i] = Some(Err(e)),
-                        }
-                    }
-                    Next::Give => results[i] = Some(result),
-                }
-            }
-        }
-        if pending.is_empty() {
+        let parts = routing.parts();
+        if parts.is_empty() {
             break;
         }
+        let sent = join_all(parts.iter().map(|part| {
+            let chosen: Vec<Query> = part.hits.iter().map(|&i| queries[i]).collect();
+            async move {
+                part.node
+                    .hits(&chosen, part.asking, (started, deadline))
+                    .await
+            }
+        }))
+        .await;
+        for (part, results) in parts.iter().zip(sent) {
+            routing.answered(part, results, |to| cluster.redirected(to));
+        }
+        cluster.monitor().tally().redirections += routing.take_redirections();
     }
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))))
-        .collect()
+    routing.finish()
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-    use crate::ops::{Answer, Op};
+    use crate::ops::Op;
 
     #[test]
     fn the_sha_is_forty_hex_digits() {
@@ -326,53 +244,5 @@ mod tests {
         assert!(sha
             .bytes()
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()));
-    }
-
-    #[test]
-    fn moved_and_ask_are_followed_while_redirections_are_left_and_moved_asks_for_the_map() {
-        let moved = Err(Error::Redirected {
-            slot: "3999".into(),
-            to: "127.0.0.1:7001".into(),
-            asking: false,
-        });
-        let ask = Err(Error::Redirected {
-            slot: "12".into(),
-            to: "127.0.0.1:7002".into(),
-            asking: true,
-        });
-        let to = |to, asking| Next::Redirect { to, asking };
-        assert_eq!(
-            next_step(&moved, MAX_REDIRECTS),
-            (to("127.0.0.1:7001", false), true)
-        );
-        assert_eq!(next_step(&ask, 1), (to("127.0.0.1:7002", true), false));
-        // Past its redirections a hit is given its MOVED or ASK; a MOVED still asks for the map.
-        assert_eq!(next_step(&moved, 0), (Next::Give, true));
-        assert_eq!(next_step(&ask, 0), (Next::Give, false));
-        let down = Err(Error::Redis("CLUSTERDOWN The cluster is down".into()));
-        assert_eq!(next_step(&down, 3), (Next::Give, true));
-        assert_eq!(
-            next_step(&Ok((Answer::new(&[1]), Vec::new())), 3),
-            (Next::Give, false)
-        );
-        assert_eq!(
-            next_step(&Err(Error::CountOutOfRange), 3),
-            (Next::Give, false)
-        );
-    }
-
-    #[test]
-    fn trouble_with_a_node_is_its_failure_or_a_slot_it_no_longer_holds() {
-        let error = |e: Error| node_trouble(&Err(e));
-        assert!(error(Error::Redis(
-            "CLUSTERDOWN The cluster is down".into()
-        )));
-        assert!(error(Error::Redis("READONLY You can't write".into())));
-        assert!(!error(Error::Redis(
-            "ERR CLUSTERDOWN named in a message".into()
-        )));
-        assert!(!error(Error::CountOutOfRange));
-        assert!(error(Error::Timeout { ms: 1, sent: true }));
-        assert!(!node_trouble(&Ok((Answer::new(&[1]), Vec::new()))));
     }
 }
