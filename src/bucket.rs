@@ -296,9 +296,9 @@ mod tests {
     /// A bucket as plainly as it reads: tokens and the time of the last
     /// refill, refilled one interval at a time.
     #[derive(Default)]
-    struct Model(HashMap<u8, (i64, u64)>);
+    struct BucketModel(HashMap<u8, (i64, u64)>);
 
-    impl Model {
+    impl BucketModel {
         fn at(&mut self, key: u8, now: u64, p: &Params) -> (i64, u64) {
             let (mut tokens, mut at) = self.0.get(&key).copied().unwrap_or((p.capacity, now));
             while tokens < p.capacity && at + p.interval_ms * MS <= now {
@@ -330,7 +330,7 @@ mod tests {
         ) {
             let buckets = [params(5, 1, 300), params(7, 3, 1_000), params(1, 1, 50)];
             let mut stored: HashMap<u8, Bucket> = HashMap::new();
-            let mut model = Model::default();
+            let mut model = BucketModel::default();
             let mut now = 1_000_000;
             for (key, step, cost) in ops {
                 now += step;

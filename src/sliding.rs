@@ -43,7 +43,7 @@ pub struct Hit {
 
 /// The answer of a limit-aware consume.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Consumed {
+pub struct SlidingConsumed {
     /// Whether `estimate + cost <= limit` held, so that `cost` was added.
     pub allowed: bool,
     /// The estimate after this consume (unchanged when refused).
@@ -240,7 +240,7 @@ pub fn consume(
     window_ms: u64,
     limit: i64,
     cost: i64,
-) -> Consumed {
+) -> SlidingConsumed {
     let mut view = View::at(stored, now, window_ms);
     let estimate = view.estimate();
     let reset_ms = view.reset_ms();
@@ -252,7 +252,7 @@ pub fn consume(
             view.change()
         };
         let count = estimate + cost;
-        return Consumed {
+        return SlidingConsumed {
             allowed: true,
             count,
             remaining: window::remaining(limit, count),
@@ -283,7 +283,7 @@ pub fn consume(
         None if view.current > 0 => (view.left + view.window).div_ceil(US_PER_MS),
         None => reset_ms,
     };
-    Consumed {
+    SlidingConsumed {
         allowed: false,
         count: estimate,
         remaining: window::remaining(limit, estimate),
@@ -562,9 +562,9 @@ mod tests {
     /// Seed 004's rules as plainly as they read: a count for every aligned
     /// window that was ever hit.
     #[derive(Default)]
-    struct Model(HashMap<(u8, u64), i64>);
+    struct SlidingModel(HashMap<(u8, u64), i64>);
 
-    impl Model {
+    impl SlidingModel {
         fn at(&self, key: u8, now: u64, window_ms: u64) -> (i64, u64) {
             let window = window_ms * MS;
             let n = now / window;
@@ -621,7 +621,7 @@ mod tests {
             // One window length per key: a state belongs to one window length.
             let windows = [1, 3, 4];
             let mut stored: HashMap<u8, Sliding> = HashMap::new();
-            let mut model = Model::default();
+            let mut model = SlidingModel::default();
             let mut now = 5_000_000;
             // The window of each key's last take, which a decrement of op 3 names.
             let mut taken: HashMap<u8, u64> = HashMap::new();

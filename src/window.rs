@@ -607,9 +607,9 @@ mod tests {
     /// The fixed-window rules as plainly as they are written in the README:
     /// one `(count, end)` per key, in µs.
     #[derive(Default)]
-    struct Model(std::collections::HashMap<u8, (i64, u64)>);
+    struct WindowModel(std::collections::HashMap<u8, (i64, u64)>);
 
-    impl Model {
+    impl WindowModel {
         fn open(&self, key: u8, now: u64) -> Option<(i64, u64)> {
             self.0
                 .get(&key)
@@ -658,7 +658,7 @@ mod tests {
             )
         ) {
             let mut stored: std::collections::HashMap<u8, Counter> = Default::default();
-            let mut model = Model::default();
+            let mut model = WindowModel::default();
             let mut now = 0;
             for (key, step, window_ms, limit, amount, is_refund) in ops {
                 now += step;

@@ -13,19 +13,19 @@ use napi_derive::napi;
 
 use super::threaded::{TextNative, TextStore};
 use crate::errors::Error as CoreError;
-use crate::mysql::{Config, MyStore, Options};
+use crate::mysql::{MyConfig, MyOptions, MyStore};
 use crate::ops::{Answer, Args, Op};
 
 impl TextStore for MyStore {
-    type Options = Options;
+    type Options = MyOptions;
     const LONE: &'static str = "mysqlStore: a key with a lone surrogate can't be stored";
 
     fn open(
-        options: &Options,
+        options: &MyOptions,
         read: impl Fn(&str) -> Option<String>,
         swept: Arc<AtomicU64>,
     ) -> std::result::Result<Arc<Self>, CoreError> {
-        Config::resolve(options, read).map(|c| Arc::new(MyStore::new(c, swept)))
+        MyConfig::resolve(options, read).map(|c| Arc::new(MyStore::new(c, swept)))
     }
 
     fn start_sweeper(store: &Arc<Self>, handle: &tokio::runtime::Handle) {
@@ -81,7 +81,7 @@ impl MysqlNative {
         sweep_interval_ms: Option<u32>,
         connections: Option<u32>,
     ) -> Result<Self> {
-        let options = Options {
+        let options = MyOptions {
             url,
             table,
             timeout_ms: timeout_ms.map(u64::from),

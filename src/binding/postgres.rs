@@ -14,7 +14,7 @@ use napi_derive::napi;
 use super::threaded::{Gathers, TextNative, TextStore};
 use crate::errors::Error as CoreError;
 use crate::ops::{Answer, Args, Op};
-use crate::postgres::{Config, Options, PgStore};
+use crate::postgres::{PgConfig, PgOptions, PgStore};
 
 impl Gathers for PgStore {
     type Queued = crate::postgres::Queued;
@@ -37,15 +37,15 @@ impl Gathers for PgStore {
 }
 
 impl TextStore for PgStore {
-    type Options = Options;
+    type Options = PgOptions;
     const LONE: &'static str = "postgresStore: a key with a lone surrogate can't be stored";
 
     fn open(
-        options: &Options,
+        options: &PgOptions,
         read: impl Fn(&str) -> Option<String>,
         swept: Arc<AtomicU64>,
     ) -> std::result::Result<Arc<Self>, CoreError> {
-        Config::resolve(options, read).map(|c| Arc::new(PgStore::new(c, swept)))
+        PgConfig::resolve(options, read).map(|c| Arc::new(PgStore::new(c, swept)))
     }
 
     fn start_sweeper(store: &Arc<Self>, handle: &tokio::runtime::Handle) {
@@ -101,7 +101,7 @@ impl PostgresNative {
         tls_ca: Option<String>,
         sweep_interval_ms: Option<u32>,
     ) -> Result<Self> {
-        let options = Options {
+        let options = PgOptions {
             url,
             table,
             schema,

@@ -6,7 +6,7 @@
 //! TLS handshake, AUTH and SELECT), which wakes the loop when it is done.
 //!
 //! Stores of one JS thread with the same server and credentials share one
-//! connection (`Conn`): a store made per request by mistake then costs no
+//! connection (`LoopConn`): a store made per request by mistake then costs no
 //! connect (nor TLS handshake) per hit. Each store keeps its own callback
 //! (`Sink`) and prefix.
 //!
@@ -74,12 +74,12 @@ struct UvIo {
     cell: *mut c_void,
 }
 
-type Conn = conn::Conn<UvIo, To>;
-type SharedConn = Rc<RefCell<Conn>>;
+type LoopConn = conn::Conn<UvIo, To>;
+type SharedConn = Rc<RefCell<LoopConn>>;
 
 thread_local! {
     /// This thread's connections, by what they connect to.
-    static CONNS: RefCell<Vec<Weak<RefCell<Conn>>>> = const { RefCell::new(Vec::new()) };
+    static CONNS: RefCell<Vec<Weak<RefCell<LoopConn>>>> = const { RefCell::new(Vec::new()) };
 }
 
 impl Io for UvIo {
@@ -109,7 +109,7 @@ impl Io for UvIo {
         // handle (`close` closes the handle before dropping it).
         let poll = unsafe {
             self.uv
-                .poll(self.lp, socket.raw() as uv::Socket, self.cell)?
+                .poll(self.lp, socket.raw() as uv::UvSocket, self.cell)?
         };
         self.poll = poll.0;
         self.socket = Some(Box::new(socket));
@@ -364,12 +364,12 @@ unsafe fn open_conn(env: sys::napi_env, config: &Config, key: Config) -> Result<
 ///
 /// # Safety
 /// `handle` is a live handle made by `open_conn` or `UvIo::open`.
-unsafe fn with_conn(handle: *mut Handle, f: impl FnOnce(&mut Conn)) {
+unsafe fn with_conn(handle: *mut Handle, f: impl FnOnce(&mut LoopConn)) {
     let Ok(uv) = uv::uv() else { return };
     // SAFETY: the data is the RefCell's address inside the connection's Rc,
     // which outlives its handles (teardown closes them first, and runs
     // before the Rc's memory goes); libuv calls back on the JS thread.
-    let cell = unsafe { &*uv.data(handle).cast::<RefCell<Conn>>() };
+    let cell = unsafe { &*uv.data(handle).cast::<RefCell<LoopConn>>() };
     {
         let Ok(mut conn) = cell.try_borrow_mut() else {
             return; // Reentered: the outer call delivers.
@@ -420,7 +420,7 @@ unsafe extern "C" fn on_connected(handle: *mut Handle) {
 
 /// Hands every finished hit to its store's `settle`, then re-arms the timer
 /// and lets closed stores go once their hits have settled.
-fn deliver(cell: &RefCell<Conn>) {
+fn deliver(cell: &RefCell<LoopConn>) {
     loop {
         let (env, context, settle, results, done, events) = {
             let Ok(mut c) = cell.try_borrow_mut() else {

@@ -127,7 +127,7 @@ pub(super) unsafe fn settle_args(
 const DELIVERY_TRIES: u32 = 8;
 
 /// The threadsafe function, until it is released or finalized: never called after.
-struct Slot(Mutex<Option<Tsfn>>);
+struct TsfnSlot(Mutex<Option<Tsfn>>);
 
 struct Tsfn(sys::napi_threadsafe_function);
 
@@ -135,7 +135,7 @@ struct Tsfn(sys::napi_threadsafe_function);
 // any thread; the handle is only an opaque pointer to Node's own object.
 unsafe impl Send for Tsfn {}
 
-impl Slot {
+impl TsfnSlot {
     fn lock(&self) -> MutexGuard<'_, Option<Tsfn>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -158,12 +158,12 @@ impl Slot {
 
 /// The store's wake-up, owned by the core: releases the function when the
 /// core drops it.
-struct Wake(Arc<Slot>);
+struct Wake(Arc<TsfnSlot>);
 
 impl Drop for Wake {
     fn drop(&mut self) {
         if let Some(tsfn) = self.0.lock().take() {
-            // SAFETY: as in `Slot::call`; taken out of the slot, so released once.
+            // SAFETY: as in `TsfnSlot::call`; taken out of the slot, so released once.
             unsafe {
                 sys::napi_release_threadsafe_function(
                     tsfn.0,
@@ -177,7 +177,7 @@ impl Drop for Wake {
 /// What the threadsafe function's JS-thread side needs; freed by `finalize`.
 struct Context {
     delivery: Weak<Delivery>,
-    slot: Arc<Slot>,
+    slot: Arc<TsfnSlot>,
     settle: sys::napi_ref,
     results: Arc<raw::Numbers>,
     scratch: Vec<Completion>,
@@ -204,7 +204,7 @@ pub(super) unsafe fn delivery(
     results: &Arc<raw::Numbers>,
     settle_ref: sys::napi_ref,
 ) -> std::result::Result<(Arc<Delivery>, sys::napi_threadsafe_function), CoreError> {
-    let slot = Arc::new(Slot(Mutex::new(None)));
+    let slot = Arc::new(TsfnSlot(Mutex::new(None)));
     let wake = Wake(Arc::clone(&slot));
     let delivery = Arc::new(Delivery::new(Box::new(move || wake.0.call())));
     let context = Box::into_raw(Box::new(Context {

@@ -11,15 +11,15 @@ use napi::bindgen_prelude::*;
 use napi::JsString;
 use napi_derive::napi;
 
-use super::threaded::{Outcome, Settler};
+use super::threaded::{Settlement, Settler};
 use super::throw_core;
 use crate::errors::Error as CoreError;
 use crate::ops::Op;
-use crate::sqlite::{Call, Config, Counts, Options, SqliteStore, Step};
+use crate::sqlite::{Call, Counts, SqliteConfig, SqliteOptions, SqliteStore, Step};
 
 #[napi]
 pub struct SqliteNative {
-    options: Options,
+    options: SqliteOptions,
     /// The store, started by the first call (its thread opens the file).
     store: Option<std::result::Result<Arc<SqliteStore>, CoreError>>,
     closed: bool,
@@ -39,14 +39,14 @@ impl SqliteNative {
         synchronous: Option<String>,
         sweep_interval_ms: Option<u32>,
     ) -> Result<Self> {
-        let options = Options {
+        let options = SqliteOptions {
             path,
             timeout_ms: timeout_ms.map(u64::from),
             synchronous,
             sweep_interval_ms: sweep_interval_ms.map(u64::from),
         };
         // Settings are checked here, so a bad one throws at construction.
-        Config::resolve(&options).map_err(|e| throw_core(env, e))?;
+        SqliteConfig::resolve(&options).map_err(|e| throw_core(env, e))?;
         let settler = Settler::new(env, &settle, "ratestore.sqliteStore")?;
         Ok(SqliteNative {
             options,
@@ -84,7 +84,7 @@ impl SqliteNative {
             return Err(CoreError::Closed);
         }
         if self.store.is_none() {
-            let started = Config::resolve(&self.options).and_then(|config| {
+            let started = SqliteConfig::resolve(&self.options).and_then(|config| {
                 SqliteStore::start(
                     config,
                     Arc::clone(&self.settler.delivery),
@@ -189,9 +189,9 @@ impl SqliteNative {
     #[napi]
     pub fn reset_all<'e>(&mut self, env: &'e Env) -> Result<Object<'e>> {
         let store = self.ready().map_err(|e| throw_core(env, e))?;
-        let (deferred, promise) = env.create_deferred::<Outcome<()>, _>()?;
+        let (deferred, promise) = env.create_deferred::<Settlement<()>, _>()?;
         store.reset_all(Box::new(move |result| {
-            deferred.resolve(move |_| Ok(Outcome(result)));
+            deferred.resolve(move |_| Ok(Settlement(result)));
         }));
         Ok(promise)
     }

@@ -2,7 +2,7 @@
 //! sqliteStore) share: `Settler`, the settle plumbing each holds (finished
 //! calls come back in batches through `settle::delivery`, numbers in
 //! `results`, errors built by `raw::error`, to the JS side's settle
-//! callback), `Outcome`, `resetAll()`'s answer, and `TextNative`, all of a
+//! callback), `Settlement`, `resetAll()`'s answer, and `TextNative`, all of a
 //! binding whose store keeps UTF-8 keys on the shared I/O thread (the SQL
 //! servers'). Each binding keeps its own `#[napi]` class, constructor and
 //! names, and calls these.
@@ -58,9 +58,9 @@ async fn deliver(
 
 /// `resetAll()`'s outcome, turned into a JS value on the JS thread: `T`'s
 /// value, or the store's error.
-pub(super) struct Outcome<T>(pub std::result::Result<T, CoreError>);
+pub(super) struct Settlement<T>(pub std::result::Result<T, CoreError>);
 
-impl<T: ToNapiValue> ToNapiValue for Outcome<T> {
+impl<T: ToNapiValue> ToNapiValue for Settlement<T> {
     unsafe fn to_napi_value(env: sys::napi_env, val: Self) -> Result<sys::napi_value> {
         match val.0 {
             // SAFETY: called by napi-rs on the JS thread with a live env.
@@ -281,10 +281,10 @@ impl<S: TextStore> TextNative<S> {
     pub fn reset_all<'e>(&self, env: &'e Env) -> Result<Object<'e>> {
         let started = (|| Ok::<_, CoreError>((self.ready()?, runtime::handle()?)))();
         let (store, handle) = started.map_err(|e| throw_core(env, e))?;
-        let (deferred, promise) = env.create_deferred::<Outcome<Vec<f64>>, _>()?;
+        let (deferred, promise) = env.create_deferred::<Settlement<Vec<f64>>, _>()?;
         handle.spawn(async move {
             let result = store.reset_all().await.map(|()| Vec::new());
-            deferred.resolve(move |_| Ok(Outcome(result)));
+            deferred.resolve(move |_| Ok(Settlement(result)));
         });
         Ok(promise)
     }

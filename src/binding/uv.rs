@@ -33,14 +33,14 @@ const UV_POLL: c_int = 8;
 const UV_TIMER: c_int = 13;
 
 #[cfg(unix)]
-pub type Socket = c_int;
+pub type UvSocket = c_int;
 #[cfg(windows)]
-pub type Socket = usize;
+pub type UvSocket = usize;
 
 /// libuv's functions, as Node exports them.
 pub struct Uv {
     handle_size: unsafe extern "C" fn(c_int) -> usize,
-    poll_init_socket: unsafe extern "C" fn(*mut Loop, *mut Handle, Socket) -> c_int,
+    poll_init_socket: unsafe extern "C" fn(*mut Loop, *mut Handle, UvSocket) -> c_int,
     poll_start: unsafe extern "C" fn(*mut Handle, c_int, PollCb) -> c_int,
     timer_init: unsafe extern "C" fn(*mut Loop, *mut Handle) -> c_int,
     timer_start: unsafe extern "C" fn(*mut Handle, TimerCb, u64, u64) -> c_int,
@@ -133,7 +133,7 @@ impl Uv {
     pub unsafe fn poll(
         &self,
         lp: *mut Loop,
-        socket: Socket,
+        socket: UvSocket,
         data: *mut c_void,
     ) -> Result<Made, Error> {
         let handle = self.make(data);

@@ -24,7 +24,7 @@ pub use crate::ops::MAX_TAKES;
 use crate::window::{self, Change, Outcome};
 pub use multi::Take;
 use shard::Shard;
-pub use shard::Tally;
+pub use shard::ShardTally;
 
 /// Enough shards that one shard holds a small part of the table. 80 (not a
 /// power of two) so that round sizes (250,000, 500,000, the default
@@ -75,7 +75,7 @@ pub struct Table {
 pub struct Stats {
     pub held: usize,
     pub capacity: usize,
-    pub tally: Tally,
+    pub tally: ShardTally,
     pub sweeps: u64,
 }
 
@@ -103,7 +103,7 @@ impl Table {
     /// The table's figures, summed over its shards (one lock at a time):
     /// cheap enough for every scrape.
     pub fn stats(&self) -> Result<Stats> {
-        let mut tally = Tally::default();
+        let mut tally = ShardTally::default();
         for s in 0..SHARDS {
             tally.add(&self.lock(s)?.tally);
         }
@@ -872,7 +872,7 @@ mod tests {
         t.sweep(|| 100 * MS * MS);
         let s = t.stats().unwrap();
         assert_eq!((s.held, s.capacity, s.sweeps), (0, 2, 1));
-        let want = Tally {
+        let want = ShardTally {
             calls: 5,
             evicted_ended: 1,
             evicted_short: 1,
@@ -883,9 +883,9 @@ mod tests {
 
     /// The rules written out plainly, with no eviction: the table must agree.
     #[derive(Default)]
-    struct Model(HashMap<KeyHash, (i64, u64)>);
+    struct TableModel(HashMap<KeyHash, (i64, u64)>);
 
-    impl Model {
+    impl TableModel {
         fn hit(&mut self, key: KeyHash, now: u64, window_ms: u64, amount: i64) -> (i64, u64) {
             match self.0.get_mut(&key) {
                 Some((count, end)) if *end / MS > now / MS => {
@@ -958,7 +958,7 @@ mod tests {
             ops in prop::collection::vec((0u128..6, 0u64..3_000_000, 1u64..4_000, -5i64..6), 1..200)
         ) {
             let table = Table::new(1_000);
-            let mut model = Model::default();
+            let mut model = TableModel::default();
             let mut now = 0;
             for (key, step, window_ms, amount) in ops {
                 now += step;

@@ -243,7 +243,7 @@ pub struct Shard {
     /// The latest time a hit here was applied at: time per key never runs back.
     now: u64,
     /// What happened here, counted under the shard's lock (`calls` first: a hit counts it).
-    pub tally: Tally,
+    pub tally: ShardTally,
     /// Entries held.
     len: u32,
     /// Tombstones in `slots`.
@@ -256,7 +256,7 @@ pub struct Shard {
 /// lock, so counting costs a hit no shared cache line.
 #[repr(C)]
 #[derive(Clone, Copy, Default, Debug, PartialEq, Eq)]
-pub struct Tally {
+pub struct ShardTally {
     /// Calls that ran here (every op, a read included).
     pub calls: u64,
     /// Ended windows dropped to make room for a new counter.
@@ -267,8 +267,8 @@ pub struct Tally {
     pub swept: u64,
 }
 
-impl Tally {
-    pub fn add(&mut self, other: &Tally) {
+impl ShardTally {
+    pub fn add(&mut self, other: &ShardTally) {
         self.calls += other.calls;
         self.evicted_ended += other.evicted_ended;
         self.evicted_short += other.evicted_short;

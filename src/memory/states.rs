@@ -503,7 +503,7 @@ mod tests {
 
     /// The pure functions with their state kept whole, as Redis keeps it.
     #[derive(Default)]
-    struct Model {
+    struct StatesModel {
         sliding: Option<Sliding>,
         bucket: Option<Bucket>,
     }
@@ -516,7 +516,7 @@ mod tests {
         }
     }
 
-    impl Model {
+    impl StatesModel {
         fn run(&mut self, now: u64, op: Op, a: &Args) -> Vec<i64> {
             // Redis expires a state once it counts nothing under its own windowMs.
             if self.sliding.is_some_and(|s| s.ends_at <= now) {
@@ -572,7 +572,7 @@ mod tests {
             steps in prop::collection::vec((0u8..4, 0u64..900_000, 0i64..4, 0usize..4), 1..120)
         ) {
             let table = Table::new(100);
-            let mut model = Model::default();
+            let mut model = StatesModel::default();
             let mut now = 5_000_000;
             for (kind, step, n, w) in steps {
                 // Windows whose grids line up now and then, and one that never does.

@@ -25,11 +25,11 @@ pub mod schema;
 mod step;
 mod tls;
 
-use proto::{Conn, Failure, Login, TlsUse};
-use schema::Names;
-use tls::SslMode;
+use proto::{Login, MyConn, MyFailure, TlsUse};
+use schema::MyNames;
+use tls::MySslMode;
 
-pub use queue::Work;
+pub use queue::MyWork;
 
 /// The environment variables read for the URL, in order.
 pub const URL_VARIABLES: [&str; 2] = ["DATABASE_URL", "MYSQL_URL"];
@@ -53,7 +53,7 @@ pub const IGNORED_PARAMETERS: [&str; 8] = [
 
 /// The options as JavaScript gave them (checked there).
 #[derive(Clone, Debug, Default)]
-pub struct Options {
+pub struct MyOptions {
     pub url: Option<String>,
     pub table: Option<String>,
     pub timeout_ms: Option<u64>,
@@ -78,11 +78,11 @@ pub(crate) fn config_error(text: impl Into<String>) -> Error {
 
 /// The settings, resolved against the environment.
 #[derive(Clone)]
-pub struct Config {
+pub struct MyConfig {
     target: Login,
     tls: TlsUse,
     url: String,
-    names: Names,
+    names: MyNames,
     pub timeout_ms: u64,
     create_table: bool,
     sweep_interval_ms: u64,
@@ -100,9 +100,9 @@ fn decode(part: &str) -> Result<String> {
         })
 }
 
-impl Config {
+impl MyConfig {
     /// Resolves `options` against the environment that `env` reads.
-    pub fn resolve(options: &Options, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
+    pub fn resolve(options: &MyOptions, env: impl Fn(&str) -> Option<String>) -> Result<MyConfig> {
         let url = match &options.url {
             Some(url) => url.clone(),
             None => URL_VARIABLES
@@ -135,15 +135,15 @@ impl Config {
         let mut mode = None;
         for (name, value) in parsed.query_pairs() {
             match name.as_ref() {
-                "ssl-mode" | "sslmode" | "ssl_mode" => mode = Some(SslMode::parse(&value)?),
+                "ssl-mode" | "sslmode" | "ssl_mode" => mode = Some(MySslMode::parse(&value)?),
                 // mysql2's and PlanetScale's: ssl={"rejectUnauthorized":true}, or true / false.
                 "ssl" => {
                     let v = value.replace(' ', "");
                     mode = Some(match v.as_str() {
-                        "true" | "1" => SslMode::Required,
-                        "false" | "0" => SslMode::Disabled,
-                        _ if v.contains("\"rejectUnauthorized\":true") || v == "{}" => SslMode::VerifyIdentity,
-                        _ if v.contains("\"rejectUnauthorized\":false") => SslMode::Required,
+                        "true" | "1" => MySslMode::Required,
+                        "false" | "0" => MySslMode::Disabled,
+                        _ if v.contains("\"rejectUnauthorized\":true") || v == "{}" => MySslMode::VerifyIdentity,
+                        _ if v.contains("\"rejectUnauthorized\":false") => MySslMode::Required,
                         _ => return Err(config_error(
                             "the URL's ssl parameter must be true, false or {\"rejectUnauthorized\":true|false}",
                         )),
@@ -152,8 +152,8 @@ impl Config {
                 // Prisma's.
                 "sslaccept" => {
                     mode = Some(match value.as_ref() {
-                        "strict" => SslMode::VerifyIdentity,
-                        "accept_invalid_certs" => SslMode::Required,
+                        "strict" => MySslMode::VerifyIdentity,
+                        "accept_invalid_certs" => MySslMode::Required,
                         _ => {
                             return Err(config_error(
                                 "the URL's sslaccept must be strict or accept_invalid_certs",
@@ -174,27 +174,27 @@ impl Config {
             }
         }
         if let Some(m) = options.ssl_mode.as_deref() {
-            mode = Some(SslMode::parse(m)?);
+            mode = Some(MySslMode::parse(m)?);
         }
-        let mode = mode.unwrap_or(SslMode::Preferred);
+        let mode = mode.unwrap_or(MySslMode::Preferred);
         let ca = options
             .tls_ca
             .as_deref()
             .map(tls::certificates)
             .transpose()?;
         let tls = match mode {
-            SslMode::Disabled if ca.is_some() => {
+            MySslMode::Disabled if ca.is_some() => {
                 return Err(config_error(
                     "tls.ca is set but ssl-mode is DISABLED; TLS is used with the other modes",
                 ))
             }
-            SslMode::Disabled => TlsUse::Off,
-            SslMode::Preferred => TlsUse::Prefer(tls::Tls::new(mode, ca.as_deref())?),
-            _ => TlsUse::Require(tls::Tls::new(mode, ca.as_deref())?),
+            MySslMode::Disabled => TlsUse::Off,
+            MySslMode::Preferred => TlsUse::Prefer(tls::MyTls::new(mode, ca.as_deref())?),
+            _ => TlsUse::Require(tls::MyTls::new(mode, ca.as_deref())?),
         };
-        let names = Names::new(options.table.as_deref().unwrap_or(DEFAULT_TABLE))?;
+        let names = MyNames::new(options.table.as_deref().unwrap_or(DEFAULT_TABLE))?;
         let timeout_ms = options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS);
-        Ok(Config {
+        Ok(MyConfig {
             target: Login {
                 host,
                 port: parsed.port().unwrap_or(3306),
@@ -226,18 +226,18 @@ impl Config {
 
 /// A protocol failure as a core error (its `sent` left to the caller), its
 /// text cleaned of the store's secrets.
-fn my_error(f: Failure, config: &Config) -> Error {
+fn my_error(f: MyFailure, config: &MyConfig) -> Error {
     let (code, text) = match f {
-        Failure::Io(text) => (
+        MyFailure::Io(text) => (
             "ERR_CONNECTION",
             format!("the connection to MySQL failed: {text}"),
         ),
-        Failure::Login(text) => ("ERR_CONNECTION", text),
-        Failure::Protocol(text) => (
+        MyFailure::Login(text) => ("ERR_CONNECTION", text),
+        MyFailure::Protocol(text) => (
             "ERR_CONNECTION",
             format!("MySQL's answer could not be read: {text}"),
         ),
-        Failure::Server {
+        MyFailure::Server {
             code,
             state,
             message,
@@ -327,10 +327,10 @@ pub(crate) fn timeout_error(ms: u64) -> Error {
 
 /// One store: its settings, its connections and its queue of calls.
 pub struct MyStore {
-    config: Config,
+    config: MyConfig,
     /// The connections, one per batch that may be on its way at once.
-    slots: Vec<tokio::sync::Mutex<Option<(Conn, u64)>>>,
-    queue: std::sync::Mutex<queue::Queue>,
+    slots: Vec<tokio::sync::Mutex<Option<(MyConn, u64)>>>,
+    queue: std::sync::Mutex<queue::MyQueue>,
     /// Whether the tables and procedures were made (or createTable is off).
     created: tokio::sync::Mutex<bool>,
     /// Set by a read-only answer: every connection is replaced.
@@ -345,13 +345,13 @@ const SWEEP_BATCH: u64 = 500;
 const SWEEP_PAUSE: Duration = Duration::from_millis(20);
 
 impl MyStore {
-    pub fn new(config: Config, swept: Arc<AtomicU64>) -> MyStore {
+    pub fn new(config: MyConfig, swept: Arc<AtomicU64>) -> MyStore {
         let slots = (0..config.connections)
             .map(|_| tokio::sync::Mutex::new(None))
             .collect();
         let created = !config.create_table;
         MyStore {
-            queue: std::sync::Mutex::new(queue::Queue::new(config.connections)),
+            queue: std::sync::Mutex::new(queue::MyQueue::new(config.connections)),
             slots,
             created: tokio::sync::Mutex::new(created),
             generation: AtomicU64::new(0),
@@ -372,10 +372,10 @@ impl MyStore {
         self.backoff.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn error(&self, f: Failure) -> Error {
+    fn error(&self, f: MyFailure) -> Error {
         let read_only = matches!(
             f,
-            Failure::Server {
+            MyFailure::Server {
                 code: codes::READ_ONLY | codes::READ_ONLY_MODE,
                 ..
             }
@@ -388,13 +388,13 @@ impl MyStore {
 
     /// A new connection, after the backoff allows it; the tables made on
     /// the store's first.
-    async fn connect(&self) -> Result<(Conn, u64)> {
+    async fn connect(&self) -> Result<(MyConn, u64)> {
         if let Gate::Refuse(e) = self.backoff().gate(Instant::now()) {
             return Err(e);
         }
         let generation = self.generation.load(Ordering::Relaxed);
         let result = async {
-            let mut conn = Conn::connect(&self.config.target, &self.config.tls)
+            let mut conn = MyConn::connect(&self.config.target, &self.config.tls)
                 .await
                 .map_err(|f| with_sent(self.error(f), false))?;
             let mut created = self.created.lock().await;
@@ -433,7 +433,7 @@ impl MyStore {
         let bound = Duration::from_millis(self.config.timeout_ms);
         tokio::spawn(async move {
             let kill = async {
-                if let Ok(mut conn) = Conn::connect(&target, &tls).await {
+                if let Ok(mut conn) = MyConn::connect(&target, &tls).await {
                     let _ = conn.query(&format!("KILL {thread_id}")).await;
                 }
             };
@@ -496,7 +496,7 @@ impl MyStore {
                     },
                     Ok(Ok((
                         _,
-                        Some(Failure::Server {
+                        Some(MyFailure::Server {
                             code: codes::NO_SUCH_TABLE,
                             ..
                         }),
@@ -538,17 +538,17 @@ impl MyStore {
 mod tests {
     use super::*;
 
-    fn resolve(url: &str) -> Result<Config> {
-        let options = Options {
+    fn resolve(url: &str) -> Result<MyConfig> {
+        let options = MyOptions {
             url: Some(url.into()),
-            ..Options::default()
+            ..MyOptions::default()
         };
-        Config::resolve(&options, |_| None)
+        MyConfig::resolve(&options, |_| None)
     }
 
     #[test]
     fn a_missing_url_names_the_variables() {
-        let err = Config::resolve(&Options::default(), |_| None)
+        let err = MyConfig::resolve(&MyOptions::default(), |_| None)
             .err()
             .unwrap();
         assert_eq!(err.code(), "ERR_CONFIG");
@@ -559,13 +559,13 @@ mod tests {
     #[test]
     fn the_url_option_wins_then_database_url() {
         let env = |name: &str| (name == "MYSQL_URL").then(|| "mysql://u@h:1/b".to_string());
-        let config = Config::resolve(&Options::default(), env).ok().unwrap();
+        let config = MyConfig::resolve(&MyOptions::default(), env).ok().unwrap();
         assert_eq!(config.target.database.as_deref(), Some("b"));
         let both = |name: &str| match name {
             "DATABASE_URL" => Some("mysql://u@h:1/first".to_string()),
             _ => Some("mysql://u@h:1/second".to_string()),
         };
-        let config = Config::resolve(&Options::default(), both).ok().unwrap();
+        let config = MyConfig::resolve(&MyOptions::default(), both).ok().unwrap();
         assert_eq!(config.target.database.as_deref(), Some("first"));
     }
 
@@ -603,12 +603,12 @@ mod tests {
     #[test]
     fn the_lock_wait_is_half_the_timeout_in_whole_seconds() {
         let lock = |ms| {
-            let options = Options {
+            let options = MyOptions {
                 url: Some("mysql://u@h/d".into()),
                 timeout_ms: Some(ms),
-                ..Options::default()
+                ..MyOptions::default()
             };
-            Config::resolve(&options, |_| None).ok().unwrap().lock_s
+            MyConfig::resolve(&options, |_| None).ok().unwrap().lock_s
         };
         assert_eq!((lock(500), lock(2000), lock(10_000)), (1, 1, 5));
     }

@@ -11,7 +11,7 @@ use std::io;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 use tokio::net::TcpStream;
 
-use super::tls::Tls;
+use super::tls::MyTls;
 
 const CLIENT_LONG_PASSWORD: u32 = 1;
 const CLIENT_LONG_FLAG: u32 = 4;
@@ -31,7 +31,7 @@ const MAX_PACKET: usize = 0xff_ffff;
 
 /// A failure of the protocol client.
 #[derive(Debug)]
-pub enum Failure {
+pub enum MyFailure {
     /// The connection failed (refused, reset, closed, a TLS error).
     Io(String),
     /// The server answered with an error packet.
@@ -46,41 +46,41 @@ pub enum Failure {
     Protocol(&'static str),
 }
 
-impl From<io::Error> for Failure {
-    fn from(e: io::Error) -> Failure {
-        Failure::Io(e.to_string())
+impl From<io::Error> for MyFailure {
+    fn from(e: io::Error) -> MyFailure {
+        MyFailure::Io(e.to_string())
     }
 }
 
-pub type Res<T> = std::result::Result<T, Failure>;
+pub type Res<T> = std::result::Result<T, MyFailure>;
 
-enum Stream {
+enum MyStream {
     Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+    MyTls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }
 
-impl AsyncRead for Stream {
+impl AsyncRead for MyStream {
     fn poll_read(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> std::task::Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            MyStream::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            MyStream::MyTls(s) => std::pin::Pin::new(s).poll_read(cx, buf),
         }
     }
 }
 
-impl AsyncWrite for Stream {
+impl AsyncWrite for MyStream {
     fn poll_write(
         self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
         buf: &[u8],
     ) -> std::task::Poll<io::Result<usize>> {
         match self.get_mut() {
-            Stream::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            MyStream::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            MyStream::MyTls(s) => std::pin::Pin::new(s).poll_write(cx, buf),
         }
     }
     fn poll_flush(
@@ -88,8 +88,8 @@ impl AsyncWrite for Stream {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => std::pin::Pin::new(s).poll_flush(cx),
+            MyStream::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            MyStream::MyTls(s) => std::pin::Pin::new(s).poll_flush(cx),
         }
     }
     fn poll_shutdown(
@@ -97,8 +97,8 @@ impl AsyncWrite for Stream {
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<io::Result<()>> {
         match self.get_mut() {
-            Stream::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-            Stream::Tls(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            MyStream::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            MyStream::MyTls(s) => std::pin::Pin::new(s).poll_shutdown(cx),
         }
     }
 }
@@ -119,9 +119,9 @@ pub enum TlsUse {
     /// Never.
     Off,
     /// When the server offers it (`ssl-mode=PREFERRED`).
-    Prefer(Tls),
+    Prefer(MyTls),
     /// Always; a server without TLS is refused.
-    Require(Tls),
+    Require(MyTls),
 }
 
 /// One result of a query's statements, in order.
@@ -134,8 +134,8 @@ pub enum StatementResult {
 }
 
 /// An open connection.
-pub struct Conn {
-    stream: tokio::io::BufStream<Stream>,
+pub struct MyConn {
+    stream: tokio::io::BufStream<MyStream>,
     seq: u8,
     /// The server's id of the connection (for `KILL QUERY`).
     pub thread_id: u32,
@@ -144,25 +144,25 @@ pub struct Conn {
 }
 
 fn lenenc(data: &[u8], at: &mut usize) -> Res<u64> {
-    let first = *data.get(*at).ok_or(Failure::Protocol("a short packet"))?;
+    let first = *data.get(*at).ok_or(MyFailure::Protocol("a short packet"))?;
     *at += 1;
     let size = match first {
         0..=0xfa => return Ok(u64::from(first)),
         0xfc => 2,
         0xfd => 3,
         0xfe => 8,
-        _ => return Err(Failure::Protocol("a bad length")),
+        _ => return Err(MyFailure::Protocol("a bad length")),
     };
     let bytes = data
         .get(*at..*at + size)
-        .ok_or(Failure::Protocol("a short packet"))?;
+        .ok_or(MyFailure::Protocol("a short packet"))?;
     *at += size;
     let mut n = [0u8; 8];
     n[..size].copy_from_slice(bytes);
     Ok(u64::from_le_bytes(n))
 }
 
-fn server_error(packet: &[u8]) -> Failure {
+fn server_error(packet: &[u8]) -> MyFailure {
     // 0xff, code (2), '#', state (5), message.
     let code = packet
         .get(1..3)
@@ -178,7 +178,7 @@ fn server_error(packet: &[u8]) -> Failure {
             String::from_utf8_lossy(packet.get(3..).unwrap_or(&[])).into_owned(),
         ),
     };
-    Failure::Server {
+    MyFailure::Server {
         code,
         state,
         message,
@@ -221,14 +221,14 @@ fn scramble_for(plugin: &str, password: &[u8], scramble: &[u8]) -> Res<Vec<u8>> 
             let mix = sha256(&[&two, scramble]);
             Ok(one.iter().zip(mix).map(|(a, b)| a ^ b).collect())
         }
-        _ => Err(Failure::Login(format!(
+        _ => Err(MyFailure::Login(format!(
             "the server asks for the {plugin} login, which mysqlStore does not speak \
              (use mysql_native_password or caching_sha2_password)"
         ))),
     }
 }
 
-impl Conn {
+impl MyConn {
     async fn read_packet(&mut self) -> Res<Vec<u8>> {
         let mut payload = Vec::new();
         loop {
@@ -264,11 +264,11 @@ impl Conn {
     }
 
     /// Connects and logs in.
-    pub async fn connect(target: &Login, tls: &TlsUse) -> Res<Conn> {
+    pub async fn connect(target: &Login, tls: &TlsUse) -> Res<MyConn> {
         let tcp = TcpStream::connect((target.host.as_str(), target.port)).await?;
         let _ = tcp.set_nodelay(true);
-        let mut conn = Conn {
-            stream: tokio::io::BufStream::new(Stream::Plain(tcp)),
+        let mut conn = MyConn {
+            stream: tokio::io::BufStream::new(MyStream::Plain(tcp)),
             seq: 0,
             thread_id: 0,
             tls: false,
@@ -279,17 +279,17 @@ impl Conn {
             return Err(server_error(&hello));
         }
         if hello.first() != Some(&10) {
-            return Err(Failure::Protocol("not a MySQL server (handshake v10)"));
+            return Err(MyFailure::Protocol("not a MySQL server (handshake v10)"));
         }
         let mut at = 1;
         let end = hello[at..]
             .iter()
             .position(|&b| b == 0)
-            .ok_or(Failure::Protocol("a bad handshake"))?;
+            .ok_or(MyFailure::Protocol("a bad handshake"))?;
         at += end + 1;
         let fixed = hello
             .get(at..at + 4 + 8 + 1 + 2 + 1 + 2 + 2 + 1 + 10)
-            .ok_or(Failure::Protocol("a short handshake"))?;
+            .ok_or(MyFailure::Protocol("a short handshake"))?;
         let thread_id = u32::from_le_bytes([fixed[0], fixed[1], fixed[2], fixed[3]]);
         let mut scramble = fixed[4..12].to_vec();
         let caps = u32::from(u16::from_le_bytes([fixed[13], fixed[14]]))
@@ -300,7 +300,7 @@ impl Conn {
             let more = data_len.saturating_sub(8).max(13);
             let part = hello
                 .get(at..at + more)
-                .ok_or(Failure::Protocol("a short handshake"))?;
+                .ok_or(MyFailure::Protocol("a short handshake"))?;
             // The part ends with a NUL that is not the scramble's.
             scramble.extend_from_slice(&part[..more - 1]);
             at += more;
@@ -315,7 +315,7 @@ impl Conn {
             }
         }
         if caps & CLIENT_PROTOCOL_41 == 0 {
-            return Err(Failure::Protocol("the server is older than MySQL 4.1"));
+            return Err(MyFailure::Protocol("the server is older than MySQL 4.1"));
         }
         let mut flags = CLIENT_LONG_PASSWORD
             | CLIENT_LONG_FLAG
@@ -335,7 +335,7 @@ impl Conn {
             TlsUse::Prefer(t) => offered.then_some(t),
             TlsUse::Require(t) if offered => Some(t),
             TlsUse::Require(_) => {
-                return Err(Failure::Login(
+                return Err(MyFailure::Login(
                     "the server does not offer TLS, which ssl-mode asks for".into(),
                 ))
             }
@@ -350,12 +350,12 @@ impl Conn {
             conn.write_packet(&head).await?;
             conn.stream.flush().await?;
             let seq = conn.seq;
-            let Stream::Plain(tcp) = conn.stream.into_inner() else {
-                return Err(Failure::Protocol("TLS twice"));
+            let MyStream::Plain(tcp) = conn.stream.into_inner() else {
+                return Err(MyFailure::Protocol("TLS twice"));
             };
             let tls = t.connect(&target.host, tcp).await?;
-            conn = Conn {
-                stream: tokio::io::BufStream::new(Stream::Tls(Box::new(tls))),
+            conn = MyConn {
+                stream: tokio::io::BufStream::new(MyStream::MyTls(Box::new(tls))),
                 seq,
                 thread_id: 0,
                 tls: true,
@@ -417,7 +417,7 @@ impl Conn {
                     Some(3) => {}
                     Some(4) => {
                         if !self.tls {
-                            return Err(Failure::Login(
+                            return Err(MyFailure::Login(
                                 "the server asks caching_sha2_password's full login, which sends the password: \
                                  mysqlStore sends it only over TLS (use ssl-mode=REQUIRED or better, or log in \
                                  once with another client so that the server caches the password)"
@@ -429,13 +429,13 @@ impl Conn {
                         self.write_packet(&clear).await?;
                         self.stream.flush().await?;
                     }
-                    _ => return Err(Failure::Protocol("an unknown caching_sha2_password step")),
+                    _ => return Err(MyFailure::Protocol("an unknown caching_sha2_password step")),
                 },
-                _ => return Err(Failure::Protocol("an unknown login answer")),
+                _ => return Err(MyFailure::Protocol("an unknown login answer")),
             }
         }
         let _ = scramble;
-        Err(Failure::Protocol("the login did not end"))
+        Err(MyFailure::Protocol("the login did not end"))
     }
 
     /// Whether an idle connection is known to be gone: the server closed it
@@ -443,8 +443,8 @@ impl Conn {
     /// error packet before closing). Looks without reading or waiting.
     pub fn is_dead(&self) -> bool {
         let (tcp, tls) = match self.stream.get_ref() {
-            Stream::Plain(tcp) => (tcp, false),
-            Stream::Tls(s) => (s.get_ref().0, true),
+            MyStream::Plain(tcp) => (tcp, false),
+            MyStream::MyTls(s) => (s.get_ref().0, true),
         };
         let mut byte = [0u8; 1];
         let mut buf = ReadBuf::new(&mut byte);
@@ -461,7 +461,7 @@ impl Conn {
     /// Runs `sql` (one or more statements, `;` between them) and reads
     /// every result: the replies of the statements that ran, in order, and
     /// the error that stopped the rest, if one did.
-    pub async fn query(&mut self, sql: &str) -> Res<(Vec<StatementResult>, Option<Failure>)> {
+    pub async fn query(&mut self, sql: &str) -> Res<(Vec<StatementResult>, Option<MyFailure>)> {
         self.seq = 0;
         let mut packet = std::mem::take(&mut self.buf);
         packet.clear();
@@ -474,7 +474,7 @@ impl Conn {
         self.read_replies().await
     }
 
-    async fn read_replies(&mut self) -> Res<(Vec<StatementResult>, Option<Failure>)> {
+    async fn read_replies(&mut self) -> Res<(Vec<StatementResult>, Option<MyFailure>)> {
         let mut replies = Vec::new();
         loop {
             let first = self.read_packet().await?;
@@ -493,7 +493,7 @@ impl Conn {
                     }
                 }
                 Some(0xff) => return Ok((replies, Some(server_error(&first)))),
-                Some(0xfb) => return Err(Failure::Protocol("LOCAL INFILE is not supported")),
+                Some(0xfb) => return Err(MyFailure::Protocol("LOCAL INFILE is not supported")),
                 _ => {
                     let mut at = 0;
                     let columns = lenenc(&first, &mut at)? as usize;
@@ -502,7 +502,7 @@ impl Conn {
                     }
                     let eof = self.read_packet().await?;
                     if eof.first() != Some(&0xfe) {
-                        return Err(Failure::Protocol("no EOF after the columns"));
+                        return Err(MyFailure::Protocol("no EOF after the columns"));
                     }
                     let mut rows = Vec::new();
                     let status = loop {
@@ -527,7 +527,7 @@ impl Conn {
                             let len = lenenc(&row, &mut at)? as usize;
                             let text = row
                                 .get(at..at + len)
-                                .ok_or(Failure::Protocol("a short row"))?;
+                                .ok_or(MyFailure::Protocol("a short row"))?;
                             at += len;
                             values.push(Some(String::from_utf8_lossy(text).into_owned()));
                         }
@@ -565,7 +565,7 @@ mod tests {
         );
         assert!(matches!(
             scramble_for("client_ed25519", b"pw", &[0; 32]),
-            Err(Failure::Login(_))
+            Err(MyFailure::Login(_))
         ));
     }
 

@@ -28,8 +28,8 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
-use super::proto::{Failure, StatementResult};
-use super::step::StepWork;
+use super::proto::{MyFailure, StatementResult};
+use super::step::MyStepWork;
 use super::{codes, schema, timeout_error, with_sent, MyStore};
 use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
@@ -39,7 +39,7 @@ use crate::window::MAX_SAFE;
 pub const MAX_BATCH: usize = 256;
 
 /// What a call asks of the database.
-pub enum Work {
+pub enum MyWork {
     Call {
         op: Op,
         args: Args,
@@ -47,12 +47,12 @@ pub enum Work {
     },
     ResetAll,
     /// Several takes as one step: one transaction of its own, alone in its batch.
-    Step(Arc<StepWork>),
+    Step(Arc<MyStepWork>),
 }
 
-struct Pending {
+struct MyPending {
     id: u64,
-    work: Work,
+    work: MyWork,
     /// The key's row key, which orders the calls (None: ping, resetAll).
     row: Option<Vec<u8>>,
     /// Set while its batch is on its way.
@@ -62,8 +62,8 @@ struct Pending {
     answer: oneshot::Sender<Result<Answer>>,
 }
 
-pub struct Queue {
-    waiting: VecDeque<Pending>,
+pub struct MyQueue {
+    waiting: VecDeque<MyPending>,
     /// Keys with a call in a batch on its way, and how many.
     busy: HashMap<Vec<u8>, usize>,
     /// Batches on their way.
@@ -75,19 +75,19 @@ pub struct Queue {
     next_id: u64,
 }
 
-impl Pending {
+impl MyPending {
     /// The row keys the call holds while its batch is on its way.
     fn rows(&self) -> Vec<Vec<u8>> {
         match &self.work {
-            Work::Step(step) => step.takes.iter().map(|t| t.2.clone()).collect(),
+            MyWork::Step(step) => step.takes.iter().map(|t| t.2.clone()).collect(),
             _ => self.row.iter().cloned().collect(),
         }
     }
 }
 
-impl Queue {
-    pub fn new(connections: usize) -> Queue {
-        Queue {
+impl MyQueue {
+    pub fn new(connections: usize) -> MyQueue {
+        MyQueue {
             waiting: VecDeque::new(),
             busy: HashMap::new(),
             flushing: 0,
@@ -100,7 +100,7 @@ impl Queue {
     /// The next batch: every call whose key is not on its way elsewhere, in
     /// order, up to [`MAX_BATCH`]; a resetAll alone, once nothing else is on
     /// its way (nothing after it is taken before it).
-    fn take(&mut self) -> Vec<Pending> {
+    fn take(&mut self) -> Vec<MyPending> {
         let mut batch = Vec::new();
         if self.alone {
             return batch;
@@ -112,14 +112,14 @@ impl Queue {
                 self.waiting.remove(at);
                 continue;
             }
-            if let Work::ResetAll = p.work {
+            if let MyWork::ResetAll = p.work {
                 if at == 0 && batch.is_empty() && self.flushing == 0 {
                     batch.extend(self.waiting.pop_front());
                     self.alone = true;
                 }
                 break;
             }
-            if let Work::Step(step) = &p.work {
+            if let MyWork::Step(step) = &p.work {
                 // Alone, once none of its keys is on its way; nothing after it is taken before it.
                 let held = step.takes.iter().any(|t| self.busy.contains_key(&t.2));
                 if batch.is_empty() && !held {
@@ -241,27 +241,27 @@ fn answer(reply: Option<StatementResult>, op: Op) -> Result<Answer> {
 }
 
 impl MyStore {
-    fn queue(&self) -> std::sync::MutexGuard<'_, Queue> {
+    fn queue(&self) -> std::sync::MutexGuard<'_, MyQueue> {
         self.queue.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Runs one op within the store's timeout, in its place in the queue.
     pub async fn run(self: &Arc<Self>, op: Op, args: Args, key: String) -> Result<Answer> {
-        self.submit(Work::Call { op, args, key }).await
+        self.submit(MyWork::Call { op, args, key }).await
     }
 
     /// Runs several takes as one step, in its place in the queue: every
     /// take made, or none. Answers each take's answer, in order (as it found
     /// its row when not every take allowed).
     pub async fn step(self: &Arc<Self>, takes: Vec<(Op, Args, String)>) -> Result<Vec<Answer>> {
-        let work = Arc::new(StepWork {
+        let work = Arc::new(MyStepWork {
             takes: takes
                 .into_iter()
                 .map(|(op, args, key)| (op, args, schema::row_key(&key)))
                 .collect(),
             answers: std::sync::Mutex::new(None),
         });
-        self.submit(Work::Step(Arc::clone(&work))).await?;
+        self.submit(MyWork::Step(Arc::clone(&work))).await?;
         let answers = work
             .answers
             .lock()
@@ -272,21 +272,21 @@ impl MyStore {
 
     /// Deletes every counter and state of the store's tables, in its place in the queue.
     pub async fn reset_all(self: &Arc<Self>) -> Result<()> {
-        self.submit(Work::ResetAll).await.map(|_| ())
+        self.submit(MyWork::ResetAll).await.map(|_| ())
     }
 
-    async fn submit(self: &Arc<Self>, work: Work) -> Result<Answer> {
+    async fn submit(self: &Arc<Self>, work: MyWork) -> Result<Answer> {
         let (answer, result) = oneshot::channel();
         let sent = Arc::new(AtomicBool::new(false));
         let row = match &work {
-            Work::Call { op: Op::Ping, .. } | Work::ResetAll | Work::Step(_) => None,
-            Work::Call { key, .. } => Some(schema::row_key(key)),
+            MyWork::Call { op: Op::Ping, .. } | MyWork::ResetAll | MyWork::Step(_) => None,
+            MyWork::Call { key, .. } => Some(schema::row_key(key)),
         };
         let id = {
             let mut queue = self.queue();
             let id = queue.next_id;
             queue.next_id += 1;
-            queue.waiting.push_back(Pending {
+            queue.waiting.push_back(MyPending {
                 id,
                 work,
                 row,
@@ -344,9 +344,9 @@ impl MyStore {
     }
 
     /// Sends batches on connection `slot` while calls wait.
-    async fn flush(self: Arc<Self>, slot: usize, mut batch: Vec<Pending>) {
+    async fn flush(self: Arc<Self>, slot: usize, mut batch: Vec<MyPending>) {
         loop {
-            let rows: Vec<Vec<u8>> = batch.iter().flat_map(Pending::rows).collect();
+            let rows: Vec<Vec<u8>> = batch.iter().flat_map(MyPending::rows).collect();
             let again = self.send(slot, batch).await;
             let next = {
                 let mut queue = self.queue();
@@ -377,7 +377,7 @@ impl MyStore {
 
     /// Sends one batch on connection `slot` and answers each call that ran;
     /// answers the calls that did not run, to go back to the queue.
-    async fn send(&self, slot: usize, mut batch: Vec<Pending>) -> Vec<Pending> {
+    async fn send(&self, slot: usize, mut batch: Vec<MyPending>) -> Vec<MyPending> {
         let ms = self.config.timeout_ms;
         let mut guard = self.slots[slot].lock().await;
         let generation = self.generation.load(Ordering::Relaxed);
@@ -399,7 +399,7 @@ impl MyStore {
             return Vec::new();
         }
         if let [one] = batch.as_slice() {
-            if let Work::ResetAll = one.work {
+            if let MyWork::ResetAll = one.work {
                 one.sent.store(true, Ordering::Relaxed);
                 let result = self.reset_all_on(&mut conn).await;
                 if result.is_ok()
@@ -422,7 +422,7 @@ impl MyStore {
                 );
                 return Vec::new();
             }
-            if let Work::Step(step) = &one.work {
+            if let MyWork::Step(step) = &one.work {
                 one.sent.store(true, Ordering::Relaxed);
                 let (result, keep) = self.run_step(&mut conn, step).await;
                 if keep {
@@ -439,7 +439,7 @@ impl MyStore {
         let mut units: Vec<Vec<usize>> = Vec::with_capacity(batch.len());
         let mut open: HashMap<&[u8], (usize, i64)> = HashMap::new();
         for (i, p) in batch.iter().enumerate() {
-            let Work::Call { op, args, .. } = &p.work else {
+            let MyWork::Call { op, args, .. } = &p.work else {
                 unreachable!("resetAll and a step go alone")
             };
             let row = p.row.as_deref();
@@ -447,7 +447,8 @@ impl MyStore {
             if let (true, Some(row)) = (joins, row) {
                 if let Some((u, sum)) = open.get_mut(row) {
                     let first = &batch[units[*u][0]];
-                    let same = matches!(&first.work, Work::Call { args: a, .. } if a[0] == args[0]);
+                    let same =
+                        matches!(&first.work, MyWork::Call { args: a, .. } if a[0] == args[0]);
                     if same && *sum + args[1] <= MAX_SAFE {
                         *sum += args[1];
                         units[*u].push(i);
@@ -472,7 +473,7 @@ impl MyStore {
                 sql.push(';');
             }
             let p = &batch[unit[0]];
-            let Work::Call { op, args, key } = &p.work else {
+            let MyWork::Call { op, args, key } = &p.work else {
                 unreachable!("resetAll goes alone")
             };
             let mut args = *args;
@@ -480,8 +481,8 @@ impl MyStore {
                 args[1] = unit
                     .iter()
                     .map(|&i| match &batch[i].work {
-                        Work::Call { args, .. } => args[1],
-                        Work::ResetAll | Work::Step(_) => 0,
+                        MyWork::Call { args, .. } => args[1],
+                        MyWork::ResetAll | MyWork::Step(_) => 0,
                     })
                     .sum();
             }
@@ -514,7 +515,7 @@ impl MyStore {
         drop(guard);
         let mut replies = VecDeque::from(replies);
         let mut failure = failure;
-        let mut slots: Vec<Option<Pending>> = batch.into_iter().map(Some).collect();
+        let mut slots: Vec<Option<MyPending>> = batch.into_iter().map(Some).collect();
         let mut left = Vec::new();
         let mut failed = false;
         for (unit, need) in units.iter().zip(expected) {
@@ -523,7 +524,7 @@ impl MyStore {
                 continue;
             }
             let (op, arg0) = match slots[unit[0]].as_ref().map(|p| &p.work) {
-                Some(Work::Call { op, args, .. }) => (*op, args[0]),
+                Some(MyWork::Call { op, args, .. }) => (*op, args[0]),
                 _ => continue,
             };
             if replies.len() >= need {
@@ -549,8 +550,8 @@ impl MyStore {
                 for &i in unit.iter().rev() {
                     let Some(p) = slots[i].take() else { continue };
                     let amount = match &p.work {
-                        Work::Call { args, .. } => args[1],
-                        Work::ResetAll | Work::Step(_) => 0,
+                        MyWork::Call { args, .. } => args[1],
+                        MyWork::ResetAll | MyWork::Step(_) => 0,
                     };
                     let mine = result.clone().map(|mut a| {
                         if unit.len() > 1 {
@@ -567,7 +568,7 @@ impl MyStore {
             failed = true;
             let result = match failure.take() {
                 // A state's table that was never created (createTable: false) holds nothing.
-                Some(Failure::Server {
+                Some(MyFailure::Server {
                     code: codes::NO_SUCH_TABLE,
                     ..
                 }) if op == Op::Unlink && arg0 > 0 => Ok(Answer::new(&[0])),
@@ -595,9 +596,9 @@ impl MyStore {
     }
 
     /// A statement's failure, as its call rejects.
-    pub(super) fn call_error(&self, f: Failure) -> Error {
+    pub(super) fn call_error(&self, f: MyFailure) -> Error {
         match f {
-            Failure::Server { code: codes::LOCK_WAIT_TIMEOUT, .. } => Error::Sql {
+            MyFailure::Server { code: codes::LOCK_WAIT_TIMEOUT, .. } => Error::Sql {
                 store: Backend::Mysql,
                 code: "ERR_TIMEOUT",
                 text: "the key's row stayed locked by another session for the store's lock wait (MySQL 1205); the \
@@ -605,7 +606,7 @@ impl MyStore {
                     .into(),
                 sent: Some(true),
             },
-            Failure::Server { code: codes::QUERY_INTERRUPTED, .. } => Error::Sql {
+            MyFailure::Server { code: codes::QUERY_INTERRUPTED, .. } => Error::Sql {
                 store: Backend::Mysql,
                 code: "ERR_TIMEOUT",
                 text: "MySQL interrupted the statement (1317: KILL QUERY, or max_statement_time); it was rolled back: \
@@ -633,7 +634,7 @@ impl MyStore {
         }
     }
 
-    async fn reset_all_on(&self, conn: &mut super::proto::Conn) -> Result<()> {
+    async fn reset_all_on(&self, conn: &mut super::proto::MyConn) -> Result<()> {
         let n = &self.config.names;
         for (state, table) in [&n.table, &n.sliding, &n.bucket].into_iter().enumerate() {
             let run = tokio::time::timeout(
@@ -645,7 +646,7 @@ impl MyStore {
                 Ok(Ok((_, None))) => {}
                 Ok(Ok((
                     _,
-                    Some(Failure::Server {
+                    Some(MyFailure::Server {
                         code: codes::NO_SUCH_TABLE,
                         ..
                     }),
@@ -667,22 +668,22 @@ mod tests {
     use super::*;
 
     fn pending(
-        queue: &mut Queue,
+        queue: &mut MyQueue,
         id: u64,
         key: Option<&str>,
         reset_all: bool,
     ) -> oneshot::Receiver<Result<Answer>> {
         let (answer, rx) = oneshot::channel();
         let work = if reset_all {
-            Work::ResetAll
+            MyWork::ResetAll
         } else {
-            Work::Call {
+            MyWork::Call {
                 op: Op::Hit,
                 args: [60_000, 1, 0, 0],
                 key: key.unwrap_or("").into(),
             }
         };
-        queue.waiting.push_back(Pending {
+        queue.waiting.push_back(MyPending {
             id,
             work,
             row: key.map(schema::row_key),
@@ -695,7 +696,7 @@ mod tests {
 
     #[test]
     fn a_batch_skips_the_keys_on_their_way_and_keeps_each_key_s_order() {
-        let mut q = Queue::new(2);
+        let mut q = MyQueue::new(2);
         let _kept: Vec<_> = [(0, "a"), (1, "b"), (2, "a"), (3, "c")]
             .into_iter()
             .map(|(id, k)| pending(&mut q, id, Some(k), false))
@@ -720,7 +721,7 @@ mod tests {
 
     #[test]
     fn reset_all_waits_for_the_batches_on_their_way_and_holds_back_what_follows() {
-        let mut q = Queue::new(2);
+        let mut q = MyQueue::new(2);
         let _a = pending(&mut q, 0, Some("a"), false);
         let _r = pending(&mut q, 1, None, true);
         let _b = pending(&mut q, 2, Some("b"), false);

@@ -25,7 +25,7 @@ pub const COUNT_RANGE_TEXT: &str = "ratestore: the count would leave the safe-in
 
 /// The quoted names of a store's tables and procedures.
 #[derive(Clone, Debug)]
-pub struct Names {
+pub struct MyNames {
     pub table: String,
     pub sliding: String,
     pub bucket: String,
@@ -40,8 +40,8 @@ fn quote(name: &str) -> String {
     format!("`{}`", name.replace('`', "``"))
 }
 
-impl Names {
-    pub fn new(table: &str) -> Result<Names> {
+impl MyNames {
+    pub fn new(table: &str) -> Result<MyNames> {
         // MySQL names are at most 64 characters; the procedures add 6.
         if table.is_empty()
             || table.chars().count() > 58
@@ -53,7 +53,7 @@ impl Names {
                  64, and the store adds a suffix of 6)",
             ));
         }
-        Ok(Names {
+        Ok(MyNames {
             table: quote(table),
             sliding: quote(&format!("{table}_sw")),
             bucket: quote(&format!("{table}_tb")),
@@ -102,8 +102,8 @@ pub fn wrong_shape() -> Error {
 /// The statements that make the tables and procedures, each its own
 /// statement (the store sends them in one query under a GET_LOCK, see
 /// [`create_batch`]).
-pub fn ddl(n: &Names) -> Vec<String> {
-    let Names {
+pub fn ddl(n: &MyNames) -> Vec<String> {
+    let MyNames {
         table,
         sliding,
         bucket,
@@ -418,7 +418,7 @@ END"#
 /// [`ddl`] as one query, under GET_LOCK on the table's name so that
 /// instances starting together create everything one at a time; the lock
 /// is released in the same query (nothing stays on the session).
-pub fn create_batch(n: &Names) -> (String, usize) {
+pub fn create_batch(n: &MyNames) -> (String, usize) {
     let mut lock = String::new();
     hex(n.lock.as_bytes(), &mut lock);
     let statements = ddl(n);
@@ -433,7 +433,7 @@ pub fn create_batch(n: &Names) -> (String, usize) {
 }
 
 /// docs/mysql.sql's text for `n`: the statements, for a client that reads `DELIMITER`.
-pub fn documented(n: &Names) -> String {
+pub fn documented(n: &MyNames) -> String {
     let mut out = String::new();
     for s in ddl(n) {
         if s.starts_with("CREATE PROCEDURE") {
@@ -451,13 +451,13 @@ mod tests {
 
     #[test]
     fn names_are_quoted_and_derived() {
-        let n = Names::new("we`ird").unwrap();
+        let n = MyNames::new("we`ird").unwrap();
         assert_eq!(n.table, "`we``ird`");
         assert_eq!(n.bucket_fn, "`we``ird_tb_v1`");
-        assert!(Names::new(&"a".repeat(58)).is_ok());
-        assert!(Names::new(&"a".repeat(59)).is_err());
-        assert!(Names::new("").is_err());
-        assert!(Names::new("t\0").is_err());
+        assert!(MyNames::new(&"a".repeat(58)).is_ok());
+        assert!(MyNames::new(&"a".repeat(59)).is_err());
+        assert!(MyNames::new("").is_err());
+        assert!(MyNames::new("t\0").is_err());
     }
 
     #[test]
@@ -475,7 +475,7 @@ mod tests {
     #[test]
     fn the_documented_sql_is_the_store_s() {
         let doc = include_str!("../../docs/mysql.sql");
-        let text = documented(&Names::new(super::super::DEFAULT_TABLE).unwrap());
+        let text = documented(&MyNames::new(super::super::DEFAULT_TABLE).unwrap());
         assert!(
             doc.contains(&text),
             "docs/mysql.sql must hold documented() for the default names verbatim"

@@ -15,23 +15,23 @@
 use std::fmt::Write as _;
 use std::time::Duration;
 
-use super::proto::{Conn, Failure, StatementResult};
+use super::proto::{MyConn, MyFailure, StatementResult};
 use super::{codes, schema, with_sent, MyStore};
 use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
-use crate::sqlite::apply::{self, Row, Write};
+use crate::sqlite::apply::{self, Row, RowWrite};
 
 /// Tries of a step whose rows were contended (1062, 1213) before it fails.
 const TRIES: usize = 5;
 
 /// A step's takes `(op, args, row key)`, and, once it has run, their answers.
-pub struct StepWork {
+pub struct MyStepWork {
     pub takes: Vec<(Op, Args, Vec<u8>)>,
     pub answers: std::sync::Mutex<Option<Vec<Answer>>>,
 }
 
 /// One row a step reads and may write: its table (by kind) and key.
-struct Slot<'k> {
+struct StepRow<'k> {
     kind: u8,
     key: &'k [u8],
     /// Whether the row exists (read), and its values as the step leaves them.
@@ -41,7 +41,7 @@ struct Slot<'k> {
 }
 
 /// What went wrong in a try, and whether to try again.
-enum Outcome {
+enum StepOutcome {
     Done,
     Again,
     Failed(Error),
@@ -55,14 +55,18 @@ impl MyStore {
 
     /// Runs `step` on `conn`. Answers whether the connection may serve the
     /// next batch (no transaction of the step left open on it).
-    pub(super) async fn run_step(&self, conn: &mut Conn, step: &StepWork) -> (Result<()>, bool) {
+    pub(super) async fn run_step(
+        &self,
+        conn: &mut MyConn,
+        step: &MyStepWork,
+    ) -> (Result<()>, bool) {
         let ms = self.config.timeout_ms;
         let run = async {
             for _ in 0..TRIES {
                 match self.try_step(conn, step).await {
-                    Ok(Outcome::Done) => return (Ok(()), true),
-                    Ok(Outcome::Again) => continue,
-                    Ok(Outcome::Failed(e)) => return (Err(e), true),
+                    Ok(StepOutcome::Done) => return (Ok(()), true),
+                    Ok(StepOutcome::Again) => continue,
+                    Ok(StepOutcome::Failed(e)) => return (Err(e), true),
                     Err(e) => return (Err(e), false),
                 }
             }
@@ -91,7 +95,7 @@ impl MyStore {
     /// Rolls back what a try left open and puts the lock wait back: the
     /// connection's error (it is then dropped, and MySQL rolls back) if that
     /// failed.
-    async fn roll_back(&self, conn: &mut Conn) -> Result<()> {
+    async fn roll_back(&self, conn: &mut MyConn) -> Result<()> {
         match conn
             .query("ROLLBACK; SET SESSION innodb_lock_wait_timeout = @ratestore_wait")
             .await
@@ -102,13 +106,13 @@ impl MyStore {
     }
 
     /// One try: `Err` when the connection can't be used any more.
-    async fn try_step(&self, conn: &mut Conn, step: &StepWork) -> Result<Outcome> {
+    async fn try_step(&self, conn: &mut MyConn, step: &MyStepWork) -> Result<StepOutcome> {
         // The lock order: by table, then key; a key's takes in the order they were made.
-        let mut slots: Vec<Slot<'_>> = Vec::new();
+        let mut slots: Vec<StepRow<'_>> = Vec::new();
         for (op, args, key) in &step.takes {
             let kind = apply::kind(*op, args);
             if !slots.iter().any(|s| s.kind == kind && s.key == &key[..]) {
-                slots.push(Slot {
+                slots.push(StepRow {
                     kind,
                     key,
                     had: false,
@@ -159,7 +163,7 @@ impl MyStore {
         for s in slots.iter_mut() {
             let Some(rows) = results.next() else {
                 self.roll_back(conn).await?;
-                return Ok(Outcome::Failed(schema::wrong_shape()));
+                return Ok(StepOutcome::Failed(schema::wrong_shape()));
             };
             if let Some(r) = rows.first() {
                 let values: Option<Vec<i64>> = r.iter().take(4).map(number).collect();
@@ -175,7 +179,7 @@ impl MyStore {
                     }
                     _ => {
                         self.roll_back(conn).await?;
-                        return Ok(Outcome::Failed(schema::wrong_shape()));
+                        return Ok(StepOutcome::Failed(schema::wrong_shape()));
                     }
                 }
             }
@@ -186,7 +190,7 @@ impl MyStore {
             .filter(|&n| n > 0);
         let Some(now) = now else {
             self.roll_back(conn).await?;
-            return Ok(Outcome::Failed(schema::wrong_shape()));
+            return Ok(StepOutcome::Failed(schema::wrong_shape()));
         };
         let now = now as u64;
         let mut answers = Vec::with_capacity(step.takes.len());
@@ -202,12 +206,12 @@ impl MyStore {
             match apply::apply(*op, args, stored, now) {
                 Ok((answer, write)) => {
                     match write {
-                        Write::Keep => {}
-                        Write::Put(r) => {
+                        RowWrite::Keep => {}
+                        RowWrite::Put(r) => {
                             s.row = Some(r);
                             s.changed = true;
                         }
-                        Write::Drop => {
+                        RowWrite::Drop => {
                             s.changed |= s.row.is_some();
                             s.row = None;
                         }
@@ -216,7 +220,7 @@ impl MyStore {
                 }
                 Err(e) => {
                     self.roll_back(conn).await?;
-                    return Ok(Outcome::Failed(e));
+                    return Ok(StepOutcome::Failed(e));
                 }
             }
         }
@@ -278,18 +282,18 @@ impl MyStore {
             Err(f) => return Err(with_sent(self.error(f), true)),
         }
         *step.answers.lock().unwrap_or_else(|e| e.into_inner()) = Some(answers);
-        Ok(Outcome::Done)
+        Ok(StepOutcome::Done)
     }
 
     /// A statement's failure in a try (rolled back): tried again when two
     /// sessions met on a row (1062, 1213), else the step's error.
-    fn failed(&self, f: Failure) -> Outcome {
+    fn failed(&self, f: MyFailure) -> StepOutcome {
         match f {
-            Failure::Server {
+            MyFailure::Server {
                 code: codes::DUP_ENTRY | codes::LOCK_DEADLOCK,
                 ..
-            } => Outcome::Again,
-            f => Outcome::Failed(self.call_error(f)),
+            } => StepOutcome::Again,
+            f => StepOutcome::Failed(self.call_error(f)),
         }
     }
 }

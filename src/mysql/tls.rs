@@ -24,7 +24,7 @@ use crate::tls::{client_config, Check};
 
 /// MySQL's `ssl-mode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SslMode {
+pub enum MySslMode {
     Disabled,
     Preferred,
     Required,
@@ -32,15 +32,15 @@ pub enum SslMode {
     VerifyIdentity,
 }
 
-impl SslMode {
+impl MySslMode {
     /// MySQL's names (any case), and libpq's that Prisma and others put in MySQL URLs too.
-    pub fn parse(text: &str) -> Result<SslMode> {
+    pub fn parse(text: &str) -> Result<MySslMode> {
         Ok(match text.to_ascii_uppercase().replace('-', "_").as_str() {
-            "DISABLED" | "DISABLE" | "FALSE" | "0" => SslMode::Disabled,
-            "PREFERRED" | "PREFER" => SslMode::Preferred,
-            "REQUIRED" | "REQUIRE" | "TRUE" | "1" => SslMode::Required,
-            "VERIFY_CA" => SslMode::VerifyCa,
-            "VERIFY_IDENTITY" | "VERIFY_FULL" => SslMode::VerifyIdentity,
+            "DISABLED" | "DISABLE" | "FALSE" | "0" => MySslMode::Disabled,
+            "PREFERRED" | "PREFER" => MySslMode::Preferred,
+            "REQUIRED" | "REQUIRE" | "TRUE" | "1" => MySslMode::Required,
+            "VERIFY_CA" => MySslMode::VerifyCa,
+            "VERIFY_IDENTITY" | "VERIFY_FULL" => MySslMode::VerifyIdentity,
             _ => {
                 return Err(config_error(
                     "ssl-mode must be DISABLED, PREFERRED, REQUIRED, VERIFY_CA or VERIFY_IDENTITY",
@@ -57,20 +57,20 @@ pub fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
 
 /// The connector for a mode other than `DISABLED`.
 #[derive(Clone)]
-pub struct Tls {
+pub struct MyTls {
     connector: tokio_rustls::TlsConnector,
 }
 
-impl Tls {
-    pub fn new(mode: SslMode, ca: Option<&[CertificateDer<'static>]>) -> Result<Tls> {
+impl MyTls {
+    pub fn new(mode: MySslMode, ca: Option<&[CertificateDer<'static>]>) -> Result<MyTls> {
         let check = match mode {
-            SslMode::VerifyIdentity => Check::Identity,
-            SslMode::VerifyCa => Check::Chain,
+            MySslMode::VerifyIdentity => Check::Identity,
+            MySslMode::VerifyCa => Check::Chain,
             _ if ca.is_some() => Check::Chain,
             _ => Check::Signature,
         };
         let config = client_config(check, ca, config_error)?;
-        Ok(Tls {
+        Ok(MyTls {
             connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
         })
     }

@@ -55,7 +55,7 @@ pub const MAX_PLAIN_KEY_BYTES: usize = 1024;
 
 /// The options as JavaScript gave them (checked there).
 #[derive(Clone, Debug, Default)]
-pub struct Options {
+pub struct PgOptions {
     pub url: Option<String>,
     pub table: Option<String>,
     pub schema: Option<String>,
@@ -71,7 +71,7 @@ pub struct Options {
 
 /// The settings, resolved against the environment.
 #[derive(Clone)]
-pub struct Config {
+pub struct PgConfig {
     pg: tokio_postgres::Config,
     /// The password, kept to clean it out of any message.
     password: Vec<u8>,
@@ -232,9 +232,9 @@ fn url_error(rest: &str) -> Error {
     )
 }
 
-impl Config {
+impl PgConfig {
     /// Resolves `options` against the environment that `env` reads.
-    pub fn resolve(options: &Options, env: impl Fn(&str) -> Option<String>) -> Result<Config> {
+    pub fn resolve(options: &PgOptions, env: impl Fn(&str) -> Option<String>) -> Result<PgConfig> {
         let url = match &options.url {
             Some(url) => url.clone(),
             None => URL_VARIABLES
@@ -294,7 +294,7 @@ impl Config {
         // Checked here even when the schema is resolved later.
         let checked = Names::new(table, schema.or(Some("public")))?;
         let names = schema.map(|_| checked);
-        Ok(Config {
+        Ok(PgConfig {
             pg,
             password,
             url,
@@ -771,13 +771,13 @@ pub(crate) struct Failure {
 
 /// One store's connections and statements.
 pub struct PgStore {
-    config: Config,
+    config: PgConfig,
     /// The statements, once the names are known (at once with a schema, else on the first connect).
     sql: std::sync::Mutex<Option<Arc<Sql>>>,
     /// The connections: 0 for the calls, 1 for the calls on keys whose rows
     /// another session holds, and the sweeper (with `connection_limit=1`,
     /// both use 0).
-    lanes: [Mutex<Option<Arc<Conn>>>; MAX_CONNECTIONS],
+    lanes: [Mutex<Option<Arc<PgConn>>>; MAX_CONNECTIONS],
     /// The calls waiting for the connection, in the order they were made.
     queue: std::sync::Mutex<queue::Queue>,
     /// Set by a 25006 answer, or by [`TIMEOUTS_BEFORE_REPLACING`] statements
@@ -807,7 +807,7 @@ pub struct PgStore {
 /// number), so that a statement run on a session that is not this
 /// connection's (behind a transaction pooler) finds no statement of that
 /// name (26000) and runs nothing, never another's statement.
-pub(crate) struct Conn {
+pub(crate) struct PgConn {
     client: Client,
     prefix: String,
     /// The name of each statement prepared here, by [`Stmt`]'s index.
@@ -815,21 +815,21 @@ pub(crate) struct Conn {
     next: std::sync::atomic::AtomicU32,
 }
 
-impl std::ops::Deref for Conn {
+impl std::ops::Deref for PgConn {
     type Target = Client;
     fn deref(&self) -> &Client {
         &self.client
     }
 }
 
-impl Conn {
-    fn new(client: Client) -> Conn {
+impl PgConn {
+    fn new(client: Client) -> PgConn {
         static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
         let n = CONNECTIONS.fetch_add(1, Ordering::Relaxed);
         let nanos = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        Conn {
+        PgConn {
             client,
             prefix: format!("rs_{:x}_{nanos:x}_{n:x}", std::process::id()),
             prepared: std::sync::Mutex::new(Default::default()),
@@ -1018,7 +1018,7 @@ impl PgStore {
         }
     }
 
-    pub fn new(config: Config, swept: Arc<AtomicU64>) -> PgStore {
+    pub fn new(config: PgConfig, swept: Arc<AtomicU64>) -> PgStore {
         let sql = config.names.as_ref().map(|n| Arc::new(Sql::new(n)));
         let pooled = config.pooled;
         PgStore {
@@ -1149,7 +1149,7 @@ impl PgStore {
     /// `None` for a state's table that does not exist.
     async fn indexed(
         &self,
-        client: &Conn,
+        client: &PgConn,
         sql: &Sql,
         state: usize,
         table: &String,
@@ -1232,7 +1232,7 @@ impl PgStore {
     /// After a failed connect, calls reject at once (unsent) for a delay
     /// that doubles with each failure in a row ([`Backoff`]); then the next
     /// call alone connects (the others, waiting on the lock, see its outcome).
-    pub(crate) async fn client(&self, lane: usize) -> Result<Arc<Conn>> {
+    pub(crate) async fn client(&self, lane: usize) -> Result<Arc<PgConn>> {
         let lane = lane.min(self.config.connections - 1);
         let mut slot = self.lanes[lane].lock().await;
         if lane == 0 && self.replace.swap(false, Ordering::Relaxed) {
@@ -1270,7 +1270,7 @@ impl PgStore {
     }
 
     /// Drops `lane`'s connection if it is still `client` (it got no answer in time).
-    pub(crate) async fn drop_client(&self, lane: usize, client: &Arc<Conn>) {
+    pub(crate) async fn drop_client(&self, lane: usize, client: &Arc<PgConn>) {
         let lane = lane.min(self.config.connections - 1);
         let mut slot = self.lanes[lane].lock().await;
         if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, client)) {
@@ -1311,7 +1311,7 @@ impl PgStore {
 
     /// A new connection for `lane`, set up: the calls' connection makes the
     /// store's tables and functions on it (createTable).
-    async fn connect(&self, lane: usize) -> Result<Conn> {
+    async fn connect(&self, lane: usize) -> Result<PgConn> {
         let setup = |e: tokio_postgres::Error| match e.as_db_error() {
             // A statement_timeout that cancelled the set-up: no call was sent.
             Some(db) if db.code().code() == codes::QUERY_CANCELED => queue::with_sent(
@@ -1359,13 +1359,13 @@ impl PgStore {
         if self.config.create_table && lane == 0 {
             client.batch_execute(&sql.create).await.map_err(setup)?;
         }
-        Ok(Conn::new(client))
+        Ok(PgConn::new(client))
     }
 
     /// Runs `sql` on `client`, at READ COMMITTED whatever the session's default.
     async fn query(
         &self,
-        client: &Conn,
+        client: &PgConn,
         sql: &str,
         params: &Params<'_>,
     ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
@@ -1399,7 +1399,7 @@ impl PgStore {
     /// unnamed statements too ([`Self::query`]).
     async fn exec(
         &self,
-        conn: &Conn,
+        conn: &PgConn,
         sql: &Sql,
         at: usize,
         lits: &[Lit<'_>],
@@ -1518,7 +1518,7 @@ impl PgStore {
     /// (nothing applied) is tried again. Leaves the answers in `step`.
     async fn run_step(
         &self,
-        client: &Conn,
+        client: &PgConn,
         step: &StepWork,
         lock_ms: u64,
     ) -> std::result::Result<(), Failure> {
@@ -1613,7 +1613,7 @@ impl PgStore {
     /// a deadlock or a serialization failure (nothing applied) is tried again.
     async fn run_calls(
         &self,
-        client: &Conn,
+        client: &PgConn,
         calls: &[&Encoded<'_>],
         lock_ms: u64,
     ) -> std::result::Result<Vec<Result<Answer>>, Failure> {
@@ -1642,7 +1642,7 @@ impl PgStore {
 
     async fn run_one(
         &self,
-        client: &Conn,
+        client: &PgConn,
         sql: &Sql,
         call: &Encoded<'_>,
         lock: &str,
@@ -1692,7 +1692,7 @@ impl PgStore {
     /// key ([`hit_groups`]), as one upsert of their keys ([`hits_sql`]).
     async fn run_hits(
         &self,
-        client: &Conn,
+        client: &PgConn,
         sql: &Sql,
         calls: &[&Encoded<'_>],
         groups: &[HitGroup],
@@ -1738,7 +1738,7 @@ impl PgStore {
 
     async fn run_batch(
         &self,
-        client: &Conn,
+        client: &PgConn,
         sql: &Sql,
         calls: &[&Encoded<'_>],
         lock: &str,
@@ -1787,7 +1787,7 @@ impl PgStore {
     /// `lock_ms` for a row lock.
     async fn run_op(
         &self,
-        client: &Conn,
+        client: &PgConn,
         op: Op,
         args: &Args,
         key: &str,
@@ -1822,7 +1822,11 @@ impl PgStore {
         self.submit(Work::ResetAll).await.map(|_| ())
     }
 
-    async fn reset_all_on(&self, client: &Conn, lock_ms: u64) -> std::result::Result<(), Failure> {
+    async fn reset_all_on(
+        &self,
+        client: &PgConn,
+        lock_ms: u64,
+    ) -> std::result::Result<(), Failure> {
         let sql = self.sql().map_err(|error| Failure { error, state: None })?;
         let lock = lock_ms.to_string();
         for (state, statement) in sql.reset_all.iter().enumerate() {
@@ -1855,7 +1859,7 @@ mod tests {
 
     #[test]
     fn a_missing_url_names_the_variables() {
-        let err = Config::resolve(&Options::default(), |_| None)
+        let err = PgConfig::resolve(&PgOptions::default(), |_| None)
             .err()
             .unwrap();
         assert_eq!(err.code(), "ERR_CONFIG");
@@ -1866,25 +1870,25 @@ mod tests {
     #[test]
     fn the_url_option_wins_then_database_url() {
         let env = |name: &str| (name == "POSTGRES_URL").then(|| "postgres://u@h:1/b".to_string());
-        let config = Config::resolve(&Options::default(), env).ok().unwrap();
+        let config = PgConfig::resolve(&PgOptions::default(), env).ok().unwrap();
         assert_eq!(config.pg.get_dbname(), Some("b"));
         let both = |name: &str| match name {
             "DATABASE_URL" => Some("postgres://u@h:1/first".to_string()),
             _ => Some("postgres://u@h:1/second".to_string()),
         };
-        let config = Config::resolve(&Options::default(), both).ok().unwrap();
+        let config = PgConfig::resolve(&PgOptions::default(), both).ok().unwrap();
         assert_eq!(config.pg.get_dbname(), Some("first"));
     }
 
     #[test]
     fn names_are_quoted() {
-        let options = Options {
+        let options = PgOptions {
             url: Some("postgres://u@h/b".into()),
             table: Some("we\"ird".into()),
             schema: Some("s".into()),
-            ..Options::default()
+            ..PgOptions::default()
         };
-        let config = Config::resolve(&options, |_| None).ok().unwrap();
+        let config = PgConfig::resolve(&options, |_| None).ok().unwrap();
         assert_eq!(config.names.unwrap().table, "\"s\".\"we\"\"ird\"");
     }
 
@@ -1920,10 +1924,10 @@ mod tests {
 
     #[test]
     fn an_unknown_parameter_is_named_and_no_value_is_shown() {
-        let err = Config::resolve(
-            &Options {
+        let err = PgConfig::resolve(
+            &PgOptions {
                 url: Some("postgres://u:secret@h/b?application_name=a&frobnicate=secret".into()),
-                ..Options::default()
+                ..PgOptions::default()
             },
             |_| None,
         )

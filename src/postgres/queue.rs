@@ -44,7 +44,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
-use super::{Conn, Failure, PgStore};
+use super::{Failure, PgConn, PgStore};
 use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
 
@@ -129,7 +129,7 @@ pub struct Queue {
 
 /// What became of a call of a batch.
 #[derive(Clone)]
-enum Outcome {
+enum BatchOutcome {
     Done(Result<Answer>),
     /// Its key's row is held elsewhere: nothing was applied; it goes on the second connection.
     Stalled,
@@ -407,20 +407,20 @@ impl PgStore {
                 self.answered(false);
                 // Its backend stops waiting (on a lock, say), and the connection serves the next batch.
                 self.cancel(&client);
-                vec![Outcome::Done(Err(timeout_error(ms))); batch.len()]
+                vec![BatchOutcome::Done(Err(timeout_error(ms))); batch.len()]
             }
         };
         let mut stalled = Vec::new();
         for (p, outcome) in batch.into_iter().zip(outcomes) {
             match outcome {
-                Outcome::Done(result) => {
+                BatchOutcome::Done(result) => {
                     let _ = p.answer.send(result.map_err(|e| with_sent(e, true)));
                 }
-                Outcome::Stalled if matches!(p.work, Work::Step(_)) => {
+                BatchOutcome::Stalled if matches!(p.work, Work::Step(_)) => {
                     let store = Arc::clone(self);
                     tokio::spawn(async move { store.send_step_side(p).await });
                 }
-                Outcome::Stalled => stalled.push(p),
+                BatchOutcome::Stalled => stalled.push(p),
             }
         }
         if !stalled.is_empty() {
@@ -540,7 +540,7 @@ impl PgStore {
     /// The results of the calls of one key, and whether the key's row was free.
     async fn execute_stalled(
         &self,
-        client: &Conn,
+        client: &PgConn,
         batch: &[Pending],
         lock_ms: u64,
     ) -> (Vec<Result<Answer>>, bool) {
@@ -584,15 +584,17 @@ impl PgStore {
     }
 
     /// The outcomes of `batch`'s calls, in order.
-    async fn execute(&self, client: &Conn, batch: &[Pending], lock_ms: u64) -> Vec<Outcome> {
+    async fn execute(&self, client: &PgConn, batch: &[Pending], lock_ms: u64) -> Vec<BatchOutcome> {
         if let [one] = batch {
             if one.call().is_none() {
                 return vec![match self.execute_other(client, one, lock_ms).await {
-                    Ok(answer) => Outcome::Done(Ok(answer)),
-                    Err(f) if locked(&f) && one.key().is_some() => Outcome::Stalled,
+                    Ok(answer) => BatchOutcome::Done(Ok(answer)),
+                    Err(f) if locked(&f) && one.key().is_some() => BatchOutcome::Stalled,
                     // A step that met a row another session holds goes on the second connection.
-                    Err(f) if locked(&f) && matches!(one.work, Work::Step(_)) => Outcome::Stalled,
-                    Err(f) => Outcome::Done(Err(f.error)),
+                    Err(f) if locked(&f) && matches!(one.work, Work::Step(_)) => {
+                        BatchOutcome::Stalled
+                    }
+                    Err(f) => BatchOutcome::Done(Err(f.error)),
                 }];
             }
         }
@@ -604,26 +606,31 @@ impl PgStore {
         });
         let sorted: Vec<&Encoded<'_>> = order.iter().map(|&i| &calls[i]).collect();
         let outcomes = match self.run_calls(client, &sorted, lock_ms).await {
-            Ok(answers) => answers.into_iter().map(Outcome::Done).collect(),
+            Ok(answers) => answers.into_iter().map(BatchOutcome::Done).collect(),
             Err(f) if locked(&f) || one_calls_fault(&f) => {
                 self.by_key(client, &sorted, PROBE_MS.min(lock_ms)).await
             }
-            Err(f) => vec![Outcome::Done(Err(f.error)); sorted.len()],
+            Err(f) => vec![BatchOutcome::Done(Err(f.error)); sorted.len()],
         };
-        let mut answered: Vec<Option<Outcome>> = vec![None; calls.len()];
+        let mut answered: Vec<Option<BatchOutcome>> = vec![None; calls.len()];
         for (outcome, &at) in outcomes.into_iter().zip(&order) {
             answered[at] = Some(outcome);
         }
         answered
             .into_iter()
-            .map(|o| o.unwrap_or_else(|| Outcome::Done(Err(super::schema::wrong_shape()))))
+            .map(|o| o.unwrap_or_else(|| BatchOutcome::Done(Err(super::schema::wrong_shape()))))
             .collect()
     }
 
     /// `sorted`'s calls again, one statement per key (pipelined, each
     /// waiting at most `lock_ms`); a key's statement refused for one call's
     /// data goes call by call, in order.
-    async fn by_key(&self, client: &Conn, sorted: &[&Encoded<'_>], lock_ms: u64) -> Vec<Outcome> {
+    async fn by_key(
+        &self,
+        client: &PgConn,
+        sorted: &[&Encoded<'_>],
+        lock_ms: u64,
+    ) -> Vec<BatchOutcome> {
         let mut groups: Vec<&[&Encoded<'_>]> = Vec::new();
         let mut start = 0;
         for i in 1..=sorted.len() {
@@ -644,32 +651,36 @@ impl PgStore {
         let mut outcomes = Vec::with_capacity(sorted.len());
         for (group, run) in groups.iter().zip(runs) {
             match run {
-                Ok(answers) => outcomes.extend(answers.into_iter().map(Outcome::Done)),
-                Err(f) if locked(&f) => outcomes.extend(group.iter().map(|_| Outcome::Stalled)),
+                Ok(answers) => outcomes.extend(answers.into_iter().map(BatchOutcome::Done)),
+                Err(f) if locked(&f) => {
+                    outcomes.extend(group.iter().map(|_| BatchOutcome::Stalled))
+                }
                 Err(f) if one_calls_fault(&f) => {
                     let mut stalled = false;
                     for call in group.iter() {
                         if stalled {
-                            outcomes.push(Outcome::Stalled);
+                            outcomes.push(BatchOutcome::Stalled);
                             continue;
                         }
                         match self.run_calls(client, &[call], lock_ms).await {
-                            Ok(mut one) => outcomes.push(Outcome::Done(
+                            Ok(mut one) => outcomes.push(BatchOutcome::Done(
                                 one.pop()
                                     .unwrap_or_else(|| Err(super::schema::wrong_shape())),
                             )),
                             // The rest of the key's calls follow it, in order.
                             Err(f) if locked(&f) => {
                                 stalled = true;
-                                outcomes.push(Outcome::Stalled);
+                                outcomes.push(BatchOutcome::Stalled);
                             }
-                            Err(f) => outcomes.push(Outcome::Done(Err(f.error))),
+                            Err(f) => outcomes.push(BatchOutcome::Done(Err(f.error))),
                         }
                     }
                 }
-                Err(f) => {
-                    outcomes.extend(group.iter().map(|_| Outcome::Done(Err(f.error.clone()))))
-                }
+                Err(f) => outcomes.extend(
+                    group
+                        .iter()
+                        .map(|_| BatchOutcome::Done(Err(f.error.clone()))),
+                ),
             }
         }
         outcomes
@@ -678,7 +689,7 @@ impl PgStore {
     /// A call that is not an algorithm's: `reset`, `ping`, `resetAll`.
     async fn execute_other(
         &self,
-        client: &Conn,
+        client: &PgConn,
         p: &Pending,
         lock_ms: u64,
     ) -> std::result::Result<Answer, Failure> {

@@ -135,7 +135,7 @@ impl<S> MakeTlsConnect<S> for Tls
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    type Stream = Stream<S>;
+    type Stream = PgStream<S>;
     type TlsConnect = Connect;
     type Error = io::Error;
 
@@ -157,22 +157,22 @@ impl<S> TlsConnect<S> for Connect
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    type Stream = Stream<S>;
+    type Stream = PgStream<S>;
     type Error = io::Error;
-    type Future = Pin<Box<dyn Future<Output = io::Result<Stream<S>>> + Send>>;
+    type Future = Pin<Box<dyn Future<Output = io::Result<PgStream<S>>> + Send>>;
 
     fn connect(self, stream: S) -> Self::Future {
         Box::pin(async move {
             let tls = self.connector.connect(self.name, stream).await?;
-            Ok(Stream(tls))
+            Ok(PgStream(tls))
         })
     }
 }
 
 /// A TLS session to the server.
-pub struct Stream<S>(tokio_rustls::client::TlsStream<S>);
+pub struct PgStream<S>(tokio_rustls::client::TlsStream<S>);
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for PgStream<S> {
     fn poll_read(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -182,7 +182,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncRead for Stream<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for PgStream<S> {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -200,7 +200,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Stream<S> {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for Stream<S> {
+impl<S: AsyncRead + AsyncWrite + Unpin> TlsStream for PgStream<S> {
     /// `tls-server-end-point` (RFC 5929): the hash of the server's
     /// certificate, so that SCRAM-SHA-256-PLUS proves both ends saw the same
     /// certificate, even where the certificate itself is not checked. None (plain SCRAM) for a

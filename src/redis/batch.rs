@@ -36,7 +36,7 @@ const REST_PIPELINE: usize = 128;
 #[derive(Default)]
 struct Outbox {
     keys: Vec<u8>,
-    hits: Vec<Queued>,
+    hits: Vec<BatchCall>,
     closing: bool,
     /// Closing because the store was collected: its connections linger.
     linger: bool,
@@ -44,7 +44,7 @@ struct Outbox {
     asleep: bool,
 }
 
-struct Queued {
+struct BatchCall {
     id: u32,
     key_end: usize,
     op: Op,
@@ -172,7 +172,7 @@ impl Batched {
             outbox.keys.extend_from_slice(prefix);
             wtf8::extend(&mut outbox.keys, key);
             outbox.keys.extend_from_slice(op.suffix(&args));
-            outbox.hits.push(Queued {
+            outbox.hits.push(BatchCall {
                 id,
                 key_end: outbox.keys.len(),
                 op,
@@ -209,7 +209,7 @@ impl Batched {
         }
         open.outbox.push(|outbox| {
             outbox.keys.extend_from_slice(&blob);
-            outbox.hits.push(Queued {
+            outbox.hits.push(BatchCall {
                 id,
                 key_end: outbox.keys.len(),
                 op: Op::Takes,
@@ -361,7 +361,7 @@ mod tests {
             outbox.push(|o| {
                 o.keys.push(b'k');
                 let key_end = o.keys.len();
-                o.hits.push(Queued {
+                o.hits.push(BatchCall {
                     id,
                     key_end,
                     op: Op::Hit,

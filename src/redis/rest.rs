@@ -91,17 +91,17 @@ pub struct Rest {
 
 /// How one request ended, short of an answer.
 #[derive(Debug)]
-enum Failure {
+enum RestFailure {
     /// The request never left the process.
     Unsent(Error),
     /// The request was sent (or may have been); it is not sent again.
     Sent(Error),
 }
 
-impl Failure {
+impl RestFailure {
     fn error(self) -> Error {
         match self {
-            Failure::Unsent(e) | Failure::Sent(e) => e,
+            RestFailure::Unsent(e) | RestFailure::Sent(e) => e,
         }
     }
 }
@@ -308,11 +308,11 @@ impl Rest {
         body: Vec<u8>,
         expected: usize,
         deadline: Instant,
-    ) -> std::result::Result<Vec<Item>, Failure> {
+    ) -> std::result::Result<Vec<Item>, RestFailure> {
         let (client, generation, failures) = {
             let mut pool = self.lock();
             if let Gate::Refuse(e) = pool.backoff.gate(std::time::Instant::now()) {
-                return Err(Failure::Unsent(e));
+                return Err(RestFailure::Unsent(e));
             }
             (
                 pool.client.clone(),
@@ -326,7 +326,7 @@ impl Rest {
         // What the request showed of the API: reached, or lost with this code.
         let mut showed: Option<std::result::Result<(), &'static str>> = None;
         match &answer {
-            Err(Failure::Unsent(e)) => {
+            Err(RestFailure::Unsent(e)) => {
                 // One failure per round of connects, however many batches met it.
                 if pool.backoff.failures() == failures {
                     pool.backoff.failed(std::time::Instant::now(), e.clone());
@@ -335,7 +335,7 @@ impl Rest {
                     showed = Some(Err(e.code()));
                 }
             }
-            Err(Failure::Sent(e @ Error::Timeout { .. })) => {
+            Err(RestFailure::Sent(e @ Error::Timeout { .. })) => {
                 let hits = expected.max(1);
                 if self.stall.timed_out(mark, hits) && pool.generation == generation {
                     // Its connections stopped answering: new hits get a new pool.
@@ -346,7 +346,7 @@ impl Rest {
                 }
                 pool.backoff.succeeded();
             }
-            Err(Failure::Sent(e)) => {
+            Err(RestFailure::Sent(e)) => {
                 self.stall.answered();
                 pool.backoff.succeeded();
                 if matches!(e, Error::Connection { .. }) {
@@ -379,7 +379,7 @@ impl Rest {
             None => {}
         }
         let (status, bytes) = answer?;
-        parse(status, &bytes, expected).map_err(Failure::Sent)
+        parse(status, &bytes, expected).map_err(RestFailure::Sent)
     }
 
     async fn request(
@@ -388,21 +388,23 @@ impl Rest {
         uri: &Uri,
         body: Vec<u8>,
         deadline: Instant,
-    ) -> std::result::Result<(StatusCode, Bytes), Failure> {
+    ) -> std::result::Result<(StatusCode, Bytes), RestFailure> {
         let mut request = Request::post(uri.clone())
             .header(AUTHORIZATION, self.auth.clone())
             .header(CONTENT_TYPE, "application/json")
             .body(Full::new(Bytes::from(body)))
-            .map_err(|_| Failure::Unsent(Error::Internal("a REST request could not be made")))?;
+            .map_err(|_| {
+                RestFailure::Unsent(Error::Internal("a REST request could not be made"))
+            })?;
         // Set once the pool hands the request to a connection: from then on it may have been sent.
         let captured = capture_connection(&mut request);
         let sent = || captured.connection_metadata().is_some();
         let ms = self.timeout_ms;
         let response = match timeout_at(deadline, client.request(request)).await {
-            Err(_) if sent() => return Err(Failure::Sent(Error::Timeout { ms, sent: true })),
-            Err(_) => return Err(Failure::Unsent(Error::Timeout { ms, sent: false })),
+            Err(_) if sent() => return Err(RestFailure::Sent(Error::Timeout { ms, sent: true })),
+            Err(_) => return Err(RestFailure::Unsent(Error::Timeout { ms, sent: false })),
             Ok(Err(e)) if e.is_connect() || !sent() => {
-                return Err(Failure::Unsent(Error::Connection {
+                return Err(RestFailure::Unsent(Error::Connection {
                     text: format!(
                         "could not connect to the REST API: {}; the call was not sent",
                         chain(&e)
@@ -410,13 +412,13 @@ impl Rest {
                     sent: false,
                 }))
             }
-            Ok(Err(e)) => return Err(Failure::Sent(lost(&e))),
+            Ok(Err(e)) => return Err(RestFailure::Sent(lost(&e))),
             Ok(Ok(response)) => response,
         };
         let status = response.status();
         match timeout_at(deadline, response.into_body().collect()).await {
-            Err(_) => Err(Failure::Sent(Error::Timeout { ms, sent: true })),
-            Ok(Err(e)) => Err(Failure::Sent(lost(&e))),
+            Err(_) => Err(RestFailure::Sent(Error::Timeout { ms, sent: true })),
+            Ok(Err(e)) => Err(RestFailure::Sent(lost(&e))),
             Ok(Ok(collected)) => Ok((status, collected.to_bytes())),
         }
     }
@@ -450,7 +452,7 @@ impl Rest {
         let mut items = self
             .send(&self.root, body, 0, deadline)
             .await
-            .map_err(Failure::error)?;
+            .map_err(RestFailure::error)?;
         match items.pop() {
             Some(Ok(value)) => Ok(value),
             Some(Err((code, detail))) => Err(server_error(&code, Some(&detail), Stage::Sent)),

@@ -45,7 +45,7 @@ pub struct Row {
 
 /// What an op does to its key's row.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Write {
+pub enum RowWrite {
     Keep,
     Put(Row),
     Drop,
@@ -79,11 +79,11 @@ fn counter(row: Option<Row>) -> Option<Counter> {
     })
 }
 
-fn fixed(change: Change<Counter>) -> Write {
+fn fixed(change: Change<Counter>) -> RowWrite {
     match change {
-        Change::Keep => Write::Keep,
-        Change::Drop => Write::Drop,
-        Change::Put(c) => Write::Put(Row {
+        Change::Keep => RowWrite::Keep,
+        Change::Drop => RowWrite::Drop,
+        Change::Put(c) => RowWrite::Put(Row {
             a: c.count,
             b: 0,
             c: 0,
@@ -101,11 +101,11 @@ fn sliding_state(row: Option<Row>) -> Option<Sliding> {
     })
 }
 
-fn sliding_write(change: Change<Sliding>) -> Write {
+fn sliding_write(change: Change<Sliding>) -> RowWrite {
     match change {
-        Change::Keep => Write::Keep,
-        Change::Drop => Write::Drop,
-        Change::Put(s) => Write::Put(Row {
+        Change::Keep => RowWrite::Keep,
+        Change::Drop => RowWrite::Drop,
+        Change::Put(s) => RowWrite::Put(Row {
             a: column_time(s.start),
             b: s.current,
             c: s.previous,
@@ -117,7 +117,7 @@ fn sliding_write(change: Change<Sliding>) -> Write {
 /// Runs `op` at `now` on the row its key holds (`stored`, already read as
 /// none if it no longer counts): its answer and what to do with the row. On
 /// error nothing may change.
-pub fn apply(op: Op, a: &Args, stored: Option<Row>, now: u64) -> Result<(Answer, Write)> {
+pub fn apply(op: Op, a: &Args, stored: Option<Row>, now: u64) -> Result<(Answer, RowWrite)> {
     Ok(match op {
         Op::Hit => {
             let o = window::hit(counter(stored), now, a[0] as u64, a[1])?;
@@ -175,9 +175,9 @@ pub fn apply(op: Op, a: &Args, stored: Option<Row>, now: u64) -> Result<(Answer,
             });
             let t = bucket::take(state, now, &p, a[3]);
             let write = match t.change {
-                Change::Keep => Write::Keep,
-                Change::Drop => Write::Drop,
-                Change::Put(b) => Write::Put(Row {
+                Change::Keep => RowWrite::Keep,
+                Change::Drop => RowWrite::Drop,
+                Change::Put(b) => RowWrite::Put(Row {
                     a: b.tokens,
                     b: column_time(b.refilled_at),
                     c: 0,
@@ -192,14 +192,14 @@ pub fn apply(op: Op, a: &Args, stored: Option<Row>, now: u64) -> Result<(Answer,
             ];
             (Answer::new(&values), write)
         }
-        Op::Ping => (Answer::new(&[1]), Write::Keep),
+        Op::Ping => (Answer::new(&[1]), RowWrite::Keep),
         // A step is not one op (`Op::check` refuses it).
         Op::Takes => {
             return Err(crate::errors::Error::InvalidRange(
                 "several takes go as one step, not as one op",
             ))
         }
-        Op::Unlink => (Answer::new(&[i64::from(stored.is_some())]), Write::Drop),
+        Op::Unlink => (Answer::new(&[i64::from(stored.is_some())]), RowWrite::Drop),
     })
 }
 
@@ -218,9 +218,9 @@ mod tests {
         let stored = row.filter(|r| live(k, r, now));
         let (answer, write) = apply(op, &args, stored, now)?;
         match write {
-            Write::Keep => {}
-            Write::Put(r) => *row = Some(r),
-            Write::Drop => *row = None,
+            RowWrite::Keep => {}
+            RowWrite::Put(r) => *row = Some(r),
+            RowWrite::Drop => *row = None,
         }
         Ok(answer.values[..answer.len].to_vec())
     }

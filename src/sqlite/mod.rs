@@ -30,7 +30,7 @@ use crate::errors::{Backend, Error, Result};
 use crate::ops::{Answer, Args, Op};
 
 pub mod apply;
-use apply::{Row, Write};
+use apply::{Row, RowWrite};
 
 /// The file a store opens when no `path` is given, in the working directory.
 pub const DEFAULT_PATH: &str = "ratestore.sqlite3";
@@ -61,7 +61,7 @@ pub enum Synchronous {
 
 /// The options as JavaScript gave them (checked there).
 #[derive(Clone, Debug, Default)]
-pub struct Options {
+pub struct SqliteOptions {
     pub path: Option<String>,
     pub timeout_ms: Option<u64>,
     pub synchronous: Option<String>,
@@ -70,7 +70,7 @@ pub struct Options {
 
 /// The settings.
 #[derive(Clone, Debug)]
-pub struct Config {
+pub struct SqliteConfig {
     pub path: String,
     pub timeout_ms: u64,
     pub synchronous: Synchronous,
@@ -86,8 +86,8 @@ fn config_error(text: &str) -> Error {
     }
 }
 
-impl Config {
-    pub fn resolve(options: &Options) -> Result<Config> {
+impl SqliteConfig {
+    pub fn resolve(options: &SqliteOptions) -> Result<SqliteConfig> {
         let path = options
             .path
             .clone()
@@ -102,7 +102,7 @@ impl Config {
             Some("full") => Synchronous::Full,
             Some(_) => return Err(config_error("synchronous must be 'normal' or 'full'")),
         };
-        Ok(Config {
+        Ok(SqliteConfig {
             path,
             timeout_ms: options.timeout_ms.unwrap_or(DEFAULT_TIMEOUT_MS),
             synchronous,
@@ -183,12 +183,12 @@ enum Message {
 /// count of messages sent to the thread and not yet run. A call runs on the
 /// caller's thread only while that count is 0 and the worker is free, so
 /// it never overtakes a call made before it.
-struct Shared {
+struct SqliteShared {
     worker: Mutex<Worker>,
     queued: AtomicUsize,
 }
 
-impl Shared {
+impl SqliteShared {
     fn lock(&self) -> MutexGuard<'_, Worker> {
         self.worker.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -229,7 +229,7 @@ pub struct Counts {
 /// calls queued and end.
 pub struct SqliteStore {
     sender: Mutex<Option<Sender<Message>>>,
-    shared: Arc<Shared>,
+    shared: Arc<SqliteShared>,
     /// Whether an idle store's call runs on the caller's thread (only where a
     /// commit flushes no disk: `synchronous: 'normal'`).
     inline: bool,
@@ -239,7 +239,7 @@ pub struct SqliteStore {
 impl SqliteStore {
     /// Starts the store's thread; the file is opened by its first call.
     pub fn start(
-        config: Config,
+        config: SqliteConfig,
         delivery: Arc<Delivery>,
         counts: Arc<Counts>,
     ) -> Result<SqliteStore> {
@@ -247,7 +247,7 @@ impl SqliteStore {
         let timeout = Duration::from_millis(config.timeout_ms);
         let inline = config.synchronous == Synchronous::Normal;
         let interval = Duration::from_millis(config.sweep_interval_ms);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(SqliteShared {
             worker: Mutex::new(Worker {
                 config,
                 conn: None,
@@ -476,13 +476,13 @@ type Cursor = (i64, Vec<u8>);
 type RowKey<'k> = (u8, &'k [u8]);
 
 /// The state of one key of a batch: its row as the batch has left it.
-struct Slot {
+struct KeyRow {
     row: Option<Row>,
     changed: bool,
 }
 
 struct Worker {
-    config: Config,
+    config: SqliteConfig,
     conn: Option<Connection>,
     delivery: Arc<Delivery>,
     counts: Arc<Counts>,
@@ -497,7 +497,7 @@ struct Worker {
 
 /// The store's thread: runs what is queued, in batches, and the sweep and
 /// the checkpoints between them.
-fn serve(shared: &Shared, receiver: &mpsc::Receiver<Message>, interval: Duration) {
+fn serve(shared: &SqliteShared, receiver: &mpsc::Receiver<Message>, interval: Duration) {
     let mut next_sweep = Instant::now() + interval;
     loop {
         let sweeping = shared.lock().cursor.is_some();
@@ -826,7 +826,7 @@ impl Worker {
         let path = self.config.path.clone();
         let fail = |e: rusqlite::Error| sqlite_error(&e, &path);
         let conn = self.conn.as_ref().ok_or(Error::Internal("no connection"))?;
-        let mut slots: HashMap<(u8, &[u8]), Slot> = HashMap::new();
+        let mut slots: HashMap<(u8, &[u8]), KeyRow> = HashMap::new();
         let mut answers = Vec::with_capacity(calls.len());
         {
             let mut read = conn.prepare_cached(SQL_READ).map_err(fail)?;
@@ -864,7 +864,7 @@ impl Worker {
                     let row = load(kind, &call.key)?;
                     slots.insert(
                         (kind, &call.key),
-                        Slot {
+                        KeyRow {
                             row,
                             changed: false,
                         },
@@ -877,12 +877,12 @@ impl Worker {
                 let result =
                     apply::apply(call.op, &call.args, stored, now).map(|(answer, write)| {
                         match write {
-                            Write::Keep => {}
-                            Write::Put(row) => {
+                            RowWrite::Keep => {}
+                            RowWrite::Put(row) => {
                                 slot.row = Some(row);
                                 slot.changed = true;
                             }
-                            Write::Drop => {
+                            RowWrite::Drop => {
                                 slot.changed |= slot.row.is_some();
                                 slot.row = None;
                             }
@@ -923,7 +923,7 @@ impl Worker {
     /// what each take found). An error fails the step alone, changing
     /// nothing; only an error reading a row fails the batch.
     fn step<'k>(
-        slots: &mut HashMap<(u8, &'k [u8]), Slot>,
+        slots: &mut HashMap<(u8, &'k [u8]), KeyRow>,
         load: &mut impl FnMut(u8, &[u8]) -> Result<Option<Row>>,
         step: &'k Step,
         now: u64,
@@ -953,12 +953,12 @@ impl Worker {
             match apply::apply(take.op, &take.args, stored, now) {
                 Ok((answer, write)) => {
                     match write {
-                        Write::Keep => {}
-                        Write::Put(r) => {
+                        RowWrite::Keep => {}
+                        RowWrite::Put(r) => {
                             *row = Some(r);
                             *changed = true;
                         }
-                        Write::Drop => {
+                        RowWrite::Drop => {
                             *changed |= row.is_some();
                             *row = None;
                         }
@@ -982,7 +982,7 @@ impl Worker {
         }
         if answers.iter().all(|a| a.values[0] == 1) {
             for (key, row, changed) in scratch {
-                let slot = slots.entry(key).or_insert(Slot {
+                let slot = slots.entry(key).or_insert(KeyRow {
                     row,
                     changed: false,
                 });
