@@ -115,7 +115,7 @@ function rejection(error) {
 /** The error of a native call that failed without being able to throw (its environment is ending). */
 function notAnswered() {
   return Object.assign(
-    new Error('ratestore: the store could not answer this hit (is the Node.js environment shutting down?)'),
+    new Error('ratestore: the store could not answer this call (is the Node.js environment shutting down?)'),
     { code: 'ERR_INTERNAL' },
   );
 }

@@ -64,8 +64,8 @@ pub enum Error {
     #[error("redisStore: {text}")]
     Connection { text: String, sent: bool },
     /// Connects failed lately (`cause` is the last failure), so for a while
-    /// hits reject at once, unsent, and one connect at a time is tried.
-    #[error("{cause}; backing off after {failures} failed connects: hits reject at once, unsent, {}", retry_text(*retry_ms))]
+    /// calls reject at once, unsent, and one connect at a time is tried.
+    #[error("{cause}; backing off after {failures} failed connects: calls reject at once, unsent, {}", retry_text(*retry_ms))]
     BackingOff {
         cause: Box<Error>,
         failures: u32,

@@ -1,10 +1,12 @@
-//! ratestore: fixed-window rate-limit counters for Node.js.
+//! ratestore: rate-limit counters for Node.js (fixed window, sliding window,
+//! token bucket).
 //!
 //! The core knows nothing of N-API: the algorithms (`window`, `sliding`,
 //! `bucket`), the ops every store shares (`ops`), the stores (`memory`,
 //! `redis`, `postgres`, `mysql`, `sqlite`), and what the threaded stores share
 //! (`runtime`, the I/O thread; `health`, backoff and stalls; `tls`; `sweep`;
-//! `delivery`), with `errors` and `clock`. `binding` is the thin layer that
+//! `delivery`), with `errors`, `clock` and `wtf8` (a key's bytes without loss,
+//! lone surrogates included). `binding` is the thin layer that
 //! converts to and from JavaScript.
 
 #![deny(unsafe_op_in_unsafe_fn)]

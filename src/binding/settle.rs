@@ -4,7 +4,8 @@
 //! ([`STRIDE`] per answer: its id, then the answer's numbers), the errors as
 //! `[id, error, ...]`, and the connection events.
 //!
-//! A store on the I/O thread (redisStore's `Batched`, postgresStore) hands
+//! A store off the JS thread (redisStore's `Batched`, postgresStore and
+//! mysqlStore on the I/O thread, sqliteStore on a thread of its own) hands
 //! its completions to a core [`Delivery`], whose wake-up calls one
 //! threadsafe function per store ([`delivery`]); the event-loop transport
 //! calls [`settle_args`] from its own libuv callback.
@@ -28,10 +29,9 @@ use napi::bindgen_prelude::{Env, JsValue, Unknown, ValueType};
 use napi::sys;
 
 use super::{raw, throw_core};
-use crate::delivery::{Completion, Delivery};
+use crate::delivery::{Completion, Delivery, Event};
 use crate::errors::Error as CoreError;
 use crate::ops::Answer;
-use crate::redis::stats::Event;
 
 /// The most completions one `settle` call hands over.
 pub(super) const BATCH: usize = 1024;

@@ -1,6 +1,10 @@
 //! The server error numbers mysqlStore acts on, by name (MySQL's and
 //! MariaDB's `ER_*`; both servers use these numbers).
 
+/// The SQLSTATE the procedures signal for a count past the safe range
+/// (`numeric value out of range`), with [`super::schema::COUNT_RANGE_TEXT`].
+pub const COUNT_RANGE_STATE: &str = "22003";
+
 /// `ER_DBACCESS_DENIED_ERROR`: the user may not use the database.
 pub const DB_ACCESS_DENIED: u16 = 1044;
 /// `ER_ACCESS_DENIED_ERROR`: a wrong user or password.

@@ -242,7 +242,7 @@ fn my_error(f: MyFailure, config: &MyConfig) -> Error {
             state,
             message,
         } => {
-            if state == schema::COUNT_RANGE_STATE && message.starts_with("ratestore:") {
+            if state == codes::COUNT_RANGE_STATE && message.starts_with("ratestore:") {
                 return Error::CountOutOfRange;
             }
             let js = match code {

@@ -15,12 +15,12 @@
 use crate::errors::{Backend, Error, Result};
 use crate::window::MAX_SAFE;
 
+use super::codes::COUNT_RANGE_STATE;
 use super::config_error;
 
 /// The longest key kept as its own bytes in the `k` column.
 pub const RAW_KEY_MAX: usize = 255;
-/// The SQLSTATE and text the procedures signal for a count past the safe range.
-pub const COUNT_RANGE_STATE: &str = "22003";
+/// The text the procedures signal, with SQLSTATE [`COUNT_RANGE_STATE`], for a count past the safe range.
 pub const COUNT_RANGE_TEXT: &str = "ratestore: the count would leave the safe-integer range";
 
 /// The quoted names of a store's tables and procedures.

@@ -2,6 +2,10 @@
 //! PostgreSQL Error Codes"), and the rules that group them: one place for
 //! what each means to the store.
 
+/// The store's own SQLSTATE: its functions raise it for a count past
+/// ±(2^53 - 1).
+pub const COUNT_RANGE: &str = "RS001";
+
 /// `division_by_zero`: a step's check statement divides by zero on purpose
 /// when a take is refused, which rolls the step's transaction back.
 pub const DIVISION_BY_ZERO: &str = "22012";

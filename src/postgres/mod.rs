@@ -858,7 +858,7 @@ fn sqlstate(e: &tokio_postgres::Error) -> Option<&str> {
 /// A tokio-postgres error as a core error, its text cleaned of `secrets`.
 fn pg_error(e: tokio_postgres::Error, secrets: &[&[u8]]) -> Error {
     let (code, text) = match e.as_db_error() {
-        Some(db) if db.code().code() == schema::COUNT_RANGE_STATE => return Error::CountOutOfRange,
+        Some(db) if db.code().code() == codes::COUNT_RANGE => return Error::CountOutOfRange,
         Some(db)
             if db.code().code() == codes::INVALID_TEXT_REPRESENTATION
                 && db.message().contains(COUNT_RANGE_MARK) =>
@@ -1002,7 +1002,7 @@ fn undefined_table(e: &tokio_postgres::Error) -> bool {
     sqlstate(e) == Some(codes::UNDEFINED_TABLE)
 }
 
-type Params<'a> = [(&'a (dyn ToSql + Sync), Type)];
+type SqlParams<'a> = [(&'a (dyn ToSql + Sync), Type)];
 
 impl PgStore {
     /// A statement got no answer within `timeoutMs` (`answered`: false) or
@@ -1367,7 +1367,7 @@ impl PgStore {
         &self,
         client: &PgConn,
         sql: &str,
-        params: &Params<'_>,
+        params: &SqlParams<'_>,
     ) -> std::result::Result<Vec<Row>, tokio_postgres::Error> {
         if !self.wrap.load(Ordering::Relaxed) {
             return client.query_typed(sql, params).await;

@@ -13,6 +13,7 @@
 //! the times they read; a first write that meets another instance's insert
 //! (`ON CONFLICT DO NOTHING` inserted nothing) starts over on that row.
 
+use super::codes::COUNT_RANGE;
 use crate::errors::{Backend, Error, Result};
 
 /// PostgreSQL's longest identifier, in bytes (longer ones are cut).
@@ -29,9 +30,6 @@ const FIXED: &str = "_fw";
 const VERSION: &str = "_v1";
 /// Appended to each table's name for the sweeper's index on its end column.
 const INDEX: &str = "_ix";
-
-/// SQLSTATE the sliding-window function raises for a count past ±(2^53 - 1).
-pub const COUNT_RANGE_STATE: &str = "RS001";
 
 fn config_error(text: impl Into<String>) -> Error {
     Error::Sql {
@@ -266,7 +264,7 @@ BEGIN
     END IF;
     IF open THEN
       IF abs(cnt + amount) > {max_safe} THEN
-        RAISE EXCEPTION 'the count would leave the safe-integer range' USING ERRCODE = '{COUNT_RANGE_STATE}';
+        RAISE EXCEPTION 'the count would leave the safe-integer range' USING ERRCODE = '{COUNT_RANGE}';
       END IF;
       cnt := cnt + amount;
       UPDATE {table} c SET total = cnt WHERE c.key = k;
@@ -345,7 +343,7 @@ BEGIN
     reset_ms := (lft + 999) / 1000;
     IF op = 0 THEN
       IF est + amount > {max_safe} THEN
-        RAISE EXCEPTION 'the count would leave the safe-integer range' USING ERRCODE = '{COUNT_RANGE_STATE}';
+        RAISE EXCEPTION 'the count would leave the safe-integer range' USING ERRCODE = '{COUNT_RANGE}';
       END IF;
       IF amount > 0 THEN cur := cur + amount; changed := true; END IF;
       answer := ARRAY[est + amount, reset_ms, st + win];

@@ -3,8 +3,12 @@
 //! a script goes as EVAL on its first use, and again after NOSCRIPT), and
 //! where a pipeline must end so that nothing overtakes an EVALSHA that may
 //! meet NOSCRIPT ([`part_end`]), and which NOSCRIPT retry must not go
-//! because a later op on its key already ran ([`overtaken`]). The connection engine's `pipe` (on both
-//! hosts) and `rest` follow these rules.
+//! because a later op on its key already ran ([`overtaken`]). `rest` applies
+//! them to each whole pipeline it sends; the connection engine's `pipe`,
+//! which writes as the socket takes bytes and reads replies as they come,
+//! keeps the same two rules as it goes (an EVAL or UNLINK is held behind
+//! the EVALSHAs written before it, and `Pipe::overtaken` rejects a retry a
+//! later op on its key has passed).
 
 use super::scripts::Script;
 use crate::ops::{Args, Op};
@@ -85,13 +89,28 @@ pub fn part_end(queries: &[Query<'_>], chosen: &[usize], evals: &[bool], start: 
     let mut evalsha = false;
     while end < chosen.len() {
         let op = queries[chosen[end]].op;
-        if (op == Op::Unlink || evals[end]) && evalsha {
+        if waits_behind_evalsha(op, evals[end]) && evalsha {
             break;
         }
         evalsha |= op.script().is_some() && !evals[end];
         end += 1;
     }
     end
+}
+
+/// Whether an op (as EVAL if `eval`) must wait for the EVALSHAs written
+/// before it to answer: an UNLINK or an EVAL cannot meet NOSCRIPT, so
+/// written after an EVALSHA that does, it would run before that one's
+/// retry. [`part_end`] ends a pipeline before it; the engine holds it.
+pub fn waits_behind_evalsha(op: Op, eval: bool) -> bool {
+    op == Op::Unlink || (eval && op.script().is_some())
+}
+
+/// Whether `waiting`, an op that met NOSCRIPT, is overtaken by `ran`, a
+/// later op that ran: one of its keys is one of `ran`'s. [`overtaken`]
+/// asks it of a whole pipeline; the engine, of each reply as it comes.
+pub fn passes(ran: &Query<'_>, waiting: &Query<'_>) -> bool {
+    waiting.keys().any(|k| ran.names(k))
 }
 
 /// For each op of one pipeline, in the order they were written, with
@@ -102,13 +121,13 @@ pub fn part_end(queries: &[Query<'_>], chosen: &[usize], evals: &[bool], start: 
 /// ([`Error::Overtaken`](crate::errors::Error::Overtaken)), so that the ops on
 /// one key that take effect always do so in the order they were made.
 pub fn overtaken(ops: &[(Query<'_>, bool)]) -> Vec<bool> {
-    let mut ran: Vec<&[u8]> = Vec::new();
     let mut out = vec![false; ops.len()];
-    for (j, &(q, noscript)) in ops.iter().enumerate().rev() {
-        match noscript {
-            _ if q.op == Op::Ping => {}
-            true => out[j] = q.keys().any(|k| ran.contains(&k)),
-            false => ran.extend(q.keys()),
+    for (j, &(waiting, noscript)) in ops.iter().enumerate() {
+        if noscript && waiting.op != Op::Ping {
+            let mut later = ops[j + 1..]
+                .iter()
+                .filter(|(q, met)| !met && q.op != Op::Ping);
+            out[j] = later.any(|(ran, _)| passes(ran, &waiting));
         }
     }
     out

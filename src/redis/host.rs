@@ -409,7 +409,7 @@ fn deliver(conn: &mut Engine, monitor: &Monitor) {
                 let results = std::mem::take(&mut gathered.results);
                 let results = results
                     .into_iter()
-                    .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))));
+                    .map(|r| r.unwrap_or(Err(Error::Internal("a call got no answer"))));
                 let _ = reply.send(Settled {
                     results: results.collect(),
                     slots: gathered.slots.take(),

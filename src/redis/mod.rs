@@ -1,8 +1,8 @@
 //! redisStore: counters in Redis, shared by every instance of an app.
 //!
 //! `config` turns options and environment into a target. What every
-//! transport shares: `calls` (an op on a key, the scripts cache, where a
-//! pipeline ends so that nothing overtakes an EVALSHA), `reply` (a reply
+//! transport shares: `calls` (an op on a key, the scripts cache, and the
+//! rules that keep anything from overtaking an EVALSHA), `reply` (a reply
 //! to an answer or an error), `scripts` (each op's Lua script,
 //! key suffix and ARGV), `step` (several takes as one script), `reset`,
 //! `order` (per-key turns), `fence` (`waitForReplicas`) and `stats`. One

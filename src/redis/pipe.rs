@@ -27,7 +27,7 @@
 use std::collections::VecDeque;
 use std::time::Instant;
 
-use super::calls::{Loaded, Query};
+use super::calls::{passes, waits_behind_evalsha, Loaded, Query};
 use super::fence::{Fence, Verdict};
 use super::reply::{self, Answers, Code};
 use super::resp::{self, Malformed, Parser, Value};
@@ -199,13 +199,9 @@ impl Pipe {
             }
         }
         while let Some(next) = self.held.front() {
-            // Neither an UNLINK nor an EVAL can meet NOSCRIPT: written after an
-            // EVALSHA that does, it would run before that one's retry.
-            let cannot_fail = match next.request.op.script() {
-                None => next.request.op == Op::Unlink,
-                Some(script) => !self.loaded.has(script),
-            };
-            if cannot_fail && self.evalsha > 0 {
+            let op = next.request.op;
+            let eval = op.script().is_some_and(|script| !self.loaded.has(script));
+            if waits_behind_evalsha(op, eval) && self.evalsha > 0 {
                 return;
             }
             if let Some(sent) = self.held.pop_front() {
@@ -415,7 +411,7 @@ impl Pipe {
         let mut settled = 0;
         let ran = ran.query();
         self.retry.retain(|r| {
-            if !r.request.query().keys().any(|k| ran.names(k)) {
+            if !passes(&ran, &r.request.query()) {
                 return true;
             }
             if !r.settled {

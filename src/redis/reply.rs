@@ -1,8 +1,8 @@
 //! What a reply means, on every transport: the one mapping from a server's
-//! reply (read from RESP on the event loop, from the `redis` crate's values
-//! on the I/O thread, from JSON over REST) to an op's answer, and of a
-//! server's error, by its code, to ratestore's error. Each transport only
-//! turns its own reply type into a [`Reply`].
+//! reply (read from RESP by the connection engine, on either host, or from
+//! JSON over REST) to an op's answer, and of a server's error, by its code,
+//! to ratestore's error. Each transport only turns its own reply type into
+//! a [`Reply`].
 
 use crate::errors::{Error, Result};
 use crate::ops::{Answer, Op};

@@ -211,7 +211,7 @@ impl Rest {
         }
         results
             .into_iter()
-            .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))))
+            .map(|r| r.unwrap_or(Err(Error::Internal("a call got no answer"))))
             .collect()
     }
 

@@ -107,7 +107,7 @@ impl<N: NodeRef> Routing<N> {
         for &i in &part.hits {
             let result = results
                 .next()
-                .unwrap_or(Err(Error::Internal("a hit got no answer")));
+                .unwrap_or(Err(Error::Internal("a call got no answer")));
             let (next, stale) = next_step(&result, redirects_left);
             self.stale |= stale;
             let given = match next {
@@ -141,7 +141,7 @@ impl<N: NodeRef> Routing<N> {
     pub fn finish(self) -> Vec<Result<Answers>> {
         self.results
             .into_iter()
-            .map(|r| r.unwrap_or(Err(Error::Internal("a hit got no answer"))))
+            .map(|r| r.unwrap_or(Err(Error::Internal("a call got no answer"))))
             .collect()
     }
 }

@@ -108,3 +108,35 @@ impl Op {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::ops::Op;
+
+    fn argv(op: Op, n: [f64; 4]) -> Vec<Vec<u8>> {
+        let args = op.check(n).unwrap();
+        op.argv(&args, |a| a.iter().map(|x| x.to_vec()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn sliding_consume_sends_its_cost_before_its_limit() {
+        assert_eq!(
+            argv(Op::SlidingConsume, [1_000.0, 10.0, 3.0, 0.0]),
+            [
+                b"consume".to_vec(),
+                b"1000".to_vec(),
+                b"3".to_vec(),
+                b"10".to_vec()
+            ]
+        );
+        assert_eq!(Op::Unlink.suffix(&[1, 0, 0, 0]), b":sw");
+    }
+
+    #[test]
+    fn a_give_back_sends_the_window_it_names() {
+        assert_eq!(
+            argv(Op::SlidingDecrement, [100.0, 1.0, 9.0, 0.0])[3],
+            b"9".to_vec()
+        );
+    }
+}

@@ -126,7 +126,7 @@ impl Store {
         let mut results = self.hits(&[query]).await;
         results
             .pop()
-            .unwrap_or(Err(Error::Internal("a hit got no answer")))
+            .unwrap_or(Err(Error::Internal("a call got no answer")))
     }
 
     /// What the calls and connections of the nodes met, shared by the

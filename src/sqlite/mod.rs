@@ -124,7 +124,7 @@ pub struct Call {
 }
 
 /// What `resetAll()` hears back.
-pub type Done = Box<dyn FnOnce(Result<()>) + Send>;
+pub type ResetDone = Box<dyn FnOnce(Result<()>) + Send>;
 
 /// Several takes (each a consume, sliding consume or token bucket, on its
 /// key, answered under its own id) made as one step: all, or none.
@@ -149,24 +149,24 @@ impl Step {
 }
 
 /// What a batch runs, in the order it was queued.
-enum Item {
+enum SqliteWork {
     Call(Call),
     Step(Step),
 }
 
-impl Item {
+impl SqliteWork {
     fn deadline(&self) -> Instant {
         match self {
-            Item::Call(c) => c.deadline,
-            Item::Step(s) => s.deadline(),
+            SqliteWork::Call(c) => c.deadline,
+            SqliteWork::Step(s) => s.deadline(),
         }
     }
 
     /// The ids its answers go under.
     fn ids(&self) -> Vec<u32> {
         match self {
-            Item::Call(c) => vec![c.id],
-            Item::Step(s) => s.takes.iter().map(|t| t.id).collect(),
+            SqliteWork::Call(c) => vec![c.id],
+            SqliteWork::Step(s) => s.takes.iter().map(|t| t.id).collect(),
         }
     }
 }
@@ -174,7 +174,7 @@ impl Item {
 enum Message {
     Call(Call),
     Step(Step),
-    ResetAll(Done, Instant),
+    ResetAll(ResetDone, Instant),
     /// Checkpoints the WAL (asked for by a call run on the caller's thread).
     Checkpoint,
 }
@@ -333,7 +333,7 @@ impl SqliteStore {
         self.send(Message::Step(step)).map_err(|_| Error::Closed)
     }
 
-    pub fn reset_all(&self, done: Done) {
+    pub fn reset_all(&self, done: ResetDone) {
         let deadline = Instant::now() + self.timeout;
         if let Err(Message::ResetAll(done, _)) = self.send(Message::ResetAll(done, deadline)) {
             done(Err(Error::Closed));
@@ -529,8 +529,8 @@ fn serve(shared: &SqliteShared, receiver: &mpsc::Receiver<Message>, interval: Du
         while let Some(message) = pending.take() {
             taken += 1;
             match message {
-                Message::Call(call) => calls.push(Item::Call(call)),
-                Message::Step(step) => calls.push(Item::Step(step)),
+                Message::Call(call) => calls.push(SqliteWork::Call(call)),
+                Message::Step(step) => calls.push(SqliteWork::Step(step)),
                 Message::ResetAll(done, deadline) => {
                     // Calls made before it run before it.
                     worker.run(std::mem::take(&mut calls));
@@ -713,7 +713,7 @@ impl Worker {
             }
         }
         let id = call.id;
-        let items = [Item::Call(call)];
+        let items = [SqliteWork::Call(call)];
         let answered = self.transact(&items);
         let mut answers = match answered {
             Ok(answers) => answers,
@@ -737,13 +737,13 @@ impl Worker {
 
     /// Runs a batch of calls in one transaction, and delivers their answers
     /// once it has committed.
-    fn run(&mut self, mut calls: Vec<Item>) {
+    fn run(&mut self, mut calls: Vec<SqliteWork>) {
         if calls.is_empty() {
             return;
         }
         let mut done: Vec<Completion> = Vec::with_capacity(calls.len());
         let mut waited = false;
-        let failed = |done: &mut Vec<Completion>, items: &mut Vec<Item>, e: &Error| {
+        let failed = |done: &mut Vec<Completion>, items: &mut Vec<SqliteWork>, e: &Error| {
             for item in items.drain(..) {
                 done.extend(item.ids().into_iter().map(|id| Completion {
                     id,
@@ -768,7 +768,7 @@ impl Worker {
             if calls.is_empty() {
                 break;
             }
-            let deadline = calls.iter().map(Item::deadline).min().expect("not empty");
+            let deadline = calls.iter().map(SqliteWork::deadline).min().expect("not empty");
             match self.begin(deadline) {
                 Ok(()) => {}
                 Err(Error::Sql {
@@ -821,7 +821,7 @@ impl Worker {
     /// key's row is read once and written once, however many calls it has.
     /// A step's takes are computed on the rows as the batch has left them,
     /// and written only when every take allows.
-    fn transact(&mut self, calls: &[Item]) -> Result<Vec<Completion>> {
+    fn transact(&mut self, calls: &[SqliteWork]) -> Result<Vec<Completion>> {
         let now = self.now();
         let path = self.config.path.clone();
         let fail = |e: rusqlite::Error| sqlite_error(&e, &path);
@@ -846,8 +846,8 @@ impl Worker {
             };
             for item in calls {
                 let call = match item {
-                    Item::Call(call) => call,
-                    Item::Step(step) => {
+                    SqliteWork::Call(call) => call,
+                    SqliteWork::Step(step) => {
                         answers.extend(Self::step(&mut slots, &mut load, step, now)?);
                         continue;
                     }
