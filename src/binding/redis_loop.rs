@@ -339,7 +339,12 @@ unsafe fn open_conn(env: sys::napi_env, config: &Config, key: Config) -> Result<
         socket: None,
         cell: ptr::null_mut(),
     };
-    let conn = Rc::new(RefCell::new(conn::Conn::new(config, key, io)?));
+    let conn = Rc::new(RefCell::new(conn::Conn::new(
+        config,
+        key,
+        io,
+        rand::random(),
+    )?));
     let data = Rc::as_ptr(&conn).cast_mut().cast::<c_void>();
     // SAFETY: on the loop's thread; each handle's data is the connection,
     // which outlives them: its teardown closes them before it is dropped.

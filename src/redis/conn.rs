@@ -106,7 +106,10 @@ pub struct Conn<I: Io, T> {
 }
 
 impl<I: Io, T> Conn<I, T> {
-    pub fn new(config: &Config, key: Config, io: I) -> Result<Self, Error> {
+    /// A connection to `config`'s server, shared by the stores whose
+    /// settings are `key`; `seed` draws its backoff's jitter (the host's
+    /// randomness: the engine has none of its own).
+    pub fn new(config: &Config, key: Config, io: I, seed: u64) -> Result<Self, Error> {
         Ok(Conn {
             io,
             target: Arc::new(Target::new(config)?),
@@ -115,7 +118,7 @@ impl<I: Io, T> Conn<I, T> {
             phase: Phase::Down,
             pipe: Pipe::new(config.secrets(), config.fence()),
             waiting: VecDeque::new(),
-            backoff: Backoff::new(rand::random()),
+            backoff: Backoff::new(seed),
             answered: false,
             was_up: false,
             epoch: 0,
@@ -522,7 +525,7 @@ mod tests {
             ..Options::default()
         };
         let config = Config::resolve(&options, |_| None).unwrap();
-        Conn::new(&config, config.clone(), Fake::default()).unwrap()
+        Conn::new(&config, config.clone(), Fake::default(), 7).unwrap()
     }
 
     fn request(id: u64, timeout: Duration) -> Request {

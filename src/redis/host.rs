@@ -85,7 +85,7 @@ impl Node {
     /// through Sentinel), on the I/O thread. Its counts and events go to
     /// `monitor` (shared by a cluster's nodes).
     pub fn start(config: &Config, monitor: Arc<Monitor>) -> Result<Node> {
-        let mut conn = Conn::new(config, config.clone(), TokioIo::default())?;
+        let mut conn = Conn::new(config, config.clone(), TokioIo::default(), rand::random())?;
         let events = conn.join(None);
         debug_assert_eq!(events, EVENTS);
         let (calls, queue) = mpsc::unbounded_channel();

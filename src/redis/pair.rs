@@ -242,7 +242,7 @@ impl Pair {
             ..options
         };
         let config = Config::resolve(&options, |_| None).unwrap();
-        let mut conn = Conn::new(&config, config.clone(), Fake::default()).unwrap();
+        let mut conn = Conn::new(&config, config.clone(), Fake::default(), 7).unwrap();
         let sink = conn.join(());
         Pair {
             conn,

@@ -138,6 +138,7 @@ impl Target {
     /// Connects and greets the server within `timeout`, blocking; the
     /// socket it answers is non-blocking, for the event loop.
     pub fn connect(&self, timeout: Duration) -> Result<Socket> {
+        self.watch_switches();
         let socket = self.connect_blocking(timeout)?;
         let failed = |e: io::Error| unsent(format!("could not connect to Redis: {e}"));
         socket.stream.set_timeouts(None).map_err(failed)?;

@@ -768,7 +768,11 @@ impl Worker {
             if calls.is_empty() {
                 break;
             }
-            let deadline = calls.iter().map(SqliteWork::deadline).min().expect("not empty");
+            let deadline = calls
+                .iter()
+                .map(SqliteWork::deadline)
+                .min()
+                .expect("not empty");
             match self.begin(deadline) {
                 Ok(()) => {}
                 Err(Error::Sql {

@@ -28,10 +28,19 @@ pub(super) struct Switches {
 }
 
 impl Target {
-    /// Sentinel: how many failovers the sentinels have announced so far
-    /// (0 for any other target). The first call starts listening for them.
-    /// A connection opened at one epoch is replaced once the epoch moves.
+    /// Sentinel: how many failovers the sentinels have announced since
+    /// [`Target::watch_switches`] (0 for any other target). A connection
+    /// opened at one epoch is replaced once the epoch moves. It only reads
+    /// a count: the engine asks it, and does no I/O.
     pub fn epoch(&self) -> u64 {
+        self.switches.count.load(Ordering::SeqCst)
+    }
+
+    /// Sentinel: starts listening for the failovers the sentinels announce,
+    /// once, on a thread of its own that runs while the target lives. Each
+    /// host's connect calls it ([`Target::connect`]), before it asks the
+    /// sentinels for the master.
+    pub fn watch_switches(&self) {
         if let Deployment::Sentinel(sentinels) = &self.config.deployment {
             self.switches.watching.get_or_init(|| {
                 let targets = sentinels
@@ -47,7 +56,6 @@ impl Target {
                 );
             });
         }
-        self.switches.count.load(Ordering::SeqCst)
     }
 
     /// As if the sentinels had announced a failover (for the engine's tests).
