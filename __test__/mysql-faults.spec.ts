@@ -268,6 +268,37 @@ describe('mysqlStore faults', () => {
     await store.close();
   });
 
+  it('a row held by another session, hit together with other keys: the batch waits on it once, not twice, and only its own hit fails', async () => {
+    const name = table();
+    const store = ownStore({ table: name, timeoutMs: 4_000, connections: 1 });
+    await store.hit('held', 60_000, 5);
+    const holder = session(own);
+    await holder.run(`START TRANSACTION; SELECT * FROM ${name} WHERE k = 'held' FOR UPDATE`);
+    // A turn of hits on 20 keys (one of them the held one, last): they go together, as one upsert,
+    // which locks the rows it needs at once or not at all (NOWAIT), so the batch goes on at once as
+    // calls, the others ahead of the held one, and waits on the held row once (2 s, half of timeoutMs).
+    // An upsert that waited on it too would leave the batch no time: every hit of it would time out.
+    await store.hit('first', 60_000, 1);
+    const started = Date.now();
+    const others = Array.from({ length: 19 }, (_, i) =>
+      store.hit(`other:${i}`, 60_000, 2).then((a) => [a.count, Date.now() - started]),
+    );
+    const onHeld = store.hit('held', 60_000, 1).then(
+      () => 'counted',
+      (e) => e,
+    );
+    const answered = await Promise.all(others);
+    for (const [count, ms] of answered) {
+      expect(count).toBe(2);
+      expect(ms).toBeLessThan(3_500);
+    }
+    const held = await onHeld;
+    await holder.end();
+    if (held !== 'counted') expect((held as Error & { code?: string }).code).toBe('ERR_TIMEOUT');
+    expect((await store.hit('held', 60_000, 0)).count).toBe(held === 'counted' ? 6 : 5);
+    await store.close();
+  }, 30_000);
+
   it('a row held by another session stalls only its key: its calls time out within timeoutMs, rolled back, and the others answer', async () => {
     const name = table();
     const store = ownStore({ table: name, timeoutMs: 2_000, connections: 4 });

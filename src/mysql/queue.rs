@@ -159,6 +159,163 @@ impl MyQueue {
     }
 }
 
+/// Keys a batch of hits needs to go as one upsert: fewer go as calls.
+const UPSERT_AT: usize = 2;
+
+/// The server's clock in µs since the epoch, as the procedures read it.
+const NOW_US: &str = "TIMESTAMPDIFF(MICROSECOND, '1970-01-01 00:00:00', UTC_TIMESTAMP(6))";
+
+/// What became of a batch sent as one upsert.
+enum Upsert {
+    /// Each call's answer, in the batch's order.
+    Answered(Vec<Answer>),
+    /// A statement failed and the transaction was rolled back: nothing
+    /// changed, and the batch goes as calls.
+    Calls,
+    /// The connection failed, or gave no answer in time (`kill`: its
+    /// session is to be ended): what ran is not known.
+    Failed { error: Error, kill: bool },
+}
+
+/// Whether a batch goes as one upsert of its keys: hits on [`UPSERT_AT`]
+/// keys or more (one key's hits go as one call of their sum, cheaper than
+/// a transaction of its own), every one a fixed-window hit of a positive
+/// amount (never one sent alone after a sum left the safe range), and no
+/// key's sum past the safe range.
+fn upsert_fits(batch: &[MyPending]) -> bool {
+    if batch.len() < UPSERT_AT {
+        return false;
+    }
+    let mut sums: HashMap<&[u8], i64> = HashMap::new();
+    let hits = batch.iter().all(|p| match (&p.work, p.row.as_deref()) {
+        (
+            MyWork::Call {
+                op: Op::Hit, args, ..
+            },
+            Some(row),
+        ) if args[1] > 0 && !p.solo => {
+            let sum = sums.entry(row).or_insert(0);
+            *sum += args[1];
+            *sum <= MAX_SAFE
+        }
+        _ => false,
+    });
+    hits && sums.len() >= UPSERT_AT
+}
+
+/// The batch's hits as one transaction: the rows that exist locked in key
+/// order at once or not at all (`NOWAIT`: with a row another session holds,
+/// the batch goes on at once as calls, and waits on that row once, not
+/// twice), then one `INSERT … ON DUPLICATE KEY UPDATE` with a row per key,
+/// in key order, of its hits' summed amount and its first hit's window,
+/// which opens a window where it has ended and adds where it is open, as
+/// the fixed window's procedure does for the hits one after another, with
+/// one reading of the server's clock; a count past the safe range makes
+/// that statement fail (NULL into a NOT NULL column, strict mode set for
+/// it), changing nothing. Then the keys' rows and that clock, read back
+/// before the commit.
+fn upsert_sql(store: &MyStore, batch: &[MyPending]) -> String {
+    let n = &store.config.names;
+    let lock = store.config.lock_s;
+    let table = &n.table;
+    let mut order: Vec<usize> = (0..batch.len()).collect();
+    order.sort_by(|&a, &b| batch[a].row.cmp(&batch[b].row));
+    // (row, the first hit's windowMs, the summed amount), a key's hits being
+    // together in `order` and in the order they were made.
+    let mut rows: Vec<(&[u8], i64, i64)> = Vec::new();
+    for &i in &order {
+        let (MyWork::Call { args, .. }, Some(row)) = (&batch[i].work, batch[i].row.as_deref())
+        else {
+            continue;
+        };
+        match rows.last_mut() {
+            Some((last, _, sum)) if *last == row => *sum += args[1],
+            _ => rows.push((row, args[0], args[1])),
+        }
+    }
+    let mut literals = String::with_capacity(rows.len() * 24);
+    for (j, (row, _, _)) in rows.iter().enumerate() {
+        if j > 0 {
+            literals.push(',');
+        }
+        schema::hex(row, &mut literals);
+    }
+    let open = "FLOOR(reset_us / 1000) > FLOOR(@ratestore_now / 1000)";
+    let mut sql = String::with_capacity(512 + literals.len() * 3 + rows.len() * 100);
+    let _ = write!(
+        sql,
+        "SET TRANSACTION ISOLATION LEVEL READ COMMITTED;START TRANSACTION;SET @ratestore_now = {NOW_US};\
+         SELECT COUNT(*) FROM {table} WHERE k IN ({literals}) FOR UPDATE NOWAIT;\
+         /*M!100301 SET STATEMENT innodb_lock_wait_timeout={lock}, sql_mode='STRICT_ALL_TABLES' FOR */ \
+         INSERT /*+ SET_VAR(innodb_lock_wait_timeout={lock}) SET_VAR(sql_mode='STRICT_ALL_TABLES') */ \
+         INTO {table} (k, total, reset_us) VALUES "
+    );
+    for (j, (row, window_ms, amount)) in rows.into_iter().enumerate() {
+        if j > 0 {
+            sql.push(',');
+        }
+        sql.push('(');
+        schema::hex(row, &mut sql);
+        let _ = write!(
+            sql,
+            ",{amount},CAST(LEAST(CAST(@ratestore_now AS DECIMAL(65,0)) + {}, 9223372036854775807) AS SIGNED))",
+            i128::from(window_ms) * 1000
+        );
+    }
+    let _ = write!(
+        sql,
+        " ON DUPLICATE KEY UPDATE total = IF({open}, IF(ABS(total + VALUES(total)) > {MAX_SAFE}, NULL, \
+         total + VALUES(total)), VALUES(total)), reset_us = IF({open}, reset_us, VALUES(reset_us));\
+         SELECT LOWER(HEX(k)), total, reset_us, @ratestore_now FROM {table} WHERE k IN ({literals});COMMIT"
+    );
+    sql
+}
+
+/// Each hit's answer from the rows read back (`hex(k)`, total, reset_us, the
+/// clock): a key's hits, last first, answer its total less the amounts made
+/// after them; the time left is the window's end less the clock, in ms.
+fn upsert_answers(batch: &[MyPending], rows: &[Vec<Option<String>>]) -> Result<Vec<Answer>> {
+    let int = |v: Option<&Option<String>>| {
+        v.and_then(|c| c.as_deref())
+            .and_then(|t| t.parse::<i64>().ok())
+            .ok_or_else(schema::wrong_shape)
+    };
+    let mut found: HashMap<&str, (i64, i64)> = HashMap::new();
+    let mut now_ms = None;
+    for row in rows {
+        let key = row
+            .first()
+            .and_then(|c| c.as_deref())
+            .ok_or_else(schema::wrong_shape)?;
+        let (total, reset_us, now_us) = (int(row.get(1))?, int(row.get(2))?, int(row.get(3))?);
+        now_ms = Some(now_us.div_euclid(1000));
+        found.insert(key, (total, reset_us.div_euclid(1000)));
+    }
+    let now_ms = now_ms.ok_or_else(schema::wrong_shape)?;
+    let mut after: HashMap<&[u8], i64> = HashMap::new();
+    let mut answers = vec![Answer::new(&[]); batch.len()];
+    for (i, p) in batch.iter().enumerate().rev() {
+        let (MyWork::Call { args, .. }, Some(row)) = (&p.work, p.row.as_deref()) else {
+            return Err(schema::wrong_shape());
+        };
+        let mut k = String::with_capacity(row.len() * 2 + 3);
+        schema::hex(row, &mut k);
+        let (total, end_ms) = found
+            .get(&k[2..k.len() - 1])
+            .copied()
+            .ok_or_else(schema::wrong_shape)?;
+        let later = after.entry(row).or_insert(0);
+        let count = total - *later;
+        *later += args[1];
+        let left = end_ms - now_ms;
+        if count.abs() > MAX_SAFE || left <= 0 {
+            return Err(schema::wrong_shape());
+        }
+        answers[i] = Answer::new(&[count, left]);
+    }
+    Ok(answers)
+}
+
 /// How an op goes out: which procedure, and its arguments.
 fn statement(
     store: &MyStore,
@@ -433,6 +590,32 @@ impl MyStore {
                 return Vec::new();
             }
         }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+        if upsert_fits(&batch) {
+            for p in &batch {
+                p.sent.store(true, Ordering::Relaxed);
+            }
+            match self.upsert(&mut conn, &batch, deadline).await {
+                Upsert::Answered(answers) => {
+                    *guard = Some((conn, generation));
+                    drop(guard);
+                    for (p, answer) in batch.into_iter().zip(answers) {
+                        let _ = p.answer.send(Ok(answer));
+                    }
+                    return Vec::new();
+                }
+                Upsert::Calls => {}
+                Upsert::Failed { error, kill } => {
+                    if kill {
+                        self.kill(conn.thread_id);
+                    }
+                    for p in batch {
+                        let _ = p.answer.send(Err(error.clone()));
+                    }
+                    return Vec::new();
+                }
+            }
+        }
         // Consecutive hits on one key (amount above 0, one windowMs, nothing else on the key between
         // them) go out as one call of their summed amount: each answers the count it would have seen
         // one after another (the last's count less the amounts after it), as if they ran back to back.
@@ -492,7 +675,7 @@ impl MyStore {
                 batch[i].sent.store(true, Ordering::Relaxed);
             }
         }
-        let outcome = tokio::time::timeout(Duration::from_millis(ms), conn.query(&sql)).await;
+        let outcome = tokio::time::timeout_at(deadline, conn.query(&sql)).await;
         let (replies, failure) = match outcome {
             Ok(Ok(done)) => done,
             Ok(Err(f)) => {
@@ -593,6 +776,44 @@ impl MyStore {
         }
         left.sort_unstable();
         left.into_iter().filter_map(|i| slots[i].take()).collect()
+    }
+
+    /// Sends the batch as one upsert (see [`upsert_sql`]) within `deadline`.
+    async fn upsert(
+        &self,
+        conn: &mut super::proto::MyConn,
+        batch: &[MyPending],
+        deadline: tokio::time::Instant,
+    ) -> Upsert {
+        let ms = self.config.timeout_ms;
+        let sql = upsert_sql(self, batch);
+        let failed = |error: Error, kill: bool| Upsert::Failed {
+            error: with_sent(error, true),
+            kill,
+        };
+        let (replies, failure) = match tokio::time::timeout_at(deadline, conn.query(&sql)).await {
+            Ok(Ok(done)) => done,
+            Ok(Err(f)) => return failed(self.error(f), false),
+            Err(_) => return failed(timeout_error(ms), true),
+        };
+        if failure.is_some() {
+            // Nothing of it is kept: the failed statement changed nothing, and the transaction goes.
+            return match tokio::time::timeout_at(deadline, conn.query("ROLLBACK")).await {
+                Ok(Ok((_, None))) => Upsert::Calls,
+                Ok(Ok((_, Some(f)))) | Ok(Err(f)) => failed(self.error(f), false),
+                Err(_) => failed(timeout_error(ms), true),
+            };
+        }
+        // SET TRANSACTION, START TRANSACTION, SET, SELECT … FOR UPDATE, INSERT, SELECT, COMMIT.
+        match replies.get(5) {
+            Some(StatementResult::Rows(rows)) if replies.len() == 7 => {
+                match upsert_answers(batch, rows) {
+                    Ok(answers) => Upsert::Answered(answers),
+                    Err(e) => failed(e, false),
+                }
+            }
+            _ => failed(schema::wrong_shape(), false),
+        }
     }
 
     /// A statement's failure, as its call rejects.
