@@ -31,50 +31,6 @@ describe('mysqlStore: calls made together', () => {
   it('calls made in one turn: a key with a lone surrogate fails alone with a TypeError, the others count in the order they were made', async () => {
     await loneSurrogatesMadeTogether(make());
   });
-
-  it("fixed-window hits on several keys made together go as one upsert, not a procedure call each: each answers its running count in call order, a key's window set by its first hit; a hit past the safe range fails alone", async () => {
-    const store = make({ table: `upsert_${randomUUID().replace(/-/g, '').slice(0, 20)}`, connections: 1 });
-    const run = randomUUID();
-    const MAX = Number.MAX_SAFE_INTEGER;
-    const full = `hits:${run}:full`;
-    await store.hit(full, 60_000, MAX - 5);
-    const procedureCalls = async () =>
-      Number((await server.sql("SHOW GLOBAL STATUS LIKE 'Com_call_procedure'")).split('\t')[1]);
-    const before = await procedureCalls();
-    // One turn: 40 keys hit in turn, 5 rounds, key i's amounts 1, 2, 3, ...; its first hit's window 60 s, the later ones' 5 s.
-    const keys = Array.from({ length: 40 }, (_, i) => `hits:${run}:${i}`);
-    const calls: Promise<{ count: number; resetMs: number }>[] = [];
-    for (let round = 0; round < 5; round++) {
-      for (const key of keys) calls.push(store.hit(key, round === 0 ? 60_000 : 5_000, round + 1));
-    }
-    const answers = await Promise.all(calls);
-    for (let round = 0; round < 5; round++) {
-      for (let i = 0; i < keys.length; i++) {
-        const { count, resetMs } = answers[round * keys.length + i];
-        expect(count).toBe(((round + 1) * (round + 2)) / 2);
-        expect(resetMs).toBeGreaterThan(55_000);
-        expect(resetMs).toBeLessThanOrEqual(60_000);
-      }
-    }
-    // The first hit went alone (one call); the other 199 as one statement, not a call per key.
-    expect((await procedureCalls()) - before).toBeLessThan(5);
-    // Hits that cross the safe range, made together with others: the batch goes again as calls, and only the hit past the range fails.
-    const settled = await Promise.allSettled([
-      store.hit(keys[0], 60_000, 1),
-      store.hit(full, 60_000, 2),
-      store.hit(full, 60_000, 2),
-      store.hit(full, 60_000, 2),
-      store.hit(keys[1], 60_000, 1),
-    ]);
-    const value = (i: number) => (settled[i] as PromiseFulfilledResult<{ count: number }>).value.count;
-    expect([value(0), value(1), value(2), value(4)]).toEqual([16, MAX - 3, MAX - 1, 16]);
-    const range = (settled[3] as PromiseRejectedResult).reason;
-    expect(range).toBeInstanceOf(RangeError);
-    expect(range.code).toBe('ERR_COUNT_RANGE');
-    expect((await store.hit(full, 60_000, 0)).count).toBe(MAX - 1);
-    expect((await store.hit(keys[2], 60_000, 0)).count).toBe(15);
-    await store.close();
-  });
 });
 
 describe('mysqlStore: resetAll() and the calls around it', () => {

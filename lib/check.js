@@ -158,7 +158,11 @@ const ERROR_CODES = new Set([
   'ERR_STORE_ANSWER',
 ]);
 
-/** Whether `e` is an error ratestore made: an Error with a ratestore message and one of its codes. */
+/**
+ * Whether `e` is an error ratestore made: an Error with a ratestore message and one of its codes.
+ * @param {unknown} e
+ * @returns {e is import('../index.js').RatestoreError}
+ */
 function isRatestoreError(e) {
   return (
     e instanceof Error &&

@@ -67,7 +67,7 @@ class MemoryStore extends Operations {
     const [held, capacity, calls, ended, short, sweeps, swept] = this.#stats();
     const errors = this.#failures.snapshot();
     return {
-      kind: 'memory',
+      kind: /** @type {const} */ ('memory'),
       calls,
       errors,
       refusals: errors.ERR_STORE_FULL ?? 0,
@@ -97,7 +97,10 @@ class MemoryStore extends Operations {
     return rejection(this.#failures.failed(error));
   }
 
-  /** Always false: the counters live in this process. */
+  /**
+   * Always false: the counters live in this process.
+   * @returns {false}
+   */
   get shared() {
     return false;
   }

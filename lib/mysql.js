@@ -25,6 +25,14 @@ const MAX_CONNECTIONS = 64;
 const SSL_MODES = ['DISABLED', 'PREFERRED', 'REQUIRED', 'VERIFY_CA', 'VERIFY_IDENTITY'];
 
 class MysqlStore extends ThreadedStore {
+  /**
+   * Always true: every instance that uses the same server sees the same counters.
+   * @returns {true}
+   */
+  get shared() {
+    return true;
+  }
+
   constructor(options) {
     const { url, table, timeoutMs, createTable, sslMode, tls, sweepIntervalMs, connections, onError } = checkOptions(
       'mysqlStore',
@@ -64,7 +72,7 @@ class MysqlStore extends ThreadedStore {
       }
     }
     super({
-      kind: 'mysql',
+      kind: /** @type {const} */ ('mysql'),
       failures,
       make: (settle) =>
         new native.MysqlNative(settle, url, table, timeoutMs, createTable, sslMode, ca, sweepIntervalMs, connections),

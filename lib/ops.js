@@ -306,11 +306,61 @@ function opener(native) {
   };
 }
 
-/** The operations of a store that keeps its counters on a server (Redis, PostgreSQL): shared by every instance. */
+/**
+ * The operations of a store whose native side holds connections or a file and answers on its own time
+ * (redisStore, postgresStore, mysqlStore, sqliteStore), and what their faces share: the native store
+ * and its calls in flight, `stats()`'s common entries, `close()`.
+ */
 class ServerOperations extends Operations {
-  /** Always true: every instance that uses the same server sees the same counters. */
-  get shared() {
-    return true;
+  #native;
+  #failures;
+  #inFlight;
+  #kind;
+  #figures;
+  #beforeClose;
+  /** Calls made (plain integers: the event loop is one thread). */
+  #calls = 0;
+
+  /**
+   * Takes the native store the subclass made, once its options are checked: `kind` (stats().kind),
+   * `native`, its `failures` and `inFlight`, `figures(native)` (its own entries of stats()), `opens`
+   * (whether it reads the environment, `native.open(process.env)`, before its first call),
+   * `beforeClose()` (what goes out before the native store closes). Answers the store's `open()`.
+   */
+  _serve({ kind, native, failures, inFlight, figures, opens = true, beforeClose = () => {} }) {
+    this.#kind = kind;
+    this.#native = native;
+    this.#failures = failures;
+    this.#inFlight = inFlight;
+    this.#figures = figures;
+    this.#beforeClose = beforeClose;
+    return opens ? opener(native) : () => {};
+  }
+
+  /** Counts `n` calls made (less, for a call taken back), for stats(). */
+  _count(n) {
+    this.#calls += n;
+  }
+
+  /**
+   * This store's calls and failures, and its native side's own figures (for redisStore, its
+   * connections', shared by the stores that share them). Latencies are in ms.
+   */
+  stats() {
+    return {
+      kind: this.#kind,
+      calls: this.#calls,
+      errors: this.#failures.snapshot(),
+      inFlight: this.#inFlight.count,
+      ...this.#figures(this.#native),
+    };
+  }
+
+  /** Refuses later calls (ERR_CLOSED) and ends the connections or file; resolves once the calls in flight have settled. */
+  close() {
+    this.#beforeClose();
+    this.#native.close();
+    return this.#inFlight.drained();
   }
 
   hit(key, windowMs, amount) {

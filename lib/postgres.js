@@ -16,6 +16,14 @@ const MAX_TIMEOUT_MS = 2 ** 32 - 1;
 const SSLMODES = ['disable', 'prefer', 'require', 'verify-ca', 'verify-full'];
 
 class PostgresStore extends ThreadedStore {
+  /**
+   * Always true: every instance that uses the same server sees the same counters.
+   * @returns {true}
+   */
+  get shared() {
+    return true;
+  }
+
   constructor(options) {
     const { url, table, schema, timeoutMs, createTable, sslmode, tls, sweepIntervalMs, onError } = checkOptions(
       'postgresStore',
@@ -52,7 +60,7 @@ class PostgresStore extends ThreadedStore {
       );
     }
     super({
-      kind: 'postgres',
+      kind: /** @type {const} */ ('postgres'),
       failures,
       make: (settle) =>
         new native.PostgresNative(settle, url, table, schema, timeoutMs, createTable, sslmode, ca, sweepIntervalMs),

@@ -15,7 +15,7 @@ const {
   rejection,
 } = require('./check.js');
 
-const { ServerOperations, RESET_ALL, TAKES, OP, checkTakes, toldStep, opener } = require('./ops.js');
+const { ServerOperations, RESET_ALL, TAKES, OP, checkTakes, toldStep } = require('./ops.js');
 const { InFlight } = require('./in-flight.js');
 const { Failures } = require('./stats.js');
 
@@ -23,12 +23,45 @@ const OPTIONS = ['url', 'token', 'prefix', 'timeoutMs', 'tls', 'cluster', 'waitF
 /** The most replicas waitForReplicas may ask for. */
 const MAX_WAIT_REPLICAS = 1000;
 
+/**
+ * redisStore's own entries of stats(): its connections' figures (shared by the stores that share the
+ * connections: those of this thread with the same settings, or of the process for a cluster and over
+ * REST), latencies one sample per answered call, from an HDR-style histogram.
+ */
+function figures(native) {
+  const [
+    connects,
+    reconnects,
+    connectFailures,
+    losses,
+    timeouts,
+    noscript,
+    redirections,
+    unconfirmed,
+    count,
+    sumUs,
+    p50,
+    p90,
+    p99,
+    max,
+  ] = native.stats();
+  return {
+    connects,
+    reconnects,
+    connectFailures,
+    connectionLosses: losses,
+    timeouts,
+    noscriptReloads: noscript,
+    redirections,
+    unconfirmed,
+    latencyMs: { count, sumMs: sumUs / 1000, p50: p50 / 1000, p90: p90 / 1000, p99: p99 / 1000, max: max / 1000 },
+  };
+}
+
 class RedisStore extends ServerOperations {
   #native;
   /** The calls in flight, their promises and the settling of each batch of results. */
   #inFlight;
-  /** Calls sent (plain integers: the event loop is one thread). */
-  #calls = 0;
   #failures;
   /** Reads the environment, on the first call, never at import or construction. */
   #open;
@@ -44,6 +77,14 @@ class RedisStore extends ServerOperations {
    * meanwhile, in order, sent once it is done, so that it takes effect between them. Else null.
    */
   #behindReset = null;
+
+  /**
+   * Always true: every instance that uses the same server sees the same counters.
+   * @returns {true}
+   */
+  get shared() {
+    return true;
+  }
 
   constructor(options) {
     super();
@@ -81,47 +122,14 @@ class RedisStore extends ServerOperations {
       runtime.eventLoop,
     );
     this.#native = store;
-    this.#open = opener(store);
+    this.#open = this._serve({
+      kind: /** @type {const} */ ('redis'),
+      native: store,
+      failures: this.#failures,
+      inFlight: this.#inFlight,
+      figures,
+    });
     this.#inFlight.attach(store.results, (held) => (held ? store.ref() : store.unref()));
-  }
-
-  /**
-   * This store's calls and failures, and its connections' figures (shared by the stores that share the
-   * connections: those of this thread with the same settings, or of the process for a cluster and over
-   * REST). Latencies are in ms, one sample per answered call, from an HDR-style histogram.
-   */
-  stats() {
-    const [
-      connects,
-      reconnects,
-      connectFailures,
-      losses,
-      timeouts,
-      noscript,
-      redirections,
-      unconfirmed,
-      count,
-      sumUs,
-      p50,
-      p90,
-      p99,
-      max,
-    ] = this.#native.stats();
-    return {
-      kind: 'redis',
-      calls: this.#calls,
-      errors: this.#failures.snapshot(),
-      inFlight: this.#inFlight.count,
-      connects,
-      reconnects,
-      connectFailures,
-      connectionLosses: losses,
-      timeouts,
-      noscriptReloads: noscript,
-      redirections,
-      unconfirmed,
-      latencyMs: { count, sumMs: sumUs / 1000, p50: p50 / 1000, p90: p90 / 1000, p99: p99 / 1000, max: max / 1000 },
-    };
   }
 
   /**
@@ -171,7 +179,7 @@ class RedisStore extends ServerOperations {
     if (this.#behindReset !== null) return this.#wait([op, key, a, b, c, d]);
     const store = this.#native;
     const inFlight = this.#inFlight;
-    this.#calls++;
+    this._count(1);
     const slot = inFlight.slot();
     try {
       this.#open();
@@ -214,13 +222,13 @@ class RedisStore extends ServerOperations {
       keys += take.key;
     }
     const inFlight = this.#inFlight;
-    this.#calls++;
+    this._count(1);
     const slot = inFlight.slot();
     try {
       this.#open();
       if (!this.#native.sendTakes(slot, numbers, keys)) {
         inFlight.free(slot);
-        this.#calls--;
+        this._count(-1);
         return Promise.resolve(null);
       }
     } catch (error) {
@@ -236,12 +244,6 @@ class RedisStore extends ServerOperations {
       OP.takes,
       takes.map((take) => take.op),
     );
-  }
-
-  /** Refuses later hits (ERR_CLOSED) and ends the connection; resolves once the hits in flight have settled. */
-  close() {
-    this.#native.close();
-    return this.#inFlight.drained();
   }
 }
 

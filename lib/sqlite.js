@@ -49,7 +49,7 @@ class SqliteStore extends ThreadedStore {
     // A relative path is the working directory's at construction, whatever chdir() comes later.
     const file = path === ':memory:' ? path : resolve(path ?? DEFAULT_PATH);
     super({
-      kind: 'sqlite',
+      kind: /** @type {const} */ ('sqlite'),
       failures,
       make: (settle) => new native.SqliteNative(settle, file, timeoutMs, synchronous, sweepIntervalMs),
       opens: false,

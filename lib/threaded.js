@@ -8,7 +8,7 @@
 // checks its own options and makes its own native store; the rest is here.
 
 const { rejection } = require('./check.js');
-const { ServerOperations, RESET_ALL, TAKES, checkTakes, toldStep, opener } = require('./ops.js');
+const { ServerOperations, RESET_ALL, TAKES, checkTakes, toldStep } = require('./ops.js');
 const { InFlight, sendStep } = require('./in-flight.js');
 
 class ThreadedStore extends ServerOperations {
@@ -17,10 +17,6 @@ class ThreadedStore extends ServerOperations {
   /** The calls in flight, their promises and the settling of each batch of results. */
   #inFlight;
   #open;
-  #calls = 0;
-  #kind;
-  /** The native store's own figures, for stats(). */
-  #figures;
   /**
    * Calls made in this turn of the microtask queue (a burst: requests handled together, or the callers
    * that one batch of answers set going again), and in the last one. Only a call alone, the first of its
@@ -58,26 +54,22 @@ class ThreadedStore extends ServerOperations {
    */
   constructor({ kind, failures, make, opens, figures, atOnce = false, gather = false }) {
     super();
-    this.#kind = kind;
     this.#atOnce = atOnce;
     this.#gather = gather;
     this.#failures = failures;
-    this.#figures = figures;
     this.#inFlight = new InFlight(failures);
     const store = make(this.#inFlight.settle);
     this.#native = store;
-    this.#open = opens ? opener(store) : () => {};
+    this.#open = this._serve({
+      kind,
+      native: store,
+      failures,
+      inFlight: this.#inFlight,
+      figures,
+      opens,
+      beforeClose: () => this.#send(),
+    });
     this.#inFlight.attach(store.results(), (held) => store.hold(held));
-  }
-
-  stats() {
-    return {
-      kind: this.#kind,
-      calls: this.#calls,
-      errors: this.#failures.snapshot(),
-      inFlight: this.#inFlight.count,
-      ...this.#figures(this.#native),
-    };
   }
 
   /** Deletes every counter of the store (see ops.js's resetAll). */
@@ -107,7 +99,7 @@ class ThreadedStore extends ServerOperations {
 
   _call(op, key, a, b, c, d) {
     const inFlight = this.#inFlight;
-    this.#calls++;
+    this._count(1);
     if (this.#gather) {
       const slot = inFlight.slot();
       const promise = inFlight.track(slot, op);
@@ -173,20 +165,13 @@ class ThreadedStore extends ServerOperations {
     if (error) return rejection(error);
     this.#send();
     return toldStep(this, takes, () => {
-      this.#calls += takes.length;
+      this._count(takes.length);
       const send = (numbers, keys) => {
         this.#open();
         this.#native.takes(numbers, keys);
       };
       return sendStep(this.#inFlight, this.#failures, send, takes);
     });
-  }
-
-  /** Refuses later calls (ERR_CLOSED) and ends the connections or file; resolves once the calls in flight have settled. */
-  close() {
-    this.#send();
-    this.#native.close();
-    return this.#inFlight.drained();
   }
 }
 

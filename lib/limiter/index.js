@@ -24,6 +24,21 @@ const { leaseKey, remainingOf } = require('./takes.js');
 const { Breaker, isUnsent, isOutage, isBadInput } = require('./breaker.js');
 const { result, cachedResult, releasedAlready, RETRY_MS } = require('./answer.js');
 
+/**
+ * @template {string} Tier
+ * @overload
+ * @param {import('../../index.js').TieredLimiterOptions<Tier>} options
+ * @returns {import('../../index.js').TieredLimiter<Tier>}
+ */
+/**
+ * @overload
+ * @param {import('../../index.js').LimiterOptions} options
+ * @returns {import('../../index.js').Limiter}
+ */
+/**
+ * A limiter over a store: one limit, several limits taken together, or tiers of them.
+ * @param {any} options
+ */
 function createLimiter(options) {
   const all = [
     ...COMMON_OPTIONS,
