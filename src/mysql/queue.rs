@@ -266,12 +266,12 @@ fn upsert_sql(store: &MyStore, batch: &[MyPending]) -> String {
         sql,
         " ON DUPLICATE KEY UPDATE total = IF({open}, IF(ABS(total + VALUES(total)) > {MAX_SAFE}, NULL, \
          total + VALUES(total)), VALUES(total)), reset_us = IF({open}, reset_us, VALUES(reset_us));\
-         SELECT LOWER(HEX(k)), total, reset_us, @ratestore_now FROM {table} WHERE k IN ({literals});COMMIT"
+         SELECT HEX(k), total, reset_us, @ratestore_now FROM {table} WHERE k IN ({literals});COMMIT"
     );
     sql
 }
 
-/// Each hit's answer from the rows read back (`hex(k)`, total, reset_us, the
+/// Each hit's answer from the rows read back (`HEX(k)`, total, reset_us, the
 /// clock): a key's hits, last first, answer its total less the amounts made
 /// after them; the time left is the window's end less the clock, in ms.
 fn upsert_answers(batch: &[MyPending], rows: &[Vec<Option<String>>]) -> Result<Vec<Answer>> {
@@ -280,12 +280,13 @@ fn upsert_answers(batch: &[MyPending], rows: &[Vec<Option<String>>]) -> Result<V
             .and_then(|t| t.parse::<i64>().ok())
             .ok_or_else(schema::wrong_shape)
     };
-    let mut found: HashMap<&str, (i64, i64)> = HashMap::new();
+    let mut found: HashMap<Vec<u8>, (i64, i64)> = HashMap::new();
     let mut now_ms = None;
     for row in rows {
         let key = row
             .first()
             .and_then(|c| c.as_deref())
+            .and_then(schema::unhex)
             .ok_or_else(schema::wrong_shape)?;
         let (total, reset_us, now_us) = (int(row.get(1))?, int(row.get(2))?, int(row.get(3))?);
         now_ms = Some(now_us.div_euclid(1000));
@@ -298,12 +299,7 @@ fn upsert_answers(batch: &[MyPending], rows: &[Vec<Option<String>>]) -> Result<V
         let (MyWork::Call { args, .. }, Some(row)) = (&p.work, p.row.as_deref()) else {
             return Err(schema::wrong_shape());
         };
-        let mut k = String::with_capacity(row.len() * 2 + 3);
-        schema::hex(row, &mut k);
-        let (total, end_ms) = found
-            .get(&k[2..k.len() - 1])
-            .copied()
-            .ok_or_else(schema::wrong_shape)?;
+        let (total, end_ms) = found.get(row).copied().ok_or_else(schema::wrong_shape)?;
         let later = after.entry(row).or_insert(0);
         let count = total - *later;
         *later += args[1];

@@ -77,6 +77,19 @@ pub fn hex(bytes: &[u8], out: &mut String) {
     out.push('\'');
 }
 
+/// The bytes `HEX()` wrote as `text` (either case), or None if it is not
+/// hex digits in pairs.
+pub fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let text = text.as_bytes();
+    if !text.len().is_multiple_of(2) {
+        return None;
+    }
+    text.chunks(2)
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
+}
+
 /// The bytes of the `k` column for `key`.
 pub fn row_key(key: &str) -> Vec<u8> {
     if key.len() <= RAW_KEY_MAX {
@@ -458,6 +471,20 @@ mod tests {
         assert!(MyNames::new(&"a".repeat(59)).is_err());
         assert!(MyNames::new("").is_err());
         assert!(MyNames::new("t\0").is_err());
+    }
+
+    #[test]
+    fn hex_reads_back_what_it_wrote() {
+        let bytes = [0x00, 0x0f, 0xa5, 0xff, b'k'];
+        let mut literal = String::new();
+        hex(&bytes, &mut literal);
+        assert_eq!(literal, "X'000fa5ff6b'");
+        assert_eq!(
+            unhex(&literal[2..literal.len() - 1]).as_deref(),
+            Some(&bytes[..])
+        );
+        assert_eq!(unhex("000FA5FF6B").as_deref(), Some(&bytes[..]));
+        assert_eq!((unhex("0"), unhex("zz")), (None, None));
     }
 
     #[test]

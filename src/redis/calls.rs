@@ -121,13 +121,13 @@ pub fn passes(ran: &Query<'_>, waiting: &Query<'_>) -> bool {
 /// ([`Error::Overtaken`](crate::errors::Error::Overtaken)), so that the ops on
 /// one key that take effect always do so in the order they were made.
 pub fn overtaken(ops: &[(Query<'_>, bool)]) -> Vec<bool> {
+    let mut ran: Vec<&Query<'_>> = Vec::new();
     let mut out = vec![false; ops.len()];
-    for (j, &(waiting, noscript)) in ops.iter().enumerate() {
-        if noscript && waiting.op != Op::Ping {
-            let mut later = ops[j + 1..]
-                .iter()
-                .filter(|(q, met)| !met && q.op != Op::Ping);
-            out[j] = later.any(|(ran, _)| passes(ran, &waiting));
+    for (j, (q, noscript)) in ops.iter().enumerate().rev() {
+        match noscript {
+            _ if q.op == Op::Ping => {}
+            true => out[j] = ran.iter().any(|r| passes(r, q)),
+            false => ran.push(q),
         }
     }
     out

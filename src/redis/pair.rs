@@ -365,6 +365,15 @@ mod tests {
             .collect()
     }
 
+    /// A pair whose hit 1, on `p:a`, was answered (the script is loaded) and taken.
+    fn warmed() -> Pair {
+        let mut p = Pair::new("redis://127.0.0.1:1");
+        p.hit("p:a", 1);
+        p.drive();
+        assert_eq!(p.counts(), [(1, Ok(1))]);
+        p
+    }
+
     /// The one result settled since last asked.
     fn one(p: &mut Pair) -> Completion {
         let mut done = p.done();
@@ -430,10 +439,7 @@ mod tests {
 
     #[test]
     fn a_hit_that_met_noscript_behind_a_later_hit_on_its_key_that_ran_is_not_sent_again() {
-        let mut p = Pair::new("redis://127.0.0.1:1");
-        p.hit("p:a", 1);
-        p.drive();
-        p.counts();
+        let mut p = warmed();
         // Flushed; another client loads the script between hits 2 and 3.
         p.server.flush_scripts();
         p.server.reloaded_after = Some(1);
@@ -518,10 +524,7 @@ mod tests {
 
     #[test]
     fn a_hit_unanswered_by_its_deadline_rejects_sent_and_its_late_answer_settles_nothing() {
-        let mut p = Pair::new("redis://127.0.0.1:1");
-        p.hit("p:a", 1);
-        p.drive();
-        p.counts();
+        let mut p = warmed();
         // A slow server: hit 2's answer comes after hit 3 was handed over, hit 3's after its deadline.
         p.server.holding = true;
         p.hit("p:b", 1);
@@ -558,10 +561,7 @@ mod tests {
 
     #[test]
     fn a_connection_that_answers_nothing_is_replaced_and_the_next_hit_goes_on_a_new_one() {
-        let mut p = Pair::new("redis://127.0.0.1:1");
-        p.hit("p:a", 1);
-        p.drive();
-        p.counts();
+        let mut p = warmed();
         // A paused server: nothing has answered since hit 2 was sent.
         p.server.holding = true;
         p.hit("p:a", 1);

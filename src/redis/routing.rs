@@ -102,7 +102,8 @@ impl<N: NodeRef> Routing<N> {
         results: impl IntoIterator<Item = Result<Answers>>,
         mut redirected: impl FnMut(&str) -> Result<N>,
     ) {
-        let redirects_left = MAX_REDIRECTS.saturating_sub(self.rounds - 1);
+        // The parts of round r (from 1) may follow MAX_REDIRECTS - (r - 1) more.
+        let redirects_left = MAX_REDIRECTS.saturating_sub(self.rounds.saturating_sub(1));
         let mut results = results.into_iter();
         for &i in &part.hits {
             let result = results
