@@ -186,20 +186,33 @@ describe('mysqlStore settings', () => {
 
 describe('mysqlStore faults', () => {
   it("fixed-window hits on several keys made together go as one upsert, not a procedure call each: each answers its running count in call order, a key's window set by its first hit; a hit past the safe range fails alone", async () => {
-    const store = ownStore({ table: table(), timeoutMs: 5_000, connections: 1 });
+    const name = table();
+    const store = ownStore({ table: name, timeoutMs: 5_000, connections: 1 });
     const run = randomUUID();
     const MAX = Number.MAX_SAFE_INTEGER;
     const full = `hits:${run}:full`;
     await store.hit(full, 60_000, MAX - 5);
     const procedureCalls = async () =>
       Number((await own.sql("SHOW GLOBAL STATUS LIKE 'Com_call_procedure'")).split('\t')[1]);
+    // The store's one connection is kept busy by a hit on a row another session holds, so that the
+    // hits made next all wait in the queue and go out as one batch, whatever the machine's load.
+    const gate = `hits:${run}:gate`;
+    await store.hit(gate, 60_000, 1);
+    const holder = session(own);
+    await holder.run(`START TRANSACTION; SELECT * FROM ${name} WHERE k = '${gate}' FOR UPDATE`);
     const before = await procedureCalls();
+    const gated = store.hit(gate, 60_000, 1);
+    const waiting = () => own.sql("SELECT COUNT(*) FROM information_schema.innodb_trx WHERE trx_state = 'LOCK WAIT'");
+    for (let i = 0; i < 500 && (await waiting()) === '0'; i++) await new Promise((r) => setTimeout(r, 10));
+    expect(await waiting()).toBe('1');
     // One turn: 40 keys hit in turn, 5 rounds, key i's amounts 1, 2, 3, ...; its first hit's window 60 s, the later ones' 5 s.
     const keys = Array.from({ length: 40 }, (_, i) => `hits:${run}:${i}`);
     const calls: Promise<{ count: number; resetMs: number }>[] = [];
     for (let round = 0; round < 5; round++) {
       for (const key of keys) calls.push(store.hit(key, round === 0 ? 60_000 : 5_000, round + 1));
     }
+    await holder.end();
+    expect((await gated).count).toBe(2);
     const answers = await Promise.all(calls);
     for (let round = 0; round < 5; round++) {
       for (let i = 0; i < keys.length; i++) {
@@ -209,7 +222,7 @@ describe('mysqlStore faults', () => {
         expect(resetMs).toBeLessThanOrEqual(60_000);
       }
     }
-    // The first hit went alone (one call); the other 199 as one statement, not a call per key.
+    // The gated hit was one call; the 200 behind it went as one statement, not a call per key.
     expect((await procedureCalls()) - before).toBeLessThan(5);
     // Hits that cross the safe range, made together with others: the batch goes again as calls, and only the hit past the range fails.
     const settled = await Promise.allSettled([
